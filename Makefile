@@ -1,0 +1,24 @@
+# The two commands of README.md: `make demo` (main job) and `make test` (the whole suite).
+PYTHON ?= python3
+
+.PHONY: install demo test lint unit integration down
+
+install:
+	./scripts/install.sh
+
+demo: install
+	$(PYTHON) -m mm2py.demo
+
+test: install
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m mypy
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+unit:
+	$(PYTHON) -m pytest -q tests/unit
+
+integration:
+	$(PYTHON) -m pytest -q tests/integration
+
+down:
+	$(PYTHON) -m mm2py.cli dev down

@@ -1,0 +1,60 @@
+"""The `mm2py` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from mm2py.kafka_local import dev
+
+    if args.dev_command == "up":
+        already = [s for s in dev.status() if s.running]
+        clusters = dev.up()
+        word = "already running" if already else "started"
+        print(f"dev clusters {word}:")
+        for c in clusters:
+            print(f"  {c.name:6} bootstrap.servers={c.bootstrap}")
+        return 0
+    if args.dev_command == "down":
+        names = dev.down()
+        print("stopped: " + (", ".join(names) if names else "nothing was running"))
+        return 0
+    rows = dev.status()
+    if not rows:
+        print("no dev clusters (run `mm2py dev up`)")
+        return 1
+    for row in rows:
+        print(row.line())
+    return 0 if all(r.running and r.reachable for r in rows) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mm2py", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    dev = sub.add_parser("dev", help="local Kafka clusters for trying mm2py out")
+    dev.add_argument("dev_command", choices=["up", "down", "status"])
+    dev.set_defaults(func=_dev)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a clear one-line error, not a traceback, for users
+        from mm2py.kafka_local import HarnessError
+
+        if isinstance(exc, HarnessError):
+            print(f"mm2py: error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""asyncio Kafka client for raw record batches: connections, metadata, routing, retries."""

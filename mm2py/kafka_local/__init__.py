@@ -1,0 +1,13 @@
+"""Real Apache Kafka clusters on loopback for tests, the demo and the benchmarks (no Docker)."""
+
+from .cluster import KafkaCluster, KafkaNode, running_cluster
+from .jars import KAFKA_VERSION, HarnessError, resolve_jars
+
+__all__ = [
+    "KAFKA_VERSION",
+    "HarnessError",
+    "KafkaCluster",
+    "KafkaNode",
+    "resolve_jars",
+    "running_cluster",
+]

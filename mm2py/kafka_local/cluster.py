@@ -1,0 +1,324 @@
+"""Start and stop real Apache Kafka KRaft clusters on loopback, one JVM per node.
+
+Each node is a combined broker+controller (``process.roles=broker,controller``) with its own data
+directory and ``server.log``. Clusters of one node serve most tests; three nodes serve tests where
+partition leadership matters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .jars import KAFKA_VERSION, HarnessError, java_executable, resolve_jars
+
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = FILE
+logger.state.name = state.change.logger
+logger.state.level = warn
+"""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class KafkaNode:
+    node_id: int
+    port: int
+    controller_port: int
+    workdir: Path
+    process: subprocess.Popen[bytes] | None = None
+    pid: int | None = None
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "server.log"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def is_alive(self) -> bool:
+        if self.process is not None:
+            return self.process.poll() is None
+        if self.pid is None:
+            return False
+        try:
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        # a recycled pid belongs to some other program: only our JVM names our config file
+        return str(self.workdir / "server.properties").encode() in cmdline
+
+
+@dataclass
+class KafkaCluster:
+    """A running (or stopped) local KRaft cluster. ``bootstrap`` is what clients connect to."""
+
+    name: str
+    workdir: Path
+    nodes: list[KafkaNode] = field(default_factory=list)
+    cluster_id: str = ""
+    version: str = KAFKA_VERSION
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    @property
+    def log_files(self) -> list[Path]:
+        return [n.log_file for n in self.nodes]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.bootstrap})"
+
+    def to_state(self) -> dict[str, object]:
+        """A JSON-able description, so another process can find (and stop) this cluster."""
+        return {
+            "name": self.name, "workdir": str(self.workdir), "cluster_id": self.cluster_id,
+            "version": self.version,
+            "nodes": [
+                {"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
+                 "workdir": str(n.workdir), "pid": n.pid}
+                for n in self.nodes
+            ],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, object]) -> KafkaCluster:
+        nodes = state["nodes"]
+        assert isinstance(nodes, list)
+        return cls(
+            name=str(state["name"]), workdir=Path(str(state["workdir"])),
+            cluster_id=str(state["cluster_id"]), version=str(state["version"]),
+            nodes=[
+                KafkaNode(int(n["node_id"]), int(n["port"]), int(n["controller_port"]),
+                          Path(n["workdir"]), pid=n["pid"])
+                for n in nodes
+            ],
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        workdir: Path,
+        *,
+        nodes: int = 1,
+        version: str = KAFKA_VERSION,
+        broker_config: Mapping[str, str] | None = None,
+        ports: list[tuple[int, int]] | None = None,
+    ) -> KafkaCluster:
+        """Lay out config and format storage for a new cluster (not started yet)."""
+        workdir = Path(workdir)
+        if workdir.exists():
+            shutil.rmtree(workdir)
+        workdir.mkdir(parents=True)
+        cluster = cls(name=name, workdir=workdir, version=version)
+        cluster.cluster_id = _random_cluster_id()
+        for i in range(1, nodes + 1):
+            port, cport = ports[i - 1] if ports else (free_port(), free_port())
+            cluster.nodes.append(KafkaNode(i, port, cport, workdir / f"node-{i}"))
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in cluster.nodes)
+        libs = resolve_jars(version)
+        for node in cluster.nodes:
+            node.workdir.mkdir()
+            props = _server_properties(node, voters, len(cluster.nodes))
+            props.update(broker_config or {})
+            (node.workdir / "server.properties").write_text(
+                "".join(f"{k}={v}\n" for k, v in props.items())
+            )
+            (node.workdir / "log4j2.properties").write_text(
+                LOG4J2.format(log=node.log_file, level="INFO")
+            )
+            _run_tool(
+                libs,
+                ["kafka.tools.StorageTool", "format", "--ignore-formatted",
+                 f"--cluster-id={cluster.cluster_id}", "-c", str(node.workdir / "server.properties")],
+                node.workdir,
+            )
+        return cluster
+
+    def start(self, timeout: float = 60.0) -> KafkaCluster:
+        libs = resolve_jars(self.version)
+        for node in self.nodes:
+            if node.is_alive():
+                continue
+            cmd = [
+                java_executable(),
+                "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.properties'}",
+                "-cp", f"{libs}/*",
+                "kafka.Kafka", str(node.workdir / "server.properties"),
+            ]
+            out = open(node.workdir / "stdout.log", "ab")  # noqa: SIM115 - owned by the child
+            node.process = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=node.workdir, start_new_session=True,
+            )
+            out.close()
+            node.pid = node.process.pid
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Block until a Metadata request lists every node, or raise with the log's tail."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                if not node.is_alive():
+                    raise HarnessError(
+                        f"Kafka node {node.node_id} of {self.name} exited during start-up; "
+                        f"log {node.log_file}:\n{self.tail(node)}"
+                    )
+            try:
+                md = admin.list_topics(timeout=2)
+                if len(md.brokers) == len(self.nodes):
+                    return
+            except Exception as exc:  # KafkaException while the broker is still starting
+                last_error = exc
+            time.sleep(0.2)
+        raise HarnessError(
+            f"{self.name} not ready after {timeout:.0f}s ({last_error}); logs: "
+            + ", ".join(str(p) for p in self.log_files)
+        )
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM every node, then SIGKILL whatever is still running after ``timeout``."""
+        alive = [n for n in self.nodes if n.is_alive()]
+        for node in alive:
+            _signal(node, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for node in alive:
+            while node.is_alive() and time.monotonic() < deadline:
+                _reap(node)
+                time.sleep(0.1)
+            if node.is_alive():
+                _signal(node, signal.SIGKILL)
+                for _ in range(50):
+                    _reap(node)
+                    if not node.is_alive():
+                        break
+                    time.sleep(0.1)
+            _reap(node)
+
+    def kill_node(self, node_id: int) -> None:
+        """SIGKILL one node (leadership tests)."""
+        node = self.nodes[node_id - 1]
+        _signal(node, signal.SIGKILL)
+        for _ in range(50):
+            _reap(node)
+            if not node.is_alive():
+                return
+            time.sleep(0.1)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def tail(self, node: KafkaNode, lines: int = 40) -> str:
+        text = ""
+        for path in (node.log_file, node.workdir / "stdout.log"):
+            if path.exists():
+                text += path.read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> KafkaCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal(node: KafkaNode, sig: signal.Signals) -> None:
+    if node.pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(node.pid, sig)
+
+
+def _reap(node: KafkaNode) -> None:
+    if node.process is not None:
+        node.process.poll()
+
+
+def _random_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _server_properties(node: KafkaNode, voters: str, size: int) -> dict[str, str]:
+    rf = str(min(3, size))
+    return {
+        "process.roles": "broker,controller",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(node.workdir / "data"),
+        "num.partitions": "1",
+        "default.replication.factor": rf,
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": rf,
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "false",
+        "log.cleaner.backoff.ms": "1000",
+        "log.retention.check.interval.ms": "5000",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+    }
+
+
+def _run_tool(libs: Path, args: list[str], cwd: Path) -> str:
+    proc = subprocess.run(
+        [java_executable(), "-Xmx256m", "-cp", f"{libs}/*", *args],
+        capture_output=True, text=True, cwd=cwd,
+    )
+    if proc.returncode != 0:
+        raise HarnessError(f"{' '.join(args[:2])} failed: {proc.stdout}{proc.stderr}"[-3000:])
+    return proc.stdout
+
+
+@contextlib.contextmanager
+def running_cluster(name: str, workdir: Path, *, nodes: int = 1) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster.create(name, workdir, nodes=nodes)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()

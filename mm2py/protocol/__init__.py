@@ -1,0 +1,1 @@
+"""Sans-IO Kafka protocol codec: pure functions over bytes/memoryview, no sockets."""

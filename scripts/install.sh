@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs everything mm2py needs on a fresh Debian/Ubuntu machine: Java 17 + Maven (apt, only if
+# missing), the Python packages (pip, editable, with the dev extra), and the pinned Kafka jars (Maven).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "installing ${need_apt[*]} with apt-get"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+PY="${PYTHON:-python3}"
+"$PY" -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+"$PY" -c 'from mm2py.kafka_local import resolve_jars; print("kafka jars:", resolve_jars())'

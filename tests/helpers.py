@@ -1,0 +1,200 @@
+"""Helpers for tests against real brokers: topics, producing test data, reading it all back."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+@dataclass(frozen=True)
+class Rec:
+    """One record as a test produces it or reads it back."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp: int = 0
+    partition: int | None = None
+    offset: int = field(default=-1, compare=False)
+
+    def content(self) -> tuple[object, ...]:
+        """What must survive mirroring: key, value, headers, timestamp."""
+        return (self.key, self.value, self.headers, self.timestamp)
+
+
+def unique(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int = 1,
+    config: Mapping[str, str] | None = None,
+    replication_factor: int = 1,
+) -> str:
+    client = admin(bootstrap)  # must outlive the future, or librdkafka destroys the request
+    futures = client.create_topics(
+        [NewTopic(name, partitions, replication_factor, config=dict(config or {}))]
+    )
+    futures[name].result(timeout=30)
+    _wait_topic(bootstrap, name, partitions)
+    return name
+
+
+def _wait_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30) -> None:
+    a = admin(bootstrap)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        md = a.list_topics(name, timeout=5).topics.get(name)
+        if md is not None and md.error is None and len(md.partitions) == partitions and all(
+            p.leader >= 0 for p in md.partitions.values()
+        ):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"topic {name} not ready on {bootstrap}")
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    return set(admin(bootstrap).list_topics(timeout=10).topics)
+
+
+def make_records(
+    n: int, *, partition: int | None = None, start_ts: int = 1_700_000_000_000, tag: str = "r"
+) -> list[Rec]:
+    """Deterministic records with keys, headers (one null-valued) and explicit timestamps."""
+    out = []
+    for i in range(n):
+        headers: tuple[tuple[str, bytes | None], ...] = (
+            ("h-index", str(i).encode()),
+            ("h-null", None),
+        ) if i % 3 else ()
+        out.append(
+            Rec(
+                key=None if i % 7 == 0 else f"{tag}-key-{i}".encode(),
+                value=None if i % 11 == 5 else (f"{tag}-value-{i}-" + "x" * (i % 50)).encode(),
+                headers=headers,
+                timestamp=start_ts + i,
+                partition=partition,
+            )
+        )
+    return out
+
+
+def produce_records(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[Rec],
+    *,
+    compression: str = "none",
+    idempotent: bool = True,
+    linger_ms: int = 5,
+    extra: Mapping[str, str | int] | None = None,
+) -> int:
+    conf: dict[str, str | int | bool] = {
+        "bootstrap.servers": bootstrap,
+        "compression.type": compression,
+        "linger.ms": linger_ms,
+        "enable.idempotence": idempotent,
+        "acks": "all",
+    }
+    conf.update(extra or {})
+    p = Producer(conf)
+    errors: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    count = 0
+    for r in records:
+        kwargs: dict[str, object] = {"timestamp": r.timestamp, "on_delivery": on_delivery}
+        if r.partition is not None:
+            kwargs["partition"] = r.partition
+        if r.headers:
+            kwargs["headers"] = list(r.headers)
+        while True:
+            try:
+                p.produce(topic, r.value, r.key, **kwargs)
+                break
+            except BufferError:
+                p.poll(0.05)
+        count += 1
+    remaining = p.flush(60)
+    if remaining or errors:
+        raise AssertionError(f"produce to {topic} failed: {remaining} undelivered, {errors[:3]}")
+    return count
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("probe")})
+    try:
+        md = c.list_topics(topic, timeout=10).topics[topic]
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in md.partitions}
+    finally:
+        c.close()
+
+
+def read_all(
+    bootstrap: str,
+    topic: str,
+    *,
+    isolation: str = "read_committed",
+    timeout: float = 60,
+    expect: int | None = None,
+) -> list[Rec]:
+    """Read every record of ``topic`` up to its current end (or until ``expect`` records arrived)."""
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": unique("reader"),
+        "enable.auto.commit": False,
+        "isolation.level": isolation,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+    })
+    try:
+        md = c.list_topics(topic, timeout=10).topics[topic]
+        parts = sorted(md.partitions)
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        deadline = time.monotonic() + timeout
+        out: list[Rec] = []
+        eof: set[int] = set()
+        while time.monotonic() < deadline:
+            if expect is None and len(eof) == len(parts):
+                break
+            if expect is not None and len(out) >= expect:
+                break
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    eof.add(msg.partition())
+                    continue
+                raise KafkaException(msg.error())
+            eof.discard(msg.partition())
+            hdrs = tuple(msg.headers() or ())
+            out.append(Rec(msg.key(), msg.value(), hdrs, msg.timestamp()[1],
+                           msg.partition(), msg.offset()))
+        return out
+    finally:
+        c.close()
+
+
+def by_partition(records: Sequence[Rec]) -> dict[int | None, list[tuple[object, ...]]]:
+    out: dict[int | None, list[tuple[object, ...]]] = {}
+    for r in records:
+        out.setdefault(r.partition, []).append(r.content())
+    return out
