@@ -1,0 +1,146 @@
+"""When to emit offset syncs, and how to translate offsets with them exactly.
+
+mm2py copies whole batches, so it learns the target offset of every mirrored source batch from the
+Produce response. Inside a contiguous batch the mapping is linear: source ``s`` lands at
+``target_first + (s - source_first)``. It stops being linear only where the source skips offsets the
+target does not: aborted transactional batches and control batches dropped on the way, compaction
+gaps closed by a rebuild. So:
+
+**Emission rule.** For each partition, a sync ``(upstream U, downstream D)`` is emitted
+
+1. for the first record mirrored after (re)start,
+2. whenever the offset delta ``D - U`` changes (the record after any gap), and
+3. whenever ``offset.lag.max`` upstream offsets have passed since the last sync, so that MM2's own
+   readers, which translate to ``sync.downstream + 1`` from the nearest older sync, stay as precise
+   as they are with MM2.
+
+**Translation rule.** With syncs sorted by upstream offset, an upstream position ``u`` (the next
+offset a consumer would read) translates with the last sync ``(U, D)`` where ``U <= u`` to
+``D + (u - U)``, capped at the next sync's ``D'`` (offsets in a gap map to the first target offset
+after it) and at the target partition's end offset when the caller knows it (the newest segment
+may end in a gap too). Rule 2
+makes this exact for every position that has been mirrored: a consumer moved with it neither skips
+nor re-reads a record. MM2 readers of the same topic translate conservatively and stay correct.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mm2py.protocol.mm2_records import OffsetSync
+from mm2py.protocol.types import TopicPartition
+
+
+@dataclass
+class _PartitionState:
+    last_upstream: int | None = None
+    last_delta: int | None = None
+
+
+@dataclass
+class OffsetSyncPlanner:
+    """Decides, batch by batch, which syncs a task must emit (the emission rule above)."""
+
+    offset_lag_max: int = 100
+    _state: dict[TopicPartition, _PartitionState] = field(default_factory=dict)
+
+    def reset(self, tp: TopicPartition) -> None:
+        self._state.pop(tp, None)
+
+    def on_batch(
+        self,
+        tp: TopicPartition,
+        source_first: int,
+        source_last: int,
+        target_first: int,
+        record_offsets: Sequence[int] | None = None,
+    ) -> list[OffsetSync]:
+        """Syncs to emit for one mirrored batch.
+
+        ``record_offsets`` lists the original source offset of each produced record when a batch
+        was rebuilt (compaction gaps); otherwise the batch is contiguous from ``source_first`` to
+        ``source_last``.
+        """
+        st = self._state.setdefault(tp, _PartitionState())
+        out: list[OffsetSync] = []
+        if record_offsets is None:
+            self._maybe_emit(tp, st, source_first, target_first, out)
+            # rule 3 inside a long contiguous batch: linear, so any offset in it can be the anchor
+            while st.last_upstream is not None and source_last - st.last_upstream >= self.offset_lag_max:
+                u = st.last_upstream + self.offset_lag_max
+                self._emit(tp, st, u, target_first + (u - source_first), out)
+        else:
+            for i, u in enumerate(record_offsets):
+                self._maybe_emit(tp, st, u, target_first + i, out)
+        return out
+
+    def _maybe_emit(
+        self, tp: TopicPartition, st: _PartitionState, u: int, d: int, out: list[OffsetSync]
+    ) -> None:
+        if (
+            st.last_upstream is None
+            or st.last_delta != d - u
+            or u - st.last_upstream >= self.offset_lag_max
+        ):
+            self._emit(tp, st, u, d, out)
+
+    @staticmethod
+    def _emit(
+        tp: TopicPartition, st: _PartitionState, u: int, d: int, out: list[OffsetSync]
+    ) -> None:
+        st.last_upstream, st.last_delta = u, d - u
+        out.append(OffsetSync(tp, u, d))
+
+
+class OffsetSyncStore:
+    """Syncs per source partition, read back from an offset-syncs topic; translates offsets."""
+
+    def __init__(self, max_per_partition: int = 100_000) -> None:
+        self.max_per_partition = max_per_partition
+        self._upstream: dict[TopicPartition, list[int]] = {}
+        self._downstream: dict[TopicPartition, list[int]] = {}
+
+    def add(self, sync: OffsetSync) -> None:
+        ups = self._upstream.setdefault(sync.topic_partition, [])
+        downs = self._downstream.setdefault(sync.topic_partition, [])
+        i = bisect.bisect_left(ups, sync.upstream_offset)
+        if i < len(ups) and ups[i] == sync.upstream_offset:
+            downs[i] = sync.downstream_offset  # a re-mirrored batch after restart: newest wins
+            del ups[i + 1 :], downs[i + 1 :]
+        elif i < len(ups):
+            # an older upstream offset written again (task restarted behind): later syncs are stale
+            del ups[i:], downs[i:]
+            ups.append(sync.upstream_offset)
+            downs.append(sync.downstream_offset)
+        else:
+            ups.append(sync.upstream_offset)
+            downs.append(sync.downstream_offset)
+        if len(ups) > self.max_per_partition:
+            del ups[0], downs[0]
+
+    def partitions(self) -> list[TopicPartition]:
+        return sorted(self._upstream)
+
+    def syncs(self, tp: TopicPartition) -> list[tuple[int, int]]:
+        return list(zip(self._upstream.get(tp, []), self._downstream.get(tp, []), strict=True))
+
+    def translate(
+        self, tp: TopicPartition, upstream: int, downstream_end: int | None = None
+    ) -> int | None:
+        """Target position for source position ``upstream``; None when no sync covers it."""
+        ups = self._upstream.get(tp)
+        if not ups:
+            return None
+        i = bisect.bisect_right(ups, upstream) - 1
+        if i < 0:
+            return None
+        downs = self._downstream[tp]
+        u0, d0 = ups[i], downs[i]
+        result = d0 + (upstream - u0)
+        if i + 1 < len(ups):
+            result = min(result, downs[i + 1])
+        if downstream_end is not None:
+            result = min(result, max(d0, downstream_end))
+        return result
