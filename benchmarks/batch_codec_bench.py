@@ -104,7 +104,7 @@ def main() -> None:
             for b in batches:
                 strip_producer_state(b, verify=False)
 
-        def crop_half(batches: list[RecordBatch] = batches) -> None:
+        def crop_half(batches: list[RecordBatch] = batches, half: int = half) -> None:
             for b in batches:
                 crop(b, b.base_offset + half)
 
