@@ -14,7 +14,13 @@ from mm2py.protocol.batch_edit import (
 )
 from mm2py.protocol.compression import Codec
 from mm2py.protocol.errors import CorruptBatchError
-from mm2py.protocol.record_codec import Record, build_batch, decode_records
+from mm2py.protocol.record_codec import (
+    Record,
+    assemble_batch,
+    build_batch,
+    decode_records,
+    encode_record,
+)
 from mm2py.protocol.records import RecordBatch
 
 BASE_TS = 1_700_000_000_000
@@ -206,3 +212,35 @@ def test_needs_rebuild_checks_uncompressed_deltas() -> None:
     assert not needs_rebuild(RecordBatch(build_batch(recs_with([0, 1, 2]), base_timestamp=BASE_TS)))
     with pytest.raises(CorruptBatchError):
         rebuild_contiguous(odd)  # offsets that do not increase are not a valid batch
+
+
+def test_crop_keeps_delete_horizon_base_timestamp() -> None:
+    plain = RecordBatch(build_batch(recs_with([0, 1, 2, 3]), base_timestamp=BASE_TS))
+    horizon = BASE_TS + 86_400_000  # the cleaner stores the delete horizon in baseTimestamp
+    section = b"".join(
+        encode_record(
+            Record(r.offset_delta, r.timestamp_delta + BASE_TS - horizon, r.key, r.value, r.headers)
+        )
+        for r in decode_records(plain)
+    )
+    src = RecordBatch(
+        assemble_batch(
+            section,
+            records_count=4,
+            attributes=0x40,
+            last_offset_delta=3,
+            base_offset=0,
+            base_timestamp=horizon,
+            max_timestamp=plain.max_timestamp,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            partition_leader_epoch=0,
+        )
+    )
+    assert src.has_delete_horizon and src.crc_ok()
+    assert absolute(src) == absolute(plain)
+    out = crop(src, 2)
+    assert out is not None and out.has_delete_horizon
+    assert out.base_timestamp == horizon
+    assert absolute(out) == absolute(plain)[2:]
