@@ -46,6 +46,17 @@ _XERIAL_BLOCK = 32 * 1024
 _INT32 = struct.Struct(">i")
 
 
+class CodecCounters:
+    """Process-wide counts of codec work, so a mirror can show it did none on its steady path."""
+
+    decompressions: int = 0
+    compressions: int = 0
+
+    @classmethod
+    def snapshot(cls) -> tuple[int, int]:
+        return cls.decompressions, cls.compressions
+
+
 def _as_codec(codec: int) -> Codec:
     try:
         return Codec(codec)
@@ -58,6 +69,7 @@ def decompress(codec: Codec | int, data: bytes | bytearray | memoryview) -> byte
     c = _as_codec(codec)
     if c is Codec.NONE:
         return bytes(data)
+    CodecCounters.decompressions += 1
     try:
         if c is Codec.GZIP:
             return bytes(cramjam.gzip.decompress(data))
@@ -77,6 +89,7 @@ def compress(codec: Codec | int, data: bytes | bytearray | memoryview) -> bytes:
     c = _as_codec(codec)
     if c is Codec.NONE:
         return bytes(data)
+    CodecCounters.compressions += 1
     if c is Codec.GZIP:
         return bytes(cramjam.gzip.compress(data))
     if c is Codec.SNAPPY:

@@ -1,0 +1,161 @@
+"""The controller of one flow: discovers source topics, prepares target topics, assigns partitions.
+
+Like MM2's MirrorSourceConnector it lists topics on the source, keeps those the topic filter and
+the replication policy allow (internal topics and cycles refused), creates the renamed topics on
+the target with the same partition count and synced configs, grows them when the source grows, and
+spreads source partitions over tasks with a balanced, sticky assignment. It never subscribes to
+anything: no consumer group exists on the source, so a topic change causes no rebalance.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka.admin import NewTopic
+
+from mm2py.engine.admin import ClusterAdmin
+from mm2py.engine.assignment import assign
+from mm2py.engine.filters import ConfigPropertyFilter, TopicFilter
+from mm2py.engine.policy import ReplicationPolicy, is_cycle
+from mm2py.protocol.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: Target topics keep the source's batches as they are only when the broker does not recompress.
+TARGET_FIXED_CONFIGS = {"compression.type": "producer"}
+
+
+@dataclass
+class Plan:
+    """The outcome of one refresh."""
+
+    topics: dict[str, str]  # source topic -> target topic
+    partitions: list[TopicPartition]
+    assignment: dict[int, list[TopicPartition]]
+    created: list[str] = field(default_factory=list)
+    grown: dict[str, int] = field(default_factory=dict)
+    refused_cycles: list[str] = field(default_factory=list)
+
+    def task_count(self) -> int:
+        return len(self.assignment)
+
+
+class Controller:
+    def __init__(
+        self,
+        source_alias: str,
+        target_alias: str,
+        source_admin: ClusterAdmin,
+        target_admin: ClusterAdmin,
+        *,
+        topic_filter: TopicFilter,
+        policy: ReplicationPolicy,
+        tasks_max: int = 1,
+        sync_topic_configs: bool = True,
+        config_filter: ConfigPropertyFilter | None = None,
+        replication_factor: int = -1,
+    ) -> None:
+        self.source_alias = source_alias
+        self.target_alias = target_alias
+        self.source_admin = source_admin
+        self.target_admin = target_admin
+        self.policy = policy
+        self.tasks_max = tasks_max
+        self.sync_topic_configs = sync_topic_configs
+        self.config_filter = config_filter or ConfigPropertyFilter.from_config()
+        self.replication_factor = replication_factor
+        self._filter = topic_filter
+        self._lock = threading.Lock()
+        self._assignment: dict[int, list[TopicPartition]] = {}
+        self._synced_configs: dict[str, dict[str, str]] = {}
+
+    # -- runtime changes (REST) -----------------------------------------------------------------
+    @property
+    def topic_filter(self) -> TopicFilter:
+        return self._filter
+
+    def set_topic_filter(self, topic_filter: TopicFilter) -> None:
+        """Swap the allow/deny lists; the next refresh applies them."""
+        with self._lock:
+            self._filter = topic_filter
+
+    # -- decisions -----------------------------------------------------------------------------
+    def target_topic(self, source_topic: str) -> str:
+        return self.policy.format_remote_topic(self.source_alias, source_topic)
+
+    def should_replicate(self, topic: str) -> bool:
+        """MM2's rule: the filter (heartbeats always) allows it, not internal, not a cycle."""
+        policy = self.policy
+        if policy.is_internal_topic(topic) and not policy.is_heartbeats_topic(topic):
+            return False
+        if not (self._filter.should_replicate(topic) or policy.is_heartbeats_topic(topic)):
+            return False
+        return not is_cycle(policy, topic, self.target_alias)
+
+    def refresh(self) -> Plan:
+        """One discovery round (blocking admin calls)."""
+        source_topics = self.source_admin.list_topics()
+        selected: dict[str, str] = {}
+        cycles = []
+        for name in sorted(source_topics):
+            if self.should_replicate(name):
+                selected[name] = self.target_topic(name)
+            elif is_cycle(self.policy, name, self.target_alias) and self._filter.should_replicate(name):
+                cycles.append(name)
+        target_topics = self.target_admin.list_topics()
+        configs = self._source_configs(selected) if self.sync_topic_configs else {}
+
+        missing = [s for s, t in selected.items() if t not in target_topics]
+        created = self.target_admin.create_topics(
+            NewTopic(
+                selected[s], source_topics[s].partitions, self.replication_factor,
+                config={**configs.get(s, {}), **TARGET_FIXED_CONFIGS},
+            )
+            for s in missing
+        )
+        for s in missing:
+            self._synced_configs[selected[s]] = configs.get(s, {})
+        grow = {
+            t: source_topics[s].partitions
+            for s, t in selected.items()
+            if t in target_topics and target_topics[t].partitions < source_topics[s].partitions
+        }
+        self.target_admin.add_partitions(grow)
+        if self.sync_topic_configs:
+            changed = {
+                selected[s]: cfg for s, cfg in configs.items()
+                if selected[s] in target_topics and self._synced_configs.get(selected[s]) != cfg
+            }
+            self.target_admin.alter_topic_configs(changed)
+            self._synced_configs.update(changed)
+        partitions = [
+            TopicPartition(s, p) for s in selected for p in range(source_topics[s].partitions)
+        ]
+        with self._lock:
+            self._assignment = assign(partitions, self.tasks_max, self._assignment)
+            assignment = {k: list(v) for k, v in self._assignment.items()}
+        if created:
+            log.info("%s->%s: created %s", self.source_alias, self.target_alias, ", ".join(created))
+        return Plan(selected, partitions, assignment, created, grow, cycles)
+
+    def _source_configs(self, selected: Mapping[str, str]) -> dict[str, dict[str, str]]:
+        raw = self.source_admin.topic_configs(selected)
+        return {
+            topic: {
+                k: v for k, v in cfg.items()
+                if self.config_filter.should_replicate(k) and k not in TARGET_FIXED_CONFIGS
+            }
+            for topic, cfg in raw.items()
+        }
+
+    @property
+    def assignment(self) -> dict[int, list[TopicPartition]]:
+        with self._lock:
+            return {k: list(v) for k, v in self._assignment.items()}
+
+
+def partitions_of(assignment: Mapping[int, Sequence[TopicPartition]], task_id: int) -> tuple[TopicPartition, ...]:
+    return tuple(assignment.get(task_id, ()))

@@ -1,0 +1,153 @@
+"""Where each source partition's mirroring stands, kept in a compacted topic on the target.
+
+Records use Kafka Connect's offset-storage layout as MM2's MirrorSourceTask writes it: key
+``["MirrorSourceConnector",{"cluster":"<source>","partition":N,"topic":"<topic>"}]`` and value
+``{"offset":O}`` where ``O`` is the last source offset delivered to the target. A restarted task
+resumes at ``O + 1``. Topic: ``mm2-offsets.<source>.internal``.
+
+A position is only written after the target acknowledged every batch below it (at-least-once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as CKTopicPartition
+
+from mm2py.engine.admin import ClusterAdmin, client_config
+from mm2py.protocol.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+CONNECTOR_NAME = "MirrorSourceConnector"
+
+
+def progress_topic(source_alias: str) -> str:
+    return f"mm2-offsets.{source_alias}.internal"
+
+
+def encode_key(source_alias: str, tp: TopicPartition) -> bytes:
+    part = {"cluster": source_alias, "partition": tp.partition, "topic": tp.topic}
+    return json.dumps([CONNECTOR_NAME, part], separators=(",", ":"), sort_keys=True).encode()
+
+
+def encode_value(last_offset: int) -> bytes:
+    return json.dumps({"offset": last_offset}, separators=(",", ":")).encode()
+
+
+def decode(key: bytes | None, value: bytes | None) -> tuple[str, TopicPartition, int | None] | None:
+    """(cluster, partition, last offset or None for a tombstone); None for foreign records."""
+    if key is None:
+        return None
+    try:
+        name, part = json.loads(key)
+        if name != CONNECTOR_NAME:
+            return None
+        tp = TopicPartition(str(part["topic"]), int(part["partition"]))
+        cluster = str(part["cluster"])
+        if value is None:
+            return cluster, tp, None
+        return cluster, tp, int(json.loads(value)["offset"])
+    except (ValueError, KeyError, TypeError):
+        log.warning("ignoring a malformed progress record with key %r", key[:200])
+        return None
+
+
+class ProgressStore:
+    """Loads and commits source positions (next offset to fetch) for one source cluster."""
+
+    def __init__(
+        self,
+        admin: ClusterAdmin,
+        source_alias: str,
+        *,
+        replication_factor: int = -1,
+        producer_overrides: Mapping[str, object] | None = None,
+    ) -> None:
+        self.admin = admin
+        self.source_alias = source_alias
+        self.topic = progress_topic(source_alias)
+        self.replication_factor = replication_factor
+        self._producer_conf = client_config(admin.bootstrap, producer_overrides)
+        self._producer_conf.update({"acks": "all", "linger.ms": 0})
+        self._producer: Producer | None = None
+        self._committed: dict[TopicPartition, int] = {}
+
+    def ensure_topic(self) -> None:
+        self.admin.ensure_compacted_topic(self.topic, self.replication_factor)
+
+    def load(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
+        """Next source offset to fetch for each partition this cluster's tasks ever mirrored."""
+        conf = client_config(self.admin.bootstrap, {
+            "group.id": f"mm2py-progress-reader-{self.source_alias}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        })
+        consumer = Consumer(conf)
+        positions: dict[TopicPartition, int] = {}
+        try:
+            md = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+            if md is None or md.error is not None:
+                return {}
+            parts = list(md.partitions)
+            ends = {}
+            for p in parts:
+                _, high = consumer.get_watermark_offsets(
+                    CKTopicPartition(self.topic, p), timeout=timeout
+                )
+                ends[p] = high
+            pending = {p for p in parts if ends[p] > 0}
+            consumer.assign([CKTopicPartition(self.topic, p, 0) for p in pending])
+            while pending:
+                msg = consumer.poll(timeout)
+                if msg is None:
+                    raise TimeoutError(f"reading {self.topic} timed out")
+                if msg.error():
+                    if msg.error().code() == -191:  # partition EOF
+                        pending.discard(msg.partition())
+                        continue
+                    raise KafkaException(msg.error())
+                decoded = decode(msg.key(), msg.value())
+                if decoded is not None and decoded[0] == self.source_alias:
+                    _, tp, last = decoded
+                    if last is None:
+                        positions.pop(tp, None)
+                    else:
+                        positions[tp] = last + 1
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    pending.discard(msg.partition())
+        finally:
+            consumer.close()
+        self._committed.update(positions)
+        return positions
+
+    def commit(self, positions: Mapping[TopicPartition, int], timeout: float = 30.0) -> None:
+        """Persist next-offset positions that changed since the last commit; blocks until acked."""
+        changed = {tp: o for tp, o in positions.items() if self._committed.get(tp) != o}
+        if not changed:
+            return
+        if self._producer is None:
+            self._producer = Producer(self._producer_conf)
+        errors: list[str] = []
+
+        def on_delivery(err: object, _msg: object) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        for tp, next_offset in changed.items():
+            self._producer.produce(
+                self.topic, encode_value(next_offset - 1), encode_key(self.source_alias, tp),
+                on_delivery=on_delivery,
+            )
+        left = self._producer.flush(timeout)
+        if left or errors:
+            raise RuntimeError(f"committing progress to {self.topic} failed: {errors[:3] or left}")
+        self._committed.update(changed)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+            self._producer = None

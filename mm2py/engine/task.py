@@ -1,0 +1,349 @@
+"""A mirror task: the runtime-agnostic pipeline fetch → produce → offset syncs → progress.
+
+A task's work is plain data (:class:`TaskSpec`, picklable) so that any runtime can run it: the
+in-process runtime keeps tasks alive as asyncio coroutines; the Spark runtime runs bounded rounds
+(:meth:`TaskRunner.run_until`) on executors. The concrete source and sink (raw fetch / raw produce)
+come from ``connectors/`` through the :class:`BatchSource` and :class:`BatchSink` protocols.
+
+Invariants kept here:
+- per partition, batches are handed to the sink in source order, and a partition's next batch is
+  produced only after the previous one was acknowledged (the sink guarantees that inside a call);
+- a position is committed only once every batch below it is acknowledged (at-least-once);
+- after a sink failure, fetching restarts from the last acknowledged position (nothing skipped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mm2py.engine.offset_syncs import OffsetSyncPlanner
+from mm2py.protocol.mm2_records import OffsetSync
+from mm2py.protocol.records import RecordBatch
+from mm2py.protocol.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything a runtime needs to start one task, as picklable data."""
+
+    flow: Any  # mm2py.engine.config.FlowConfig (kept loose to avoid an import cycle)
+    task_id: int
+    partitions: tuple[TopicPartition, ...]
+    start_positions: Mapping[TopicPartition, int] | None = None
+
+
+@dataclass
+class Polled:
+    """What one fetch returned for one source partition."""
+
+    batches: list[RecordBatch]
+    next_offset: int  # where the next fetch starts (past filtered batches too)
+    high_watermark: int = -1
+    reset_to: int | None = None  # position moved by the source (e.g. retention): lost offsets
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One source batch acknowledged by the target."""
+
+    source: TopicPartition
+    source_first: int
+    source_last: int
+    source_next: int
+    target_first: int
+    record_offsets: Sequence[int] | None = None  # when the batch was rebuilt (compaction gaps)
+    size: int = 0
+    records: int = 0
+
+
+class BatchSource(Protocol):
+    async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Start offsets for partitions with no stored progress."""
+        ...
+
+    async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]: ...
+
+    async def close(self) -> None: ...
+
+
+class BatchSink(Protocol):
+    async def put(self, batches: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
+        """Produce in order per partition; return what was acknowledged, in order per partition.
+
+        On failure, raise :class:`SinkError` carrying the deliveries that did succeed."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class SinkError(Exception):
+    def __init__(self, message: str, delivered: list[Delivered]) -> None:
+        super().__init__(message)
+        self.delivered = delivered
+
+
+class Checkpointer(Protocol):
+    """Persists positions and offset syncs (blocking calls, run in a thread)."""
+
+    def load(self) -> dict[TopicPartition, int]: ...
+
+    def commit(self, positions: Mapping[TopicPartition, int]) -> None: ...
+
+    def send_syncs(self, syncs: Sequence[OffsetSync]) -> None: ...
+
+    def flush_syncs(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class TaskMetrics:
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+    rebuilt_batches: int = 0
+    sink_failures: int = 0
+    offsets_lost_to_retention: int = 0
+    syncs: int = 0
+    commits: int = 0
+    lag: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+class TaskRunner:
+    """Runs one task's partitions until stopped (or, for Spark rounds, until given offsets)."""
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        source: BatchSource,
+        sink: BatchSink,
+        checkpointer: Checkpointer,
+        *,
+        offset_lag_max: int = 100,
+        commit_interval: float = 1.0,
+        retry_backoff: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.spec = spec
+        self.source = source
+        self.sink = sink
+        self.checkpointer = checkpointer
+        self.planner = OffsetSyncPlanner(offset_lag_max=offset_lag_max)
+        self.commit_interval = commit_interval
+        self.retry_backoff = retry_backoff
+        self.clock = clock
+        self.metrics = TaskMetrics()
+        self.state = "UNASSIGNED"
+        self.trace: str | None = None
+        self._fetch_pos: dict[TopicPartition, int] = {}
+        self._acked: dict[TopicPartition, int] = {}
+        self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
+        self._last_commit = clock()
+        self._round_end: dict[TopicPartition, int] = {}
+
+    # -- assignment ----------------------------------------------------------------------------
+    @property
+    def partitions(self) -> tuple[TopicPartition, ...]:
+        return tuple(sorted(self._acked))
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """Acknowledged positions (next source offset not yet on the target)."""
+        return dict(self._acked)
+
+    def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Change the assignment; partitions kept keep their positions (no restart)."""
+        self._pending_assignment = tuple(partitions)
+
+    async def _apply_assignment(self) -> None:
+        wanted = self._pending_assignment
+        if wanted is None:
+            return
+        self._pending_assignment = None
+        for tp in [tp for tp in self._acked if tp not in wanted]:
+            del self._acked[tp]
+            self._fetch_pos.pop(tp, None)
+            self.planner.reset(tp)
+        new = [tp for tp in wanted if tp not in self._acked]
+        if not new:
+            return
+        given = dict(self.spec.start_positions or {})
+        stored = await asyncio.to_thread(self.checkpointer.load) if not given else {}
+        missing = [tp for tp in new if tp not in given and tp not in stored]
+        fresh = await self.source.resolve_start(missing) if missing else {}
+        for tp in new:
+            pos = given.get(tp, stored.get(tp, fresh.get(tp, 0)))
+            self._acked[tp] = pos
+            self._fetch_pos[tp] = pos
+        log.info("task %s: now mirroring %d partitions", self.spec.task_id, len(self._acked))
+
+    # -- main loop -----------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        self.state = "RUNNING"
+        try:
+            await self._loop(stop, until=None)
+        except Exception as exc:
+            self.state = "FAILED"
+            self.trace = f"{type(exc).__name__}: {exc}"
+            log.exception("task %s failed", self.spec.task_id)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                await self._commit(force=True)
+        self.state = "STOPPED"
+
+    async def run_until(self, until: Mapping[TopicPartition, int], timeout: float = 600) -> dict[TopicPartition, int]:
+        """Mirror the assigned partitions up to (at least) ``until``; commit; return positions."""
+        self.state = "RUNNING"
+        stop = asyncio.Event()
+        await asyncio.wait_for(self._loop(stop, until=dict(until)), timeout)
+        await self._commit(force=True)
+        self.state = "STOPPED"
+        return self.positions()
+
+    async def _loop(self, stop: asyncio.Event, until: dict[TopicPartition, int] | None) -> None:
+        prefetch: asyncio.Task[dict[TopicPartition, Polled]] | None = None
+        try:
+            while not stop.is_set():
+                await self._apply_assignment()
+                if until is not None and all(self._acked.get(tp, 0) >= o for tp, o in until.items()):
+                    return
+                if not self._fetch_pos:
+                    await _sleep_or_stop(stop, 0.2)
+                    continue
+                if prefetch is None:
+                    prefetch = asyncio.create_task(self.source.poll(self._wanted(until)))
+                polled = await _wait_or_stop(prefetch, stop)
+                prefetch = None
+                if polled is None:
+                    return
+                work = self._advance(polled, until)
+                # fetch the next round while this one is being produced
+                if self._fetch_pos and not stop.is_set():
+                    prefetch = asyncio.create_task(self.source.poll(self._wanted(until)))
+                if work:
+                    ok = await self._deliver(work)
+                    if not ok and prefetch is not None:
+                        prefetch.cancel()
+                        with contextlib.suppress(BaseException):
+                            await prefetch
+                        prefetch = None
+                        await _sleep_or_stop(stop, self.retry_backoff)
+                await self._commit(force=False)
+        finally:
+            if prefetch is not None:
+                prefetch.cancel()
+                with contextlib.suppress(BaseException):
+                    await prefetch
+
+    def _wanted(self, until: dict[TopicPartition, int] | None) -> dict[TopicPartition, int]:
+        if until is None:
+            return dict(self._fetch_pos)
+        return {tp: o for tp, o in self._fetch_pos.items() if o < until.get(tp, 0)}
+
+    def _advance(
+        self, polled: Mapping[TopicPartition, Polled], until: dict[TopicPartition, int] | None
+    ) -> list[tuple[TopicPartition, list[RecordBatch]]]:
+        work = []
+        for tp, p in polled.items():
+            if tp not in self._fetch_pos:
+                continue  # unassigned meanwhile
+            if p.reset_to is not None and p.reset_to > self._fetch_pos[tp]:
+                lost = p.reset_to - self._fetch_pos[tp]
+                self.metrics.offsets_lost_to_retention += lost
+                log.warning("%s: offsets %d..%d were deleted on the source before being mirrored",
+                            tp, self._fetch_pos[tp], p.reset_to - 1)
+                self._fetch_pos[tp] = p.reset_to
+                if not p.batches and self._acked[tp] < p.reset_to:
+                    self._acked[tp] = p.reset_to
+            batches = [b for b in p.batches if b.next_offset > self._fetch_pos[tp]]
+            if p.high_watermark >= 0:
+                self.metrics.lag[tp] = max(0, p.high_watermark - p.next_offset)
+            if batches:
+                work.append((tp, batches))
+                self._fetch_pos[tp] = max(self._fetch_pos[tp], p.next_offset)
+                self._round_end[tp] = self._fetch_pos[tp]
+            elif p.next_offset > self._fetch_pos[tp]:
+                # only filtered batches (aborted, control): nothing to produce, position moves on
+                if self._acked[tp] == self._fetch_pos[tp]:
+                    self._acked[tp] = p.next_offset
+                self._fetch_pos[tp] = p.next_offset
+        return work
+
+    async def _deliver(self, work: list[tuple[TopicPartition, list[RecordBatch]]]) -> bool:
+        try:
+            delivered = await self.sink.put(work)
+            ok = True
+        except SinkError as exc:
+            delivered, ok = exc.delivered, False
+            self.metrics.sink_failures += 1
+            log.warning("task %s: produce failed, retrying from the last acknowledged batch: %s",
+                        self.spec.task_id, exc)
+        syncs: list[OffsetSync] = []
+        for d in delivered:
+            if d.source not in self._acked:
+                continue
+            self._acked[d.source] = d.source_next
+            self.metrics.batches += 1
+            self.metrics.records += d.records
+            self.metrics.bytes += d.size
+            if d.record_offsets is not None:
+                self.metrics.rebuilt_batches += 1
+            syncs.extend(self.planner.on_batch(
+                d.source, d.source_first, d.source_last, d.target_first, d.record_offsets
+            ))
+        # a filtered stretch (aborted or control batches) after a partition's last delivered batch
+        for tp, batches in work:
+            end = self._round_end.pop(tp, None)
+            if ok and end is not None and tp in self._acked and self._acked[tp] >= batches[-1].next_offset:
+                self._acked[tp] = max(self._acked[tp], end)
+        if syncs:
+            self.metrics.syncs += len(syncs)
+            self.checkpointer.send_syncs(syncs)
+        if not ok:
+            for tp in self._fetch_pos:
+                self._fetch_pos[tp] = self._acked[tp]
+                self.planner.reset(tp)
+        return ok
+
+    async def _commit(self, force: bool) -> None:
+        now = self.clock()
+        if not force and now - self._last_commit < self.commit_interval:
+            return
+        self._last_commit = now
+        positions = dict(self._acked)
+
+        def commit() -> None:
+            self.checkpointer.flush_syncs()
+            self.checkpointer.commit(positions)
+
+        await asyncio.to_thread(commit)
+        self.metrics.commits += 1
+
+    async def close(self) -> None:
+        await self.source.close()
+        await self.sink.close()
+        await asyncio.to_thread(self.checkpointer.close)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _wait_or_stop(task: asyncio.Task[Any], stop: asyncio.Event) -> Any:
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if task in done:
+        return task.result()
+    return None
