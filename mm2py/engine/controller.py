@@ -157,5 +157,7 @@ class Controller:
             return {k: list(v) for k, v in self._assignment.items()}
 
 
-def partitions_of(assignment: Mapping[int, Sequence[TopicPartition]], task_id: int) -> tuple[TopicPartition, ...]:
+def partitions_of(
+    assignment: Mapping[int, Sequence[TopicPartition]], task_id: int
+) -> tuple[TopicPartition, ...]:
     return tuple(assignment.get(task_id, ()))

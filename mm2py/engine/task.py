@@ -199,7 +199,9 @@ class TaskRunner:
                 await self._commit(force=True)
         self.state = "STOPPED"
 
-    async def run_until(self, until: Mapping[TopicPartition, int], timeout: float = 600) -> dict[TopicPartition, int]:
+    async def run_until(
+        self, until: Mapping[TopicPartition, int], timeout: float = 600
+    ) -> dict[TopicPartition, int]:
         """Mirror the assigned partitions up to (at least) ``until``; commit; return positions."""
         self.state = "RUNNING"
         stop = asyncio.Event()
