@@ -1,0 +1,127 @@
+"""Reading configuration files into flat MM2 keys.
+
+Accepted documents (YAML or JSON), which may be mixed:
+
+.. code-block:: yaml
+
+    clusters:                       # nested form: alias -> settings (or just "host:port")
+      east: {bootstrap.servers: "east1:9092", consumer: {fetch.min.bytes: 1}}
+      west: "west1:9092"
+    flows:                          # "A->B" -> settings; a listed flow is enabled by default
+      east->west: {topics: [orders, "payments.*"], tasks.max: 4}
+    replication.factor: 3           # top-level settings apply to every flow
+
+    # ...or flat MM2 keys, exactly as in mm2.properties:
+    # clusters: east, west
+    # east.bootstrap.servers: east1:9092
+    # east->west.enabled: true
+
+Nested mappings are joined with ``.`` (``consumer: {a.b: 1}`` is ``consumer.a.b``). A key reached
+twice (e.g. flat and nested spellings of the same setting) is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mm2py.engine.config_errors import ConfigError
+from mm2py.engine.config_properties import decode_properties_bytes, parse_properties
+
+__all__ = ["flatten_document", "read_flat_config"]
+
+
+class _Flattener:
+    def __init__(self) -> None:
+        self.out: dict[str, Any] = {}
+
+    def put(self, key: str, value: Any) -> None:
+        if key in self.out:
+            raise ConfigError(f"duplicate key {key!r}", key)
+        self.out[key] = value
+
+    def walk(self, prefix: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    where = f" under {prefix!r}" if prefix else ""
+                    raise ConfigError(f"configuration keys must be strings, got {k!r}{where}")
+                self.walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            self.put(prefix, value)
+
+
+def flatten_document(doc: Any) -> dict[str, Any]:
+    """Turn a nested/flat YAML or JSON document into flat MM2 keys."""
+    if not isinstance(doc, Mapping):
+        raise ConfigError("the configuration must be a mapping of keys to values")
+    f = _Flattener()
+    for key, value in doc.items():
+        if key == "clusters" and isinstance(value, Mapping):
+            _clusters(f, value)
+        elif key == "flows":
+            _flows(f, value)
+        elif not isinstance(key, str):
+            raise ConfigError(f"configuration keys must be strings, got {key!r}")
+        else:
+            f.walk(key, value)
+    return f.out
+
+
+def _clusters(f: _Flattener, clusters: Mapping[Any, Any]) -> None:
+    f.put("clusters", [str(alias) for alias in clusters])
+    for alias, body in clusters.items():
+        if body is None:
+            continue
+        if isinstance(body, str):
+            f.put(f"{alias}.bootstrap.servers", body)
+        elif isinstance(body, Mapping):
+            f.walk(str(alias), body)
+        else:
+            raise ConfigError(
+                f"cluster {alias!r}: expected a mapping of settings or a bootstrap servers string",
+                f"clusters.{alias}",
+            )
+
+
+def _flows(f: _Flattener, flows: Any) -> None:
+    if isinstance(flows, list | tuple):
+        flows = {name: None for name in flows}
+    if not isinstance(flows, Mapping):
+        raise ConfigError("'flows' must map 'SOURCE->TARGET' to settings", "flows")
+    for name, body in flows.items():
+        if not isinstance(name, str) or "->" not in name:
+            raise ConfigError(f"flow name {name!r} must look like 'SOURCE->TARGET'", "flows")
+        body = {} if body is None else body
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"flow {name!r}: expected a mapping of settings", f"flows.{name}")
+        f.walk(name, body)
+        if f"{name}.enabled" not in f.out:
+            f.put(f"{name}.enabled", True)
+
+
+def read_flat_config(path: str | Path) -> dict[str, Any]:
+    """Read a ``.properties``, ``.yaml``/``.yml`` or ``.json`` file into flat MM2 keys."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in (".properties", ".yaml", ".yml", ".json"):
+        raise ConfigError(
+            f"unsupported configuration file type {p.name!r}: use .properties, .yaml, .yml or .json"
+        )
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {str(p)!r}: {exc.strerror}") from None
+    if suffix == ".properties":
+        return {k: v.strip() for k, v in parse_properties(decode_properties_bytes(data)).items()}
+    try:
+        doc = json.loads(data) if suffix == ".json" else yaml.safe_load(data)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot parse {p.name}: {exc}") from None
+    if doc is None:
+        raise ConfigError(f"{p.name} is empty")
+    return flatten_document(doc)
