@@ -74,7 +74,8 @@ def test_real_mm2_properties_file() -> None:
 def test_properties_parser_rules() -> None:
     text = (
         "  # comment\n"
-        "! also a comment \\\n"
+        "! a comment line is never continued \\\n"
+        "z=1\n"
         "a=1\n"
         "b : two words  \n"
         "c three\n"
@@ -89,6 +90,7 @@ def test_properties_parser_rules() -> None:
         "i=x\n"
     )
     assert parse_properties(text) == {
+        "z": "1",
         "b": "two words  ",
         "c": "three",
         "d": "linecontinued",
