@@ -257,14 +257,19 @@ class TaskRunner:
         for tp, p in polled.items():
             if tp not in self._fetch_pos:
                 continue  # unassigned meanwhile
-            if p.reset_to is not None and p.reset_to > self._fetch_pos[tp]:
-                lost = p.reset_to - self._fetch_pos[tp]
-                self.metrics.offsets_lost_to_retention += lost
-                log.warning("%s: offsets %d..%d were deleted on the source before being mirrored",
-                            tp, self._fetch_pos[tp], p.reset_to - 1)
+            if p.reset_to is not None and p.reset_to != self._fetch_pos[tp]:
+                if p.reset_to > self._fetch_pos[tp]:
+                    self.metrics.offsets_lost_to_retention += p.reset_to - self._fetch_pos[tp]
+                    log.warning("%s: offsets %d..%d were deleted on the source before being mirrored",
+                                tp, self._fetch_pos[tp], p.reset_to - 1)
+                else:
+                    log.warning("%s: source log restarted below position %d; mirroring from %d",
+                                tp, self._fetch_pos[tp], p.reset_to)
                 self._fetch_pos[tp] = p.reset_to
-                if not p.batches and self._acked[tp] < p.reset_to:
+                if self._acked[tp] != p.reset_to:
                     self._acked[tp] = p.reset_to
+                    self.planner.reset(tp)
+                continue
             batches = [b for b in p.batches if b.next_offset > self._fetch_pos[tp]]
             if p.high_watermark >= 0:
                 self.metrics.lag[tp] = max(0, p.high_watermark - p.next_offset)

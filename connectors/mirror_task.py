@@ -1,0 +1,72 @@
+"""Builds a runnable mirror task from its picklable :class:`TaskSpec` (used by every runtime)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from connectors.mirror_sink import MirrorSink
+from connectors.mirror_source import MirrorSource
+from mm2py.client.cluster import ClusterClient
+from mm2py.client.fetcher import FetcherConfig
+from mm2py.client.producer import RawProducer
+from mm2py.engine.admin import ClusterAdmin
+from mm2py.engine.config import FlowConfig
+from mm2py.engine.progress import ProgressStore
+from mm2py.engine.sync_writer import OffsetSyncWriter
+from mm2py.engine.task import TaskRunner, TaskSpec
+from mm2py.protocol.mm2_records import OffsetSync
+from mm2py.protocol.types import TopicPartition
+
+
+def bootstrap_of(flow: FlowConfig, side: str) -> str:
+    return flow.source_cluster.bootstrap_servers if side == "source" else flow.target_cluster.bootstrap_servers
+
+
+class FlowCheckpointer:
+    """Progress in ``mm2-offsets.<source>.internal`` and offset syncs where the flow says."""
+
+    def __init__(self, flow: FlowConfig) -> None:
+        self.flow = flow
+        admin = ClusterAdmin(flow.target, bootstrap_of(flow, "target"))
+        self.progress = ProgressStore(admin, flow.source)
+        self.syncs: OffsetSyncWriter | None = None
+        if flow.emit_offset_syncs_enabled:
+            side = "source" if flow.offset_syncs_topic_location == "source" else "target"
+            self.syncs = OffsetSyncWriter(bootstrap_of(flow, side), flow.offset_syncs_topic())
+
+    def load(self) -> dict[TopicPartition, int]:
+        return self.progress.load()
+
+    def commit(self, positions: Mapping[TopicPartition, int]) -> None:
+        self.progress.commit(positions)
+
+    def send_syncs(self, syncs: Sequence[OffsetSync]) -> None:
+        if self.syncs is not None:
+            self.syncs.send(syncs)
+
+    def flush_syncs(self) -> None:
+        if self.syncs is not None:
+            self.syncs.flush()
+
+    def close(self) -> None:
+        self.progress.close()
+        if self.syncs is not None:
+            self.syncs.flush()
+
+
+async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRunner:
+    """Connect to both clusters and assemble source, sink and checkpointer for ``spec``."""
+    flow: FlowConfig = spec.flow
+    source_client = ClusterClient(bootstrap_of(flow, "source"))
+    target_client = ClusterClient(bootstrap_of(flow, "target"))
+    await source_client.start()
+    await target_client.start()
+    per_partition = 1024 * 1024
+    fetch_max = min(flow.fetch_max_bytes, max(per_partition, flow.max_inflight_bytes_per_task // 2))
+    source = MirrorSource(source_client, FetcherConfig(max_bytes=fetch_max, partition_max_bytes=per_partition))
+    policy = flow.replication_policy()
+    sink = MirrorSink(RawProducer(target_client), lambda t: policy.format_remote_topic(flow.source, t))
+    return TaskRunner(
+        spec, source, sink, FlowCheckpointer(flow),
+        offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,
+    )

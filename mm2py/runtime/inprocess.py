@@ -1,0 +1,185 @@
+"""The in-process runtime: every enabled flow's controller and tasks as asyncio tasks in one process.
+
+The controller refreshes every ``refresh.topics.interval.seconds``; a changed assignment is handed
+to the running tasks, which keep the positions of partitions they already mirror (no restart, no
+rebalance). Stopping flushes offset syncs and commits every task's progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mm2py.engine.admin import ClusterAdmin
+from mm2py.engine.config import FlowConfig, MirrorMakerConfig
+from mm2py.engine.controller import Controller, Plan
+from mm2py.engine.filters import TopicFilter
+from mm2py.engine.progress import progress_topic
+from mm2py.engine.task import TaskRunner, TaskSpec
+
+log = logging.getLogger(__name__)
+
+TaskBuilder = Callable[[TaskSpec], Awaitable[TaskRunner]]
+
+
+def _default_builder(commit_interval: float) -> TaskBuilder:
+    async def build(spec: TaskSpec) -> TaskRunner:
+        from connectors.mirror_task import build_task  # runtime composes connectors
+
+        return await build_task(spec, commit_interval=commit_interval)
+
+    return build
+
+
+def controller_for(flow: FlowConfig) -> Controller:
+    return Controller(
+        flow.source, flow.target,
+        ClusterAdmin(flow.source, flow.source_cluster.bootstrap_servers),
+        ClusterAdmin(flow.target, flow.target_cluster.bootstrap_servers),
+        topic_filter=flow.topic_filter(),
+        policy=flow.replication_policy(),
+        tasks_max=flow.tasks_max,
+        sync_topic_configs=flow.sync_topic_configs_enabled,
+        config_filter=flow.config_property_filter(),
+        replication_factor=flow.replication_factor,
+    )
+
+
+def ensure_internal_topics(flow: FlowConfig, controller: Controller) -> None:
+    """Progress topic on the target; offset-syncs topic where the flow keeps it."""
+    controller.target_admin.ensure_compacted_topic(
+        progress_topic(flow.source), flow.checkpoints_topic_replication_factor
+    )
+    if flow.emit_offset_syncs_enabled:
+        admin = controller.source_admin if flow.offset_syncs_topic_location == "source" else controller.target_admin
+        admin.ensure_compacted_topic(flow.offset_syncs_topic(), flow.offset_syncs_topic_replication_factor)
+
+
+@dataclass
+class FlowRunner:
+    """Runs one ``source->target`` flow in this process."""
+
+    flow: FlowConfig
+    commit_interval: float = 1.0
+    builder: TaskBuilder | None = None
+    controller: Controller = field(init=False)
+    tasks: dict[int, TaskRunner] = field(default_factory=dict)
+    last_plan: Plan | None = None
+    state: str = "UNASSIGNED"
+    trace: str | None = None
+
+    def __post_init__(self) -> None:
+        self.controller = controller_for(self.flow)
+        self._stop = asyncio.Event()
+        self._running: dict[int, asyncio.Task[None]] = {}
+        self._refresher: asyncio.Task[None] | None = None
+        self._refresh_lock = asyncio.Lock()
+        if self.builder is None:
+            self.builder = _default_builder(self.commit_interval)
+
+    @property
+    def name(self) -> str:
+        return self.flow.name
+
+    async def start(self) -> None:
+        try:
+            await asyncio.to_thread(ensure_internal_topics, self.flow, self.controller)
+            await self.refresh()
+        except Exception as exc:
+            self.state, self.trace = "FAILED", f"{type(exc).__name__}: {exc}"
+            raise
+        self.state = "RUNNING"
+        self._refresher = asyncio.create_task(self._refresh_loop())
+
+    async def refresh(self) -> Plan:
+        """Discover topics now and hand the resulting assignment to the tasks."""
+        async with self._refresh_lock:
+            plan = await asyncio.to_thread(self.controller.refresh)
+            self.last_plan = plan
+            for task_id, parts in plan.assignment.items():
+                runner = self.tasks.get(task_id)
+                if runner is None:
+                    assert self.builder is not None
+                    runner = await self.builder(TaskSpec(self.flow, task_id, tuple(parts)))
+                    self.tasks[task_id] = runner
+                    self._running[task_id] = asyncio.create_task(self._run_task(runner))
+                else:
+                    runner.assign(parts)
+            for task_id, runner in self.tasks.items():
+                if task_id not in plan.assignment:
+                    runner.assign([])
+            return plan
+
+    def set_topic_filter(self, topic_filter: TopicFilter) -> None:
+        self.controller.set_topic_filter(topic_filter)
+
+    async def _run_task(self, runner: TaskRunner) -> None:
+        with contextlib.suppress(Exception):  # state and trace are kept on the runner
+            await runner.run(self._stop)
+
+    async def _refresh_loop(self) -> None:
+        interval = max(1, self.flow.refresh_topics_interval_seconds)
+        while not self._stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval)
+            if self._stop.is_set() or not self.flow.refresh_topics_enabled:
+                continue
+            try:
+                await self.refresh()
+            except Exception:
+                log.exception("%s: topic refresh failed; retrying next interval", self.name)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refresher
+        if self._running:
+            await asyncio.gather(*self._running.values(), return_exceptions=True)
+        for runner in self.tasks.values():
+            with contextlib.suppress(Exception):
+                await runner.close()
+        self.state = "STOPPED"
+
+    def status(self) -> dict[str, Any]:
+        tasks = []
+        for task_id, r in sorted(self.tasks.items()):
+            m = r.metrics
+            tasks.append({
+                "id": task_id, "state": r.state, "trace": r.trace,
+                "partitions": [str(tp) for tp in r.partitions],
+                "batches": m.batches, "records": m.records, "bytes": m.bytes,
+                "rebuilt_batches": m.rebuilt_batches, "syncs": m.syncs,
+                "lag": sum(m.lag.values()),
+            })
+        return {
+            "name": self.name, "state": self.state, "trace": self.trace,
+            "topics": dict(self.last_plan.topics) if self.last_plan else {},
+            "tasks": tasks,
+        }
+
+
+class Worker:
+    """All enabled flows of one configuration, in this process."""
+
+    def __init__(self, config: MirrorMakerConfig, *, commit_interval: float = 1.0) -> None:
+        self.config = config
+        self.flows = {f.name: FlowRunner(f, commit_interval) for f in config.enabled_flows()}
+
+    async def start(self) -> None:
+        await asyncio.gather(*(f.start() for f in self.flows.values()))
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(f.stop() for f in self.flows.values()), return_exceptions=True)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
