@@ -19,7 +19,8 @@ from mm2py.protocol.types import TopicPartition
 
 
 def bootstrap_of(flow: FlowConfig, side: str) -> str:
-    return flow.source_cluster.bootstrap_servers if side == "source" else flow.target_cluster.bootstrap_servers
+    cluster = flow.source_cluster if side == "source" else flow.target_cluster
+    return cluster.bootstrap_servers
 
 
 class FlowCheckpointer:
@@ -63,7 +64,8 @@ async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRun
     await target_client.start()
     per_partition = 1024 * 1024
     fetch_max = min(flow.fetch_max_bytes, max(per_partition, flow.max_inflight_bytes_per_task // 2))
-    source = MirrorSource(source_client, FetcherConfig(max_bytes=fetch_max, partition_max_bytes=per_partition))
+    fetch_config = FetcherConfig(max_bytes=fetch_max, partition_max_bytes=per_partition)
+    source = MirrorSource(source_client, fetch_config)
     policy = flow.replication_policy()
     sink = MirrorSink(RawProducer(target_client), lambda t: policy.format_remote_topic(flow.source, t))
     return TaskRunner(

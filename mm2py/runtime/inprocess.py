@@ -55,7 +55,8 @@ def ensure_internal_topics(flow: FlowConfig, controller: Controller) -> None:
         progress_topic(flow.source), flow.checkpoints_topic_replication_factor
     )
     if flow.emit_offset_syncs_enabled:
-        admin = controller.source_admin if flow.offset_syncs_topic_location == "source" else controller.target_admin
+        on_source = flow.offset_syncs_topic_location == "source"
+        admin = controller.source_admin if on_source else controller.target_admin
         admin.ensure_compacted_topic(flow.offset_syncs_topic(), flow.offset_syncs_topic_replication_factor)
 
 
