@@ -1,0 +1,373 @@
+"""Cluster view: bootstrap, metadata cache, leader routing, retries with backoff, ListOffsets.
+
+:class:`ClusterClient` owns one :class:`BrokerConnection` per broker. ``for_leaders`` is the
+shared routing/retry engine used by ListOffsets, the fetcher and the producer: it groups work per
+partition leader, sends one request per broker concurrently, and re-routes partitions that failed
+with a retriable error (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
+connection loss, request timeout, ...) after refreshing metadata, with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from mm2py.client.connection import BrokerConnection, ConnectionConfig, ConnectionFactory
+from mm2py.client.types import ClientError, ConnectionLostError, NoLeaderError, TopicPartition, is_retriable
+from mm2py.protocol.api import (
+    ApiKey,
+    BrokerMetadata,
+    ListOffsetsPartitionResponse,
+    MetadataPartition,
+    MetadataResponse,
+    decode_list_offsets_response,
+    decode_metadata_response,
+    encode_list_offsets_request,
+    encode_metadata_request,
+)
+from mm2py.protocol.errors_codes import (
+    NONE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    BrokerError,
+    error_info,
+)
+
+log = logging.getLogger(__name__)
+X = TypeVar("X")
+R = TypeVar("R")
+
+LATEST = -1
+EARLIEST = -2
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    connection: ConnectionConfig = field(default_factory=ConnectionConfig)
+    retry_backoff_s: float = 0.05
+    retry_backoff_max_s: float = 2.0
+    retry_timeout_s: float = 30.0
+    #: optional per-API version caps (e.g. {ApiKey.FETCH: 12}); negotiation never exceeds them
+    max_versions: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    topic_id: uuid.UUID | None
+    partitions: dict[int, MetadataPartition]
+    is_internal: bool = False
+
+
+class Backoff:
+    """Exponential backoff with a total deadline."""
+
+    def __init__(self, initial: float, maximum: float, timeout: float) -> None:
+        self._delay = initial
+        self._max = maximum
+        self.deadline = time.monotonic() + timeout
+
+    @property
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    async def sleep(self) -> None:
+        delay = min(self._delay, max(0.0, self.deadline - time.monotonic()))
+        self._delay = min(self._delay * 2, self._max)
+        await asyncio.sleep(delay)
+
+
+def _parse_bootstrap(bootstrap: str | Iterable[str]) -> list[tuple[str, int]]:
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    out = []
+    for item in items:
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bad bootstrap address {item!r} (expected host:port)")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+class ClusterClient:
+    def __init__(self, bootstrap: str | Iterable[str], config: ClientConfig | None = None) -> None:
+        self.config = config or ClientConfig()
+        self._bootstrap = _parse_bootstrap(bootstrap)
+        self._factory = ConnectionFactory(self.config.connection)
+        self._conns: dict[int, BrokerConnection] = {}
+        self._bootstrap_conn: BrokerConnection | None = None
+        self._conn_lock = asyncio.Lock()
+        self._metadata_lock = asyncio.Lock()
+        self.brokers: dict[int, BrokerMetadata] = {}
+        self.topics: dict[str, TopicMetadata] = {}
+        self.cluster_id: str | None = None
+
+    # ------------------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        await self.refresh_metadata([])
+
+    async def close(self) -> None:
+        conns = list(self._conns.values())
+        if self._bootstrap_conn is not None:
+            conns.append(self._bootstrap_conn)
+        self._conns.clear()
+        self._bootstrap_conn = None
+        for c in conns:
+            await c.close()
+
+    async def __aenter__(self) -> ClusterClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---------------------------------------------------------------------------- connections
+    def version_for(self, conn: BrokerConnection, api_key: int, max_version: int | None = None) -> int:
+        cap = self.config.max_versions.get(api_key)
+        if max_version is not None:
+            cap = max_version if cap is None else min(cap, max_version)
+        return conn.version_for(api_key, cap)
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        conn = self._conns.get(node_id)
+        if conn is not None and conn.connected:
+            return conn
+        async with self._conn_lock:
+            conn = self._conns.get(node_id)
+            if conn is not None and conn.connected:
+                return conn
+            broker = self.brokers.get(node_id)
+            if broker is None:
+                raise NoLeaderError(f"broker {node_id} unknown to metadata")
+            conn = await self._factory.connect(broker.host, broker.port, node_id)
+            self._conns[node_id] = conn
+            return conn
+
+    async def any_connection(self) -> BrokerConnection:
+        """A live connection to some broker (known brokers first, then the bootstrap list)."""
+        for conn in self._conns.values():
+            if conn.connected:
+                return conn
+        last: BaseException | None = None
+        for node_id in list(self.brokers):
+            try:
+                return await self.connection(node_id)
+            except ClientError as e:
+                last = e
+        if self._bootstrap_conn is not None and self._bootstrap_conn.connected:
+            return self._bootstrap_conn
+        for host, port in self._bootstrap:
+            try:
+                self._bootstrap_conn = await self._factory.connect(host, port)
+                return self._bootstrap_conn
+            except ClientError as e:
+                last = e
+        raise ConnectionLostError(f"no broker reachable (bootstrap {self._bootstrap}): {last!r}")
+
+    # ------------------------------------------------------------------------------- metadata
+    async def refresh_metadata(self, topics: Iterable[str] | None = None) -> MetadataResponse:
+        """Fetch metadata (``None`` = all topics, ``[]`` = brokers only) and update the cache."""
+        wanted = None if topics is None else sorted(set(topics))
+        backoff = self._backoff()
+        async with self._metadata_lock:
+            while True:
+                try:
+                    conn = await self.any_connection()
+                    version = self.version_for(conn, ApiKey.METADATA)
+                    resp = await conn.request(
+                        ApiKey.METADATA,
+                        version,
+                        encode_metadata_request(version, wanted),
+                        decode_metadata_response,
+                    )
+                    break
+                except ClientError as e:
+                    if not e.retriable or backoff.expired:
+                        raise
+                    log.debug("metadata request failed (%r), retrying", e)
+                    await backoff.sleep()
+        self._apply_metadata(resp, wanted)
+        return resp
+
+    def _apply_metadata(self, resp: MetadataResponse, wanted: list[str] | None) -> None:
+        if resp.brokers:
+            self.brokers = dict(resp.brokers)
+        self.cluster_id = resp.cluster_id
+        for stale in [n for n in self._conns if n not in self.brokers]:
+            conn = self._conns.pop(stale)
+            asyncio.get_running_loop().create_task(conn.close())
+        seen = set()
+        for t in resp.topics:
+            if t.name is None:
+                continue
+            seen.add(t.name)
+            if t.error_code != NONE:
+                self.topics.pop(t.name, None)
+                continue
+            parts = {p.partition: p for p in t.partitions}
+            self.topics[t.name] = TopicMetadata(t.name, t.topic_id, parts, t.is_internal)
+        if wanted is None:
+            for name in [n for n in self.topics if n not in seen]:
+                del self.topics[name]
+
+    def invalidate(self, topics: Iterable[str]) -> None:
+        for t in topics:
+            self.topics.pop(t, None)
+
+    async def ensure_topics(self, topics: Iterable[str]) -> None:
+        missing = [t for t in set(topics) if t not in self.topics]
+        if missing:
+            await self.refresh_metadata(missing)
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        meta = self.topics.get(topic)
+        return None if meta is None else meta.topic_id
+
+    def partitions_for(self, topic: str) -> list[int]:
+        meta = self.topics.get(topic)
+        return [] if meta is None else sorted(meta.partitions)
+
+    def leader_of(self, tp: TopicPartition) -> int | None:
+        meta = self.topics.get(tp.topic)
+        part = None if meta is None else meta.partitions.get(tp.partition)
+        if part is None or part.leader_id < 0:
+            return None
+        return part.leader_id
+
+    def leader_epoch_of(self, tp: TopicPartition) -> int:
+        meta = self.topics.get(tp.topic)
+        part = None if meta is None else meta.partitions.get(tp.partition)
+        return -1 if part is None else part.leader_epoch
+
+    # ---------------------------------------------------------------------- routing + retries
+    def _backoff(self, timeout: float | None = None) -> Backoff:
+        c = self.config
+        return Backoff(c.retry_backoff_s, c.retry_backoff_max_s, timeout or c.retry_timeout_s)
+
+    async def for_leaders(
+        self,
+        items: Mapping[TopicPartition, X],
+        send: Callable[[BrokerConnection, dict[TopicPartition, X]], Awaitable[dict[TopicPartition, R]]],
+        error_of: Callable[[R], int],
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, R]:
+        """Send ``items`` to their leaders (one ``send`` per broker, concurrently) and retry the
+        partitions whose result carries a retriable error code or whose broker failed, until the
+        retry timeout. Results with non-retriable error codes are returned as they are. When the
+        timeout expires, partitions with a result keep their last (failed) result; if one has none,
+        the last exception is raised."""
+        remaining = dict(items)
+        results: dict[TopicPartition, R] = {}
+        backoff = self._backoff(timeout)
+        last_exc: BaseException | None = None
+        while remaining:
+            await self.ensure_topics(tp.topic for tp in remaining)
+            groups: dict[int, dict[TopicPartition, X]] = {}
+            retry: set[TopicPartition] = set()
+            for tp, x in remaining.items():
+                leader = self.leader_of(tp)
+                if leader is None:
+                    retry.add(tp)
+                    last_exc = NoLeaderError(f"no leader known for {tp}")
+                else:
+                    groups.setdefault(leader, {})[tp] = x
+            outcomes = await asyncio.gather(
+                *(self._send_to(node, batch, send) for node, batch in groups.items()),
+                return_exceptions=True,
+            )
+            invalid_topics: set[str] = {tp.topic for tp in retry}
+            for (_node, batch), outcome in zip(groups.items(), outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    if not is_retriable(outcome):
+                        raise outcome
+                    last_exc = outcome
+                    retry.update(batch)
+                    invalid_topics.update(tp.topic for tp in batch)
+                    continue
+                for tp in batch:
+                    if tp not in outcome:
+                        retry.add(tp)
+                        last_exc = ClientError(f"broker sent no result for {tp}")
+                        continue
+                    res = outcome[tp]
+                    results[tp] = res
+                    code = error_of(res)
+                    info = error_info(code)
+                    if code != NONE and info.retriable:
+                        retry.add(tp)
+                        last_exc = BrokerError(code, str(tp))
+                        if info.invalidates_metadata:
+                            invalid_topics.add(tp.topic)
+            remaining = {tp: x for tp, x in remaining.items() if tp in retry}
+            if not remaining:
+                break
+            if backoff.expired:
+                if all(tp in results for tp in remaining):
+                    break
+                assert last_exc is not None
+                raise last_exc
+            log.debug("retrying %d partitions (%r)", len(remaining), last_exc)
+            await backoff.sleep()
+            if invalid_topics:
+                self.invalidate(invalid_topics)
+                with contextlib.suppress(ClientError):
+                    await self.refresh_metadata(invalid_topics)
+        return results
+
+    async def _send_to(
+        self,
+        node: int,
+        batch: dict[TopicPartition, X],
+        send: Callable[[BrokerConnection, dict[TopicPartition, X]], Awaitable[dict[TopicPartition, R]]],
+    ) -> dict[TopicPartition, R]:
+        conn = await self.connection(node)
+        return await send(conn, batch)
+
+    # ------------------------------------------------------------------------------ ListOffsets
+    async def list_offsets(
+        self,
+        tps: Iterable[TopicPartition],
+        timestamp: int | Mapping[TopicPartition, int] = LATEST,
+        *,
+        isolation_level: int = 0,
+    ) -> dict[TopicPartition, int]:
+        """Offsets for ``timestamp`` (-1 latest, -2 earliest, or a ms timestamp: first offset
+        whose timestamp is >= it, -1 if none). Raises BrokerError on non-retriable errors."""
+        items = {tp: (timestamp[tp] if isinstance(timestamp, Mapping) else timestamp) for tp in set(tps)}
+
+        async def send(
+            conn: BrokerConnection, batch: dict[TopicPartition, int]
+        ) -> dict[TopicPartition, ListOffsetsPartitionResponse]:
+            version = self.version_for(conn, ApiKey.LIST_OFFSETS)
+            by_topic: dict[str, list[tuple[int, int]]] = {}
+            for tp, ts in batch.items():
+                by_topic.setdefault(tp.topic, []).append((tp.partition, ts))
+            body = encode_list_offsets_request(version, list(by_topic.items()), isolation_level)
+            resp = await conn.request(ApiKey.LIST_OFFSETS, version, body, decode_list_offsets_response)
+            return {TopicPartition(r.topic, r.partition): r for r in resp}
+
+        results = await self.for_leaders(items, send, lambda r: r.error_code)
+        out: dict[TopicPartition, int] = {}
+        for tp, r in results.items():
+            if r.error_code != NONE:
+                raise BrokerError(r.error_code, f"ListOffsets {tp}")
+            out[tp] = r.offset
+        return out
+
+    async def wait_for_topic(self, topic: str, timeout: float = 30.0) -> TopicMetadata:
+        """Poll metadata until ``topic`` exists with a leader for every partition."""
+        backoff = Backoff(self.config.retry_backoff_s, 0.5, timeout)
+        while True:
+            await self.refresh_metadata([topic])
+            meta = self.topics.get(topic)
+            if meta is not None and all(p.leader_id >= 0 for p in meta.partitions.values()):
+                return meta
+            if backoff.expired:
+                raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} not ready")
+            await backoff.sleep()

@@ -1,0 +1,47 @@
+"""Small types shared by the asyncio client: TopicPartition and client-side errors."""
+
+from __future__ import annotations
+
+from mm2py.protocol.errors_codes import BrokerError
+from mm2py.protocol.types import TopicPartition
+
+__all__ = [
+    "ClientError",
+    "ConnectionLostError",
+    "NoLeaderError",
+    "RequestTimeoutError",
+    "TopicPartition",
+    "is_retriable",
+]
+
+
+class ClientError(Exception):
+    """A failure of the client machinery (not a broker error code)."""
+
+    retriable: bool = False
+
+
+class ConnectionLostError(ClientError):
+    """The connection to a broker failed or closed; in-flight requests may or may not have run."""
+
+    retriable = True
+
+
+class RequestTimeoutError(ClientError):
+    """No response within the request timeout."""
+
+    retriable = True
+
+
+class NoLeaderError(ClientError):
+    """Metadata does not (yet) name a reachable leader for a partition."""
+
+    retriable = True
+
+
+def is_retriable(exc: BaseException) -> bool:
+    if isinstance(exc, ClientError):
+        return exc.retriable
+    if isinstance(exc, BrokerError):
+        return exc.retriable
+    return isinstance(exc, (ConnectionError, TimeoutError))
