@@ -31,12 +31,51 @@ def _dev(args: argparse.Namespace) -> int:
     return 0 if all(r.running and r.reachable for r in rows) else 1
 
 
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import signal
+
+    from mm2py.engine.config import load_config
+    from mm2py.runtime.inprocess import Worker
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("mm2py.librdkafka").setLevel(logging.ERROR)
+    config = load_config(args.config)
+    if not config.enabled_flows():
+        print(f"mm2py: error: {args.config} enables no flow (set e.g. 'east->west.enabled = true')",
+              file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        worker = Worker(config, commit_interval=args.commit_interval)
+        print("mirroring: " + ", ".join(worker.flows), flush=True)
+        await worker.run(stop)
+        print("stopped; progress committed", flush=True)
+
+    asyncio.run(main())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mm2py", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     dev = sub.add_parser("dev", help="local Kafka clusters for trying mm2py out")
     dev.add_argument("dev_command", choices=["up", "down", "status"])
     dev.set_defaults(func=_dev)
+    run = sub.add_parser("run", help="run the enabled flows of a config file in this process")
+    run.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
+    run.add_argument("--commit-interval", type=float, default=1.0,
+                     help="seconds between progress commits (default 1)")
+    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    run.set_defaults(func=_run)
     return parser
 
 
@@ -48,9 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a clear one-line error, not a traceback, for users
+        from mm2py.engine.admin import ClusterUnreachableError
+        from mm2py.engine.config_errors import ConfigError
         from mm2py.kafka_local import HarnessError
 
-        if isinstance(exc, HarnessError):
+        if isinstance(exc, HarnessError | ConfigError | ClusterUnreachableError | OSError):
             print(f"mm2py: error: {exc}", file=sys.stderr)
             return 2
         raise

@@ -1,21 +1,129 @@
-"""`make demo`: start the two local clusters and show what runs on them.
+"""`make demo`: two local clusters and a live east->west mirror flow.
 
-Until the mirror engine lands this only starts the clusters and says so plainly.
+Starts (or reuses) the dev clusters, seeds a few topics on east with data in several codecs, keeps
+producing a trickle of new records, and runs the flow of ``examples/east-to-west.properties`` in
+this process, printing source and target end offsets side by side until Ctrl-C (or ``--seconds``).
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import logging
+import signal
 import sys
+import threading
+import time
+from pathlib import Path
 
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CKTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from mm2py.engine.config import load_config
 from mm2py.kafka_local import dev
+from mm2py.runtime.inprocess import Worker
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "east-to-west.properties"
+TOPICS = {"orders": ("zstd", 4), "payments": ("lz4", 2), "clicks": ("gzip", 3)}
 
 
-def main() -> int:
+def _seed(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = admin.list_topics(timeout=10).topics
+    new = [NewTopic(t, n, 1) for t, (_, n) in TOPICS.items() if t not in existing]
+    for fut in admin.create_topics(new).values() if new else []:
+        fut.result(30)
+    for topic, (codec, _) in TOPICS.items():
+        p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 20})
+        for i in range(20_000):
+            p.produce(topic, f"{topic} seed record {i}".encode(), f"key-{i % 97}".encode(),
+                      headers=[("origin", b"demo")])
+            if i % 5000 == 0:
+                p.poll(0)
+        p.flush(30)
+
+
+def _trickle(bootstrap: str, stop: threading.Event) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "compression.type": "snappy", "linger.ms": 50})
+    i = 0
+    while not stop.is_set():
+        for topic in TOPICS:
+            p.produce(topic, f"{topic} live record {i}".encode(), f"key-{i % 97}".encode())
+        i += 1
+        p.poll(0)
+        time.sleep(0.01)
+    p.flush(10)
+
+
+def _end_offsets(bootstrap: str, topics: list[str]) -> dict[str, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "mm2py-demo-probe"})
+    out = {}
+    try:
+        md = c.list_topics(timeout=10).topics
+        for t in topics:
+            if t not in md:
+                out[t] = 0
+                continue
+            out[t] = sum(
+                c.get_watermark_offsets(CKTopicPartition(t, p), timeout=10)[1] for p in md[t].partitions
+            )
+    finally:
+        c.close()
+    return out
+
+
+async def _run(seconds: float | None) -> None:
+    config = load_config(str(EXAMPLE))
+    flow = config.enabled_flows()[0]
+    east, west = flow.source_cluster.bootstrap_servers, flow.target_cluster.bootstrap_servers
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    trickle_stop = threading.Event()
+    threading.Thread(target=_trickle, args=(east, trickle_stop), daemon=True).start()
+    worker = Worker(config)
+    await worker.start()
+    runner = worker.flows[flow.name]
+    started = time.monotonic()
+    print(f"mirroring {flow.name} ({east} -> {west}); Ctrl-C stops and commits progress")
+    try:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), 5)
+            except asyncio.TimeoutError:
+                pass
+            topics = runner.last_plan.topics if runner.last_plan else {}
+            src = await asyncio.to_thread(_end_offsets, east, list(topics))
+            dst = await asyncio.to_thread(_end_offsets, west, list(topics.values()))
+            print(f"\n{'source topic':14} {'east records':>12}   {'target topic':18} {'west records':>12}")
+            for s, t in sorted(topics.items()):
+                print(f"{s:14} {src[s]:>12}   {t:18} {dst[t]:>12}")
+            if seconds is not None and time.monotonic() - started >= seconds:
+                break
+    finally:
+        trickle_stop.set()
+        await worker.stop()
+        print("stopped; progress committed. `mm2py dev down` stops the clusters.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mm2py.demo", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=None, help="stop after this long")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mm2py.librdkafka").setLevel(logging.ERROR)
     clusters = dev.up()
     for c in clusters:
         print(f"{c.name:6} bootstrap.servers={c.bootstrap}")
-    print("The mirror engine is not built yet: only the clusters run. Stop them with "
-          "`mm2py dev down`.")
+    east = next(c for c in clusters if c.name == "east")
+    if east.bootstrap != "127.0.0.1:19092" or clusters[1].bootstrap != "127.0.0.1:29092":
+        print("dev clusters are not on the example's ports (19092/29092 were busy); "
+              "edit examples/east-to-west.properties to match", file=sys.stderr)
+        return 2
+    _seed(east.bootstrap)
+    asyncio.run(_run(args.seconds))
     return 0
 
 
