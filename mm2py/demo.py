@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -90,10 +91,8 @@ async def _run(seconds: float | None) -> None:
     print(f"mirroring {flow.name} ({east} -> {west}); Ctrl-C stops and commits progress")
     try:
         while not stop.is_set():
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 5)
-            except asyncio.TimeoutError:
-                pass
             topics = runner.last_plan.topics if runner.last_plan else {}
             src = await asyncio.to_thread(_end_offsets, east, list(topics))
             dst = await asyncio.to_thread(_end_offsets, west, list(topics.values()))
