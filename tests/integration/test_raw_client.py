@@ -14,6 +14,7 @@ from mm2py.client.cluster import EARLIEST, LATEST, ClientConfig, ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.client.producer import RawProducer
 from mm2py.client.types import ConnectionLostError, TopicPartition
+from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.api import ApiKey, ProduceTopicRequest, decode_produce_response, encode_produce_request
 from mm2py.protocol.api_fetch import READ_COMMITTED, READ_UNCOMMITTED
 from mm2py.protocol.batch_edit import needs_rebuild
@@ -26,13 +27,13 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-async def src(source_cluster) -> AsyncIterator[ClusterClient]:  # type: ignore[no-untyped-def]
+async def src(source_cluster: KafkaCluster) -> AsyncIterator[ClusterClient]:
     async with ClusterClient(source_cluster.bootstrap) as c:
         yield c
 
 
 @pytest.fixture
-async def dst(target_cluster) -> AsyncIterator[ClusterClient]:  # type: ignore[no-untyped-def]
+async def dst(target_cluster: KafkaCluster) -> AsyncIterator[ClusterClient]:
     async with ClusterClient(target_cluster.bootstrap) as c:
         yield c
 
@@ -56,7 +57,7 @@ async def fetch_batches(
 
 
 def records_of(batches: list[RecordBatch]) -> list[tuple[object, ...]]:
-    out = []
+    out: list[tuple[object, ...]] = []
     for b in batches:
         for r in decode_records(b):
             out.append(
@@ -78,12 +79,12 @@ def contents(recs: list[Rec]) -> list[tuple[object, ...]]:
 @pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
 @pytest.mark.parametrize("codec", CODECS)
 async def test_raw_mirror_roundtrip(
-    source_cluster,
-    target_cluster,
+    source_cluster: KafkaCluster,
+    target_cluster: KafkaCluster,
     src: ClusterClient,
     dst: ClusterClient,
     codec: str,
-    idempotent: bool,  # type: ignore[no-untyped-def]
+    idempotent: bool,
 ) -> None:
     topic = create_topic(source_cluster.bootstrap, unique(f"src-{codec}"))
     target = create_topic(target_cluster.bootstrap, unique(f"dst-{codec}"))
@@ -109,7 +110,7 @@ async def test_raw_mirror_roundtrip(
     assert len(target_batches) == len(source_batches)
     for s, t in zip(source_batches, target_batches, strict=True):
         assert t.base_offset == s.base_offset
-        assert t.crc_ok
+        assert t.crc_ok()
         if not idempotent:
             # identical bytes apart from partitionLeaderEpoch: same length, magic, CRC, records
             assert bytes(t.buf[8:12]) == bytes(s.buf[8:12])
@@ -122,8 +123,12 @@ async def test_raw_mirror_roundtrip(
 
 @pytest.mark.parametrize("codec", CODECS)
 async def test_first_batch_crop(
-    source_cluster, target_cluster, src: ClusterClient, dst: ClusterClient, codec: str
-) -> None:  # type: ignore[no-untyped-def]
+    source_cluster: KafkaCluster,
+    target_cluster: KafkaCluster,
+    src: ClusterClient,
+    dst: ClusterClient,
+    codec: str,
+) -> None:
     topic = create_topic(source_cluster.bootstrap, unique(f"crop-{codec}"))
     records = make_records(50, partition=0, tag="crop")
     produce_records(source_cluster.bootstrap, topic, records, compression=codec, linger_ms=500,
@@ -167,8 +172,8 @@ def _transactional_writes(bootstrap: str, topic: str) -> list[Rec]:
 
 
 async def test_transactions_only_committed(
-    source_cluster, target_cluster, src: ClusterClient, dst: ClusterClient
-) -> None:  # type: ignore[no-untyped-def]
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, src: ClusterClient, dst: ClusterClient
+) -> None:
     topic = create_topic(source_cluster.bootstrap, unique("txn"))
     committed = _transactional_writes(source_cluster.bootstrap, topic)
     tp = TopicPartition(topic, 0)
@@ -199,7 +204,9 @@ async def test_transactions_only_committed(
         assert not t.is_transactional and t.producer_id == -1
 
 
-async def test_gapped_batch_rejected_raw_accepted_after_rebuild(target_cluster, dst: ClusterClient) -> None:  # type: ignore[no-untyped-def]
+async def test_gapped_batch_rejected_raw_accepted_after_rebuild(
+    target_cluster: KafkaCluster, dst: ClusterClient
+) -> None:
     target = create_topic(target_cluster.bootstrap, unique("gap"))
     tp = TopicPartition(target, 0)
     recs = [Record(0, 0, b"k0", b"v0"), Record(2, 5, b"k2", b"v2", (("h", b"x"),)), Record(5, 9, None, b"v5")]
@@ -224,7 +231,9 @@ async def test_gapped_batch_rejected_raw_accepted_after_rebuild(target_cluster, 
     assert [r.offset for r in got] == list(range(6))
 
 
-async def test_produce_waits_for_topic_being_created(target_cluster, dst: ClusterClient) -> None:  # type: ignore[no-untyped-def]
+async def test_produce_waits_for_topic_being_created(
+    target_cluster: KafkaCluster, dst: ClusterClient
+) -> None:
     name = unique("late")
     tp = TopicPartition(name, 0)
     batch = build_batch([Record(0, 0, b"k", b"v")], base_timestamp=1_700_000_000_000)
@@ -242,7 +251,7 @@ async def test_produce_waits_for_topic_being_created(target_cluster, dst: Cluste
     assert [r.value for r in read_all(target_cluster.bootstrap, name, expect=1)] == [b"v"]
 
 
-async def test_stale_metadata_after_topic_recreated(target_cluster, dst: ClusterClient) -> None:  # type: ignore[no-untyped-def]
+async def test_stale_metadata_after_topic_recreated(target_cluster: KafkaCluster, dst: ClusterClient) -> None:
     name = create_topic(target_cluster.bootstrap, unique("recreate"))
     tp = TopicPartition(name, 0)
     producer = RawProducer(dst)
@@ -273,7 +282,7 @@ async def test_stale_metadata_after_topic_recreated(target_cluster, dst: Cluster
     assert [r.value for b in res.batches for r in decode_records(b)] == [b"v1", b"v2"]
 
 
-async def test_fetch_recovers_from_stale_leader(target_cluster, dst: ClusterClient) -> None:  # type: ignore[no-untyped-def]
+async def test_fetch_recovers_from_stale_leader(target_cluster: KafkaCluster, dst: ClusterClient) -> None:
     name = create_topic(target_cluster.bootstrap, unique("stale"))
     tp = TopicPartition(name, 0)
     await RawProducer(dst).send(tp, build_batch([Record(0, 0, None, b"x")], base_timestamp=1))
@@ -286,8 +295,14 @@ async def test_fetch_recovers_from_stale_leader(target_cluster, dst: ClusterClie
 
 
 @pytest.mark.parametrize(("fetch_v", "produce_v"), [(4, 3), (7, 5), (11, 8), (12, 9), (13, 12), (16, 13)])
-async def test_protocol_versions_against_broker(target_cluster, fetch_v: int, produce_v: int) -> None:  # type: ignore[no-untyped-def]
-    caps = {ApiKey.FETCH: fetch_v, ApiKey.PRODUCE: produce_v, ApiKey.METADATA: 4 if fetch_v < 12 else 12}
+async def test_protocol_versions_against_broker(
+    target_cluster: KafkaCluster, fetch_v: int, produce_v: int
+) -> None:
+    caps: dict[int, int] = {
+        ApiKey.FETCH: fetch_v,
+        ApiKey.PRODUCE: produce_v,
+        ApiKey.METADATA: 4 if fetch_v < 12 else 12,
+    }
     async with ClusterClient(target_cluster.bootstrap, ClientConfig(max_versions=caps)) as c:
         name = create_topic(target_cluster.bootstrap, unique(f"v{fetch_v}"), partitions=2)
         batch = build_batch(
@@ -305,7 +320,7 @@ async def test_protocol_versions_against_broker(target_cluster, fetch_v: int, pr
         assert await c.list_offsets([TopicPartition(name, 1)], LATEST) == {TopicPartition(name, 1): 6}
 
 
-async def test_pipelining_and_connection_loss(target_cluster, dst: ClusterClient) -> None:  # type: ignore[no-untyped-def]
+async def test_pipelining_and_connection_loss(target_cluster: KafkaCluster, dst: ClusterClient) -> None:
     name = create_topic(target_cluster.bootstrap, unique("pipe"), partitions=4)
     tps = [TopicPartition(name, p) for p in range(4)]
     batch = build_batch([Record(0, 0, None, b"v")], base_timestamp=1)
