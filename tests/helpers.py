@@ -198,3 +198,97 @@ def by_partition(records: Sequence[Rec]) -> dict[int | None, list[tuple[object, 
     for r in records:
         out.setdefault(r.partition, []).append(r.content())
     return out
+
+
+SINGLE_NODE = {
+    "replication.factor": 1,
+    "offset-syncs.topic.replication.factor": 1,
+    "checkpoints.topic.replication.factor": 1,
+    "heartbeats.topic.replication.factor": 1,
+}
+
+
+def mirror_config(
+    clusters: Mapping[str, str], flows: Mapping[str, Mapping[str, object]], **settings: object
+) -> object:
+    """A MirrorMakerConfig for the test clusters (single-node replication factors)."""
+    from mm2py.engine.config import MirrorMakerConfig
+
+    doc: dict[str, object] = {"clusters": dict(clusters), "flows": {k: dict(v) for k, v in flows.items()}}
+    doc.update(SINGLE_NODE)
+    doc.update(settings)
+    return MirrorMakerConfig.from_mapping(doc)
+
+
+def wait_until(predicate: object, timeout: float, interval: float = 0.5, what: str = "condition") -> float:
+    """Poll ``predicate()`` until true; returns the seconds it took, fails the test on timeout."""
+    start = time.monotonic()
+    while True:
+        if predicate():  # type: ignore[operator]
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class BackgroundWorker:
+    """Runs an in-process :class:`Worker` on its own event loop in a thread (tests stay synchronous)."""
+
+    def __init__(self, config: object, commit_interval: float = 0.5) -> None:
+        import asyncio
+        import threading
+
+        from mm2py.runtime.inprocess import Worker
+
+        self.worker = Worker(config, commit_interval=commit_interval)  # type: ignore[arg-type]
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        import asyncio
+
+        asyncio.set_event_loop(self._loop)
+
+        async def run() -> None:
+            self._stop = asyncio.Event()
+            try:
+                await self.worker.start()
+            finally:
+                self._started.set()
+            try:
+                await self._stop.wait()
+            finally:
+                await self.worker.stop()
+
+        try:
+            self._loop.run_until_complete(run())
+        except BaseException as exc:
+            self.error = exc
+            self._started.set()
+
+    def __enter__(self) -> BackgroundWorker:
+        self._thread.start()
+        self._started.wait(120)
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def call(self, coro_fn: object, timeout: float = 60) -> object:
+        """Run a coroutine on the worker's loop and wait for its result."""
+        import asyncio
+
+        fut = asyncio.run_coroutine_threadsafe(coro_fn(), self._loop)  # type: ignore[operator]
+        return fut.result(timeout)
+
+    def stop(self) -> None:
+        if self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(60)
+        if self.error is not None:
+            raise self.error
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

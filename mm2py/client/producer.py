@@ -26,7 +26,7 @@ from mm2py.protocol.api import (
     encode_produce_request,
 )
 from mm2py.protocol.api_produce import FIRST_TOPIC_ID_VERSION
-from mm2py.protocol.batch_edit import needs_rebuild, rebuild_contiguous, strip_producer_state
+from mm2py.protocol.batch_edit import rebuild_contiguous, strip_producer_state
 from mm2py.protocol.errors_codes import NONE, BrokerError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.wire import Buf
@@ -61,7 +61,9 @@ def prepare_batch(batch: BatchLike) -> bytes:
     if b.is_control:
         raise ValueError(f"control batch at offset {b.base_offset} cannot be produced")
     b.verify()
-    if needs_rebuild(b):
+    # The broker checks the header only (recordsCount == lastOffsetDelta + 1, LogValidator's
+    # validateBatch); a per-record delta scan here would put Python work per record on the hot path.
+    if not b.is_contiguous():
         b, _ = rebuild_contiguous(b)
     if _has_producer_state(b):
         b = RecordBatch(strip_producer_state(b, verify=False))

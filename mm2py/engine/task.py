@@ -223,9 +223,9 @@ class TaskRunner:
                 if prefetch is None:
                     prefetch = asyncio.create_task(self.source.poll(self._wanted(until)))
                 polled = await _wait_or_stop(prefetch, stop)
-                prefetch = None
                 if polled is None:
-                    return
+                    return  # stopped: the finally clause cancels the outstanding fetch
+                prefetch = None
                 work = self._advance(polled, until)
                 # fetch the next round while this one is being produced
                 if self._fetch_pos and not stop.is_set():
