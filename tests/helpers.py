@@ -12,6 +12,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
+#: Test record timestamps: an hour ago, fixed per run. Brokers delete segments whose newest
+#: timestamp is older than retention (7 days), so test data must not be dated in the past.
+BASE_TS = (int(time.time()) - 3600) * 1000
+
 
 @dataclass(frozen=True)
 class Rec:
@@ -71,7 +75,7 @@ def topic_names(bootstrap: str) -> set[str]:
 
 
 def make_records(
-    n: int, *, partition: int | None = None, start_ts: int = 1_700_000_000_000, tag: str = "r"
+    n: int, *, partition: int | None = None, start_ts: int = BASE_TS, tag: str = "r"
 ) -> list[Rec]:
     """Deterministic records with keys, headers (one null-valued) and explicit timestamps."""
     out = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 
@@ -84,7 +85,7 @@ def test_three_topics_all_codecs_mirror_identically_as_raw_batches(
     prefix = unique("bulk")
     topics = [create_topic(east.bootstrap, f"{prefix}-{i}", partitions=4) for i in range(3)]
     per_codec = 14_000
-    for i, topic in enumerate(topics):
+    for _i, topic in enumerate(topics):
         for c, codec in enumerate(CODECS):
             recs = [
                 Rec(r.key, r.value, r.headers, r.timestamp, (n + c) % 4)
@@ -166,7 +167,7 @@ def test_topic_created_while_running_is_mirrored_within_one_refresh_interval(
     assert elapsed <= interval + 10, f"new topic took {elapsed:.1f}s with a {interval}s refresh"
     for tp in [TopicPartition(first, p) for p in range(2)]:
         history = [s[tp] for s in seen if tp in s]
-        assert history and all(a <= b for a, b in zip(history, history[1:], strict=False)), tp
+        assert history and all(a <= b for a, b in itertools.pairwise(history)), tp
     # nothing of the first topic was copied twice
     assert sum(end_offsets(west.bootstrap, f"east.{first}").values()) == 4000
     assert len(read_all(west.bootstrap, f"east.{second}")) == 2000

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from confluent_kafka import Producer
-from helpers import CODECS, Rec, admin, create_topic, make_records, produce_records, read_all, unique
+from helpers import BASE_TS, CODECS, Rec, admin, create_topic, make_records, produce_records, read_all, unique
 
 from mm2py.client.cluster import EARLIEST, LATEST, ClientConfig, ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
@@ -156,7 +156,7 @@ def _transactional_writes(bootstrap: str, topic: str) -> list[Rec]:
     p.init_transactions(30)
     committed: list[Rec] = []
     for i, commit in enumerate([True, False, True, False, True]):
-        recs = make_records(20, partition=0, start_ts=1_700_000_000_000 + i * 100, tag=f"tx{i}")
+        recs = make_records(20, partition=0, start_ts=BASE_TS + i * 100, tag=f"tx{i}")
         p.begin_transaction()
         for r in recs:
             p.produce(
@@ -211,7 +211,7 @@ async def test_gapped_batch_rejected_raw_accepted_after_rebuild(
     tp = TopicPartition(target, 0)
     recs = [Record(0, 0, b"k0", b"v0"), Record(2, 5, b"k2", b"v2", (("h", b"x"),)), Record(5, 9, None, b"v5")]
     for codec in (Codec.NONE, Codec.ZSTD):
-        gapped = RecordBatch(build_batch(recs, codec=codec, base_timestamp=1_700_000_000_000))
+        gapped = RecordBatch(build_batch(recs, codec=codec, base_timestamp=BASE_TS))
         assert needs_rebuild(gapped)
         # Sent as is, the broker refuses it.
         await dst.ensure_topics([target])
@@ -225,8 +225,8 @@ async def test_gapped_batch_rejected_raw_accepted_after_rebuild(
         # The producer rebuilds it and the broker accepts it.
         await RawProducer(dst).send(tp, gapped)
     got = read_all(target_cluster.bootstrap, target, expect=6)
-    expected = [(b"k0", b"v0", (), 1_700_000_000_000), (b"k2", b"v2", (("h", b"x"),), 1_700_000_000_005),
-                (None, b"v5", (), 1_700_000_000_009)] * 2  # fmt: skip
+    expected = [(b"k0", b"v0", (), BASE_TS), (b"k2", b"v2", (("h", b"x"),), BASE_TS + 5),
+                (None, b"v5", (), BASE_TS + 9)] * 2  # fmt: skip
     assert [r.content() for r in got] == expected
     assert [r.offset for r in got] == list(range(6))
 
@@ -236,7 +236,7 @@ async def test_produce_waits_for_topic_being_created(
 ) -> None:
     name = unique("late")
     tp = TopicPartition(name, 0)
-    batch = build_batch([Record(0, 0, b"k", b"v")], base_timestamp=1_700_000_000_000)
+    batch = build_batch([Record(0, 0, b"k", b"v")], base_timestamp=BASE_TS)
 
     async def create_later() -> None:
         await asyncio.sleep(1.0)
@@ -256,7 +256,7 @@ async def test_stale_metadata_after_topic_recreated(target_cluster: KafkaCluster
     tp = TopicPartition(name, 0)
     producer = RawProducer(dst)
     batch = build_batch(
-        [Record(0, 0, b"k", b"v1"), Record(1, 1, b"k", b"v2")], base_timestamp=1_700_000_000_000
+        [Record(0, 0, b"k", b"v1"), Record(1, 1, b"k", b"v2")], base_timestamp=BASE_TS
     )
     assert await producer.send(tp, batch) == 0
     assert await producer.send(tp, batch) == 2
@@ -308,7 +308,7 @@ async def test_protocol_versions_against_broker(
         batch = build_batch(
             [Record(i, i, b"k%d" % i, b"v") for i in range(3)],
             codec=Codec.LZ4,
-            base_timestamp=1_700_000_000_000,
+            base_timestamp=BASE_TS,
         )
         items = [(TopicPartition(name, p), batch) for p in (0, 1) for _ in range(2)]
         assert await RawProducer(c).produce(items) == [0, 3, 0, 3]
