@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
@@ -27,8 +28,8 @@ class TopicInfo:
     replication_factor: int
 
 
-def client_config(bootstrap: str, overrides: Mapping[str, object] | None = None) -> dict[str, object]:
-    conf: dict[str, object] = {"bootstrap.servers": bootstrap, "logger": _LIBRDKAFKA_LOG}
+def client_config(bootstrap: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _LIBRDKAFKA_LOG}
     conf.update(overrides or {})
     return conf
 

@@ -105,11 +105,12 @@ class ProgressStore:
                 msg = consumer.poll(timeout)
                 if msg is None:
                     raise TimeoutError(f"reading {self.topic} timed out")
-                if msg.error():
-                    if msg.error().code() == -191:  # partition EOF
+                err = msg.error()
+                if err is not None:
+                    if err.code() == -191:  # partition EOF
                         pending.discard(msg.partition())
                         continue
-                    raise KafkaException(msg.error())
+                    raise KafkaException(err)
                 decoded = decode(msg.key(), msg.value())
                 if decoded is not None and decoded[0] == self.source_alias:
                     _, tp, last = decoded
@@ -117,7 +118,7 @@ class ProgressStore:
                         positions.pop(tp, None)
                     else:
                         positions[tp] = last + 1
-                if msg.offset() + 1 >= ends[msg.partition()]:
+                if (msg.offset() or 0) + 1 >= ends[msg.partition()]:
                     pending.discard(msg.partition())
         finally:
             consumer.close()
