@@ -1,37 +1,74 @@
 """Raw producer: appends whole RecordBatches (acks=all) and returns their target base offsets.
 
 Rules enforced before sending (see FACTS.md): control batches are refused; batches with offset gaps
-are rebuilt (``rebuild_contiguous``); foreign producer state is stripped (``strip_producer_state``,
-CRC recomputed); baseOffset is set to 0. One batch per partition per request, many partitions
-per request, at most one request in flight per partition (a per-partition lock), so per-partition
-order is preserved across retries. Retries (retriable errors, after a metadata refresh) may
-duplicate a batch whose first attempt did reach the log: delivery is at-least-once.
+are rebuilt (``rebuild_contiguous``); foreign producer state is replaced; baseOffset is set to 0.
+One batch per partition per request, many partitions per request, at most one request in flight
+per partition (a per-partition lock), so per-partition order is preserved across retries.
+
+Idempotence (default on): the producer gets its own producer id (InitProducerId) and stamps every
+batch with it and a per-partition sequence number (one CRC-32C pass, no decompression, the same
+cost as stripping the source's producer state). A retried request whose first attempt did reach
+the log is then recognised by the broker as a duplicate instead of being appended twice. If the
+broker has forgotten the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER after expiry),
+a new producer id is taken and the round is sent again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import logging
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from mm2py.client.cluster import ClusterClient
+from mm2py.client.cluster import Backoff, ClusterClient
 from mm2py.client.connection import BrokerConnection
-from mm2py.client.types import TopicPartition
+from mm2py.client.types import ClientError, TopicPartition
 from mm2py.protocol.api import (
     ApiKey,
     ProducePartitionResponse,
     ProduceTopicRequest,
+    decode_init_producer_id_response,
     decode_produce_response,
+    encode_init_producer_id_request,
     encode_produce_request,
 )
 from mm2py.protocol.api_produce import FIRST_TOPIC_ID_VERSION
-from mm2py.protocol.batch_edit import rebuild_contiguous, strip_producer_state
-from mm2py.protocol.errors_codes import NONE, BrokerError
+from mm2py.protocol.batch_edit import (
+    for_produce,
+    increment_sequence,
+    rebuild_contiguous,
+    strip_producer_state,
+)
+from mm2py.protocol.errors_codes import (
+    INVALID_PRODUCER_EPOCH,
+    NONE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    UNKNOWN_PRODUCER_ID,
+    BrokerError,
+    is_retriable,
+)
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.wire import Buf
 
 BatchLike = bytes | bytearray | memoryview | RecordBatch
+log = logging.getLogger(__name__)
+
+#: the broker no longer knows our producer state for the partition: start over with a new id
+_PRODUCER_FORGOTTEN = frozenset({UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH})
+
+
+def _rounds(items: Sequence[tuple[TopicPartition, object]]) -> list[dict[TopicPartition, int]]:
+    """Round k holds the index of the k-th item of each partition."""
+    rounds: list[dict[TopicPartition, int]] = []
+    depth: dict[TopicPartition, int] = {}
+    for i, (tp, _) in enumerate(items):
+        d = depth.get(tp, 0)
+        depth[tp] = d + 1
+        if d == len(rounds):
+            rounds.append({})
+        rounds[d][tp] = i
+    return rounds
 
 
 @dataclass(frozen=True)
@@ -42,6 +79,8 @@ class ProducerConfig:
     retry_timeout_s: float = 60.0
     #: split a broker's share of a round into requests of at most this many record bytes
     max_request_bytes: int = 16 * 1024 * 1024
+    #: stamp batches with our own producer id and sequences (broker-side dedupe of retries)
+    idempotent: bool = True
 
     def __post_init__(self) -> None:
         if self.acks not in (-1, 1):
@@ -52,8 +91,24 @@ def _has_producer_state(b: RecordBatch) -> bool:
     return b.producer_id != -1 or b.producer_epoch != -1 or b.base_sequence != -1 or b.is_transactional
 
 
+def normalize_batch(batch: BatchLike) -> RecordBatch:
+    """Checks and the rebuild a fetched batch needs before any producer state is stamped on it.
+
+    Raises ValueError for a control batch and CorruptBatchError for a bad CRC.
+    """
+    b = batch if isinstance(batch, RecordBatch) else RecordBatch(batch)
+    if b.is_control:
+        raise ValueError(f"control batch at offset {b.base_offset} cannot be produced")
+    b.verify()
+    # The broker checks the header only (recordsCount == lastOffsetDelta + 1, LogValidator's
+    # validateBatch); a per-record delta scan here would put Python work per record on the hot path.
+    if not b.is_contiguous():
+        b, _ = rebuild_contiguous(b)
+    return b
+
+
 def prepare_batch(batch: BatchLike) -> bytes:
-    """Make a fetched batch acceptable to a stock broker's Produce (see module docstring).
+    """Make a fetched batch acceptable to a stock broker's Produce without idempotence.
 
     Raises ValueError for a control batch and CorruptBatchError for a bad CRC.
     """
@@ -77,6 +132,10 @@ class RawProducer:
         self.cluster = cluster
         self.config = config or ProducerConfig()
         self._locks: dict[TopicPartition, asyncio.Lock] = {}
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._sequences: dict[TopicPartition, int] = {}
+        self._pid_lock = asyncio.Lock()
 
     def _lock(self, tp: TopicPartition) -> asyncio.Lock:
         lock = self._locks.get(tp)
@@ -94,20 +153,38 @@ class RawProducer:
         Batches of the same partition are appended in input order (one per request round).
         Raises BrokerError on a non-retriable error or when retries run out.
         """
+        if not self.config.idempotent:
+            return await self._produce_plain(items)
+        normalized = [(tp, normalize_batch(b)) for tp, b in items]
+        rounds = _rounds(normalized)
+        offsets = [-1] * len(normalized)
+        async with self._locked(rounds):
+            for rnd in rounds:
+                for attempt in (1, 2):
+                    pid, epoch = await self._ensure_producer_id()
+                    seqs = {tp: self._sequences.get(tp, 0) for tp in rnd}
+                    results = await self._produce_round({
+                        tp: for_produce(normalized[i][1], pid, epoch, seqs[tp], verify=False)
+                        for tp, i in rnd.items()
+                    })
+                    lost = [tp for tp, r in results.items() if r.error_code in _PRODUCER_FORGOTTEN]
+                    if lost and attempt == 1:
+                        await self._reset_producer_id(pid)
+                        continue  # new producer id, sequences from 0: send the whole round again
+                    break
+                for tp, i in rnd.items():
+                    r = results[tp]
+                    if r.error_code != NONE:
+                        raise BrokerError(r.error_code, f"produce to {tp}: {r.error_message or ''}")
+                    offsets[i] = r.base_offset
+                    self._sequences[tp] = increment_sequence(seqs[tp], normalized[i][1].records_count)
+        return offsets
+
+    async def _produce_plain(self, items: Sequence[tuple[TopicPartition, BatchLike]]) -> list[int]:
         prepared = [(tp, prepare_batch(b)) for tp, b in items]
-        rounds: list[dict[TopicPartition, int]] = []  # tp -> index into items
-        depth: dict[TopicPartition, int] = {}
-        for i, (tp, _) in enumerate(prepared):
-            d = depth.get(tp, 0)
-            depth[tp] = d + 1
-            if d == len(rounds):
-                rounds.append({})
-            rounds[d][tp] = i
+        rounds = _rounds(prepared)
         offsets = [-1] * len(prepared)
-        tps = sorted(depth)
-        async with contextlib.AsyncExitStack() as stack:
-            for tp in tps:  # sorted acquisition: no deadlock between concurrent produce() calls
-                await stack.enter_async_context(self._lock(tp))
+        async with self._locked(rounds):
             for rnd in rounds:
                 results = await self._produce_round({tp: prepared[i][1] for tp, i in rnd.items()})
                 for tp, i in rnd.items():
@@ -116,6 +193,51 @@ class RawProducer:
                         raise BrokerError(r.error_code, f"produce to {tp}: {r.error_message or ''}")
                     offsets[i] = r.base_offset
         return offsets
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, rounds: list[dict[TopicPartition, int]]) -> AsyncIterator[None]:
+        tps = sorted({tp for rnd in rounds for tp in rnd})
+        async with contextlib.AsyncExitStack() as stack:
+            for tp in tps:  # sorted acquisition: no deadlock between concurrent produce() calls
+                await stack.enter_async_context(self._lock(tp))
+            yield
+
+    async def _ensure_producer_id(self) -> tuple[int, int]:
+        if self.producer_id >= 0:
+            return self.producer_id, self.producer_epoch
+        async with self._pid_lock:
+            if self.producer_id < 0:
+                backoff = Backoff(0.05, 1.0, self.config.retry_timeout_s)
+                while True:
+                    try:
+                        conn = await self.cluster.any_connection()
+                        version = self.cluster.version_for(conn, ApiKey.INIT_PRODUCER_ID)
+                        resp = await conn.request(
+                            ApiKey.INIT_PRODUCER_ID, version,
+                            encode_init_producer_id_request(version),
+                            decode_init_producer_id_response,
+                        )
+                        if resp.error_code == NONE:
+                            break
+                        err: BaseException = BrokerError(resp.error_code, "InitProducerId")
+                        if not is_retriable(resp.error_code):
+                            raise err
+                    except ClientError as exc:
+                        err = exc
+                    if backoff.expired:
+                        raise err
+                    await backoff.sleep()
+                self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+                self._sequences.clear()
+                log.info("producer id %d epoch %d", self.producer_id, self.producer_epoch)
+        return self.producer_id, self.producer_epoch
+
+    async def _reset_producer_id(self, seen: int) -> None:
+        async with self._pid_lock:
+            if self.producer_id == seen:
+                log.warning("broker forgot producer id %d; taking a new one", seen)
+                self.producer_id = self.producer_epoch = -1
+                self._sequences.clear()
 
     async def _produce_round(
         self, batches: dict[TopicPartition, bytes]

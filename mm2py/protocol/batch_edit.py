@@ -89,6 +89,44 @@ def _with_producer_state(
     return b"".join((batch.buf[:CRC_OFFSET], crc.to_bytes(4, "big"), crc_header, records))
 
 
+_PRODUCE_PREFIX = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+
+
+def for_produce(
+    batch: RecordBatch,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    *,
+    verify: bool = True,
+) -> bytes:
+    """The batch as a Produce request carries it, in one copy: baseOffset 0, partitionLeaderEpoch
+    -1, the given producer state (``-1``s strip it), transactional bit off, CRC recomputed.
+
+    Records are untouched (no decompression). The source CRC is checked first unless
+    ``verify=False`` says the caller already did.
+    """
+    if verify:
+        batch.verify()
+    try:
+        crc_header = CRC_HEADER_STRUCT.pack(
+            batch.attributes & ~ATTR_TRANSACTIONAL,
+            batch.last_offset_delta,
+            batch.base_timestamp,
+            batch.max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            batch.records_count,
+        )
+    except struct.error as exc:
+        raise ValueError(f"producer state out of range: {exc}") from None
+    records = batch.records_view
+    crc = crc32c(records, crc32c(crc_header))
+    prefix = _PRODUCE_PREFIX.pack(0, batch.batch_length, -1, batch.magic)
+    return b"".join((prefix, crc.to_bytes(4, "big"), crc_header, records))
+
+
 def strip_producer_state(batch: RecordBatch, *, verify: bool = True) -> bytes:
     """Copy of ``batch`` with producerId/epoch/baseSequence = -1 and the transactional bit off.
 

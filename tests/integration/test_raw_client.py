@@ -12,12 +12,12 @@ from helpers import BASE_TS, CODECS, Rec, admin, create_topic, make_records, pro
 
 from mm2py.client.cluster import EARLIEST, LATEST, ClientConfig, ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
-from mm2py.client.producer import RawProducer
+from mm2py.client.producer import ProducerConfig, RawProducer
 from mm2py.client.types import ConnectionLostError, TopicPartition
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.api import ApiKey, ProduceTopicRequest, decode_produce_response, encode_produce_request
 from mm2py.protocol.api_fetch import READ_COMMITTED, READ_UNCOMMITTED
-from mm2py.protocol.batch_edit import needs_rebuild
+from mm2py.protocol.batch_edit import for_produce, needs_rebuild
 from mm2py.protocol.compression import Codec
 from mm2py.protocol.errors_codes import NONE
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
@@ -99,7 +99,9 @@ async def test_raw_mirror_roundtrip(
     assert all(b.codec == Codec[codec.upper()] for b in source_batches)
     assert all((b.producer_id >= 0) == idempotent for b in source_batches)
 
-    offsets = await RawProducer(dst).produce([(ttp, b) for b in source_batches])
+    # the plain (non-idempotent) mode: the broker sees the source bytes minus producer state
+    plain = RawProducer(dst, ProducerConfig(idempotent=False))
+    offsets = await plain.produce([(ttp, b) for b in source_batches])
     assert offsets == [b.base_offset for b in source_batches]  # same numbering as the source
 
     got = read_all(target_cluster.bootstrap, target, expect=len(records))
@@ -119,6 +121,37 @@ async def test_raw_mirror_roundtrip(
             assert (t.producer_id, t.producer_epoch, t.base_sequence) == (-1, -1, -1)
             assert bytes(t.buf[21:43]) == bytes(s.buf[21:43])  # attributes..maxTimestamp
             assert bytes(t.buf[57:]) == bytes(s.buf[57:])  # recordsCount + compressed records
+
+
+async def test_idempotent_producer_stamps_its_own_sequences_and_dedupes_retries(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, src: ClusterClient, dst: ClusterClient
+) -> None:
+    topic = create_topic(source_cluster.bootstrap, unique("idem-src"), partitions=1)
+    target = create_topic(target_cluster.bootstrap, unique("idem-dst"), partitions=1)
+    produce_records(source_cluster.bootstrap, topic, make_records(300), compression="zstd", linger_ms=0,
+                    extra={"batch.num.messages": 50})
+    source_batches = await fetch_batches(src, TopicPartition(topic, 0))
+    ttp = TopicPartition(target, 0)
+    producer = RawProducer(dst)
+    offsets = await producer.produce([(ttp, b) for b in source_batches])
+    assert offsets == [b.base_offset for b in source_batches]
+    target_batches = await fetch_batches(dst, ttp)
+    seq = 0
+    for s, t in zip(source_batches, target_batches, strict=True):
+        assert (t.producer_id, t.producer_epoch) == (producer.producer_id, producer.producer_epoch)
+        assert t.producer_id >= 0 and t.producer_id != s.producer_id
+        assert t.base_sequence == seq
+        seq += t.records_count
+        assert bytes(t.buf[21:43]) == bytes(s.buf[21:43]) and bytes(t.buf[57:]) == bytes(s.buf[57:])
+    # a retry of a request whose first attempt was appended: the broker recognises the sequence
+    last = source_batches[-1]
+    resend = for_produce(last, producer.producer_id, producer.producer_epoch,
+                         seq - last.records_count, verify=True)
+    result = await producer._produce_round({ttp: resend})
+    assert result[ttp].error_code == 0
+    assert result[ttp].base_offset == last.base_offset
+    end = (await dst.list_offsets([ttp]))[ttp]
+    assert end == sum(b.records_count for b in source_batches), "the retried batch was appended twice"
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -197,11 +230,15 @@ async def test_transactions_only_committed(
 
     target = create_topic(target_cluster.bootstrap, unique("txn-dst"))
     ttp = TopicPartition(target, 0)
-    offsets = await RawProducer(dst).produce([(ttp, b) for b in batches])
+    producer = RawProducer(dst)
+    offsets = await producer.produce([(ttp, b) for b in batches])
     assert len(offsets) == len(batches)
     assert contents(read_all(target_cluster.bootstrap, target, expect=len(committed))) == contents(committed)
+    source_pids = {b.producer_id for b in batches}
     for t in await fetch_batches(dst, ttp):
-        assert not t.is_transactional and t.producer_id == -1
+        # the source's transactional producer state is gone: our own idempotent id replaces it
+        assert not t.is_transactional and t.producer_id == producer.producer_id
+        assert t.producer_id not in source_pids
 
 
 async def test_gapped_batch_rejected_raw_accepted_after_rebuild(

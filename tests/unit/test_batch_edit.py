@@ -244,3 +244,35 @@ def test_crop_keeps_delete_horizon_base_timestamp() -> None:
     assert out is not None and out.has_delete_horizon
     assert out.base_timestamp == horizon
     assert absolute(out) == absolute(plain)[2:]
+
+
+# ------------------------------------------------------------------------------- for_produce
+@pytest.mark.parametrize("codec", list(Codec))
+def test_for_produce_stamps_state_in_one_copy_without_touching_records(codec: Codec) -> None:
+    from mm2py.protocol.batch_edit import for_produce
+
+    recs = [Record(i, i, f"k{i}".encode(), f"v{i}".encode() * 20, ()) for i in range(12)]
+    src = RecordBatch(build_batch(
+        recs, codec=codec, base_offset=4242, base_timestamp=BASE_TS, producer_id=77, producer_epoch=3,
+        base_sequence=900, transactional=True, partition_leader_epoch=9,
+    ))
+    out = RecordBatch(for_produce(src, 5, 1, 12))
+    assert out.crc_ok()
+    assert (out.base_offset, out.partition_leader_epoch) == (0, -1)
+    assert (out.producer_id, out.producer_epoch, out.base_sequence) == (5, 1, 12)
+    assert not out.is_transactional and out.codec == codec
+    assert bytes(out.records_view) == bytes(src.records_view)
+    assert (out.last_offset_delta, out.base_timestamp, out.max_timestamp, out.records_count) == (
+        src.last_offset_delta, src.base_timestamp, src.max_timestamp, src.records_count)
+    stripped = RecordBatch(for_produce(src))
+    assert (stripped.producer_id, stripped.producer_epoch, stripped.base_sequence) == (-1, -1, -1)
+    assert stripped.crc_ok()
+
+
+def test_for_produce_refuses_to_reseal_a_corrupt_batch() -> None:
+    from mm2py.protocol.batch_edit import for_produce
+
+    raw = bytearray(build_batch([Record(0, 0, b"k", b"v")], base_timestamp=BASE_TS))
+    raw[-1] ^= 0xFF
+    with pytest.raises(CorruptBatchError):
+        for_produce(RecordBatch(bytes(raw)), 1, 0, 0)
