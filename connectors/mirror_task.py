@@ -6,12 +6,13 @@ from collections.abc import Mapping, Sequence
 
 from connectors.mirror_sink import MirrorSink
 from connectors.mirror_source import MirrorSource
+from connectors.resume import TailReconciler
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.fetcher import FetcherConfig
 from mm2py.client.producer import RawProducer
 from mm2py.engine.admin import ClusterAdmin
 from mm2py.engine.config import FlowConfig
-from mm2py.engine.progress import ProgressStore
+from mm2py.engine.progress import Position, ProgressStore
 from mm2py.engine.sync_writer import OffsetSyncWriter
 from mm2py.engine.task import TaskRunner, TaskSpec
 from mm2py.protocol.mm2_records import OffsetSync
@@ -35,10 +36,10 @@ class FlowCheckpointer:
             side = "source" if flow.offset_syncs_topic_location == "source" else "target"
             self.syncs = OffsetSyncWriter(bootstrap_of(flow, side), flow.offset_syncs_topic())
 
-    def load(self) -> dict[TopicPartition, int]:
+    def load(self) -> dict[TopicPartition, Position]:
         return self.progress.load()
 
-    def commit(self, positions: Mapping[TopicPartition, int]) -> None:
+    def commit(self, positions: Mapping[TopicPartition, Position]) -> None:
         self.progress.commit(positions)
 
     def send_syncs(self, syncs: Sequence[OffsetSync]) -> None:
@@ -67,8 +68,13 @@ async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRun
     fetch_config = FetcherConfig(max_bytes=fetch_max, partition_max_bytes=per_partition)
     source = MirrorSource(source_client, fetch_config)
     policy = flow.replication_policy()
-    sink = MirrorSink(RawProducer(target_client), lambda t: policy.format_remote_topic(flow.source, t))
+
+    def rename(topic: str) -> str:
+        return policy.format_remote_topic(flow.source, topic)
+
+    sink = MirrorSink(RawProducer(target_client), rename)
     return TaskRunner(
         spec, source, sink, FlowCheckpointer(flow),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,
+        reconcile=TailReconciler(source, target_client, rename),
     )

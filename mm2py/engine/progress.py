@@ -6,6 +6,9 @@ Records use Kafka Connect's offset-storage layout as MM2's MirrorSourceTask writ
 resumes at ``O + 1``. Topic: ``mm2-offsets.<source>.internal``.
 
 A position is only written after the target acknowledged every batch below it (at-least-once).
+mm2py adds ``"mm2py.target.offset"``: the target partition's end after that last batch. MM2 reads
+only ``offset``, so the records stay MM2-compatible; mm2py uses the extra field on restart to
+recognise batches that reached the target after the last commit (see ``connectors/resume.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
@@ -23,6 +27,14 @@ from mm2py.protocol.types import TopicPartition
 log = logging.getLogger(__name__)
 
 CONNECTOR_NAME = "MirrorSourceConnector"
+TARGET_FIELD = "mm2py.target.offset"
+
+
+class Position(NamedTuple):
+    """Where a source partition stands: next source offset, and the target end it maps to."""
+
+    source: int
+    target: int | None = None
 
 
 def progress_topic(source_alias: str) -> str:
@@ -34,12 +46,15 @@ def encode_key(source_alias: str, tp: TopicPartition) -> bytes:
     return json.dumps([CONNECTOR_NAME, part], separators=(",", ":"), sort_keys=True).encode()
 
 
-def encode_value(last_offset: int) -> bytes:
-    return json.dumps({"offset": last_offset}, separators=(",", ":")).encode()
+def encode_value(last_offset: int, target_next: int | None = None) -> bytes:
+    value: dict[str, int] = {"offset": last_offset}
+    if target_next is not None:
+        value[TARGET_FIELD] = target_next
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
-def decode(key: bytes | None, value: bytes | None) -> tuple[str, TopicPartition, int | None] | None:
-    """(cluster, partition, last offset or None for a tombstone); None for foreign records."""
+def decode(key: bytes | None, value: bytes | None) -> tuple[str, TopicPartition, Position | None] | None:
+    """(cluster, partition, position or None for a tombstone); None for foreign records."""
     if key is None:
         return None
     try:
@@ -50,7 +65,9 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[str, TopicPartition,
         cluster = str(part["cluster"])
         if value is None:
             return cluster, tp, None
-        return cluster, tp, int(json.loads(value)["offset"])
+        doc = json.loads(value)
+        target = doc.get(TARGET_FIELD)
+        return cluster, tp, Position(int(doc["offset"]) + 1, None if target is None else int(target))
     except (ValueError, KeyError, TypeError):
         log.warning("ignoring a malformed progress record with key %r", key[:200])
         return None
@@ -74,20 +91,20 @@ class ProgressStore:
         self._producer_conf = client_config(admin.bootstrap, producer_overrides)
         self._producer_conf.update({"acks": "all", "linger.ms": 0})
         self._producer: Producer | None = None
-        self._committed: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, Position] = {}
 
     def ensure_topic(self) -> None:
         self.admin.ensure_compacted_topic(self.topic, self.replication_factor)
 
-    def load(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
-        """Next source offset to fetch for each partition this cluster's tasks ever mirrored."""
+    def load(self, timeout: float = 30.0) -> dict[TopicPartition, Position]:
+        """Where each partition this cluster's tasks ever mirrored stands."""
         conf = client_config(self.admin.bootstrap, {
             "group.id": f"mm2py-progress-reader-{self.source_alias}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         })
         consumer = Consumer(conf)
-        positions: dict[TopicPartition, int] = {}
+        positions: dict[TopicPartition, Position] = {}
         try:
             md = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
             if md is None or md.error is not None:
@@ -113,11 +130,11 @@ class ProgressStore:
                     raise KafkaException(err)
                 decoded = decode(msg.key(), msg.value())
                 if decoded is not None and decoded[0] == self.source_alias:
-                    _, tp, last = decoded
-                    if last is None:
+                    _, tp, pos = decoded
+                    if pos is None:
                         positions.pop(tp, None)
                     else:
-                        positions[tp] = last + 1
+                        positions[tp] = pos
                 if (msg.offset() or 0) + 1 >= ends[msg.partition()]:
                     pending.discard(msg.partition())
         finally:
@@ -125,8 +142,8 @@ class ProgressStore:
         self._committed.update(positions)
         return positions
 
-    def commit(self, positions: Mapping[TopicPartition, int], timeout: float = 30.0) -> None:
-        """Persist next-offset positions that changed since the last commit; blocks until acked."""
+    def commit(self, positions: Mapping[TopicPartition, Position], timeout: float = 30.0) -> None:
+        """Persist positions that changed since the last commit; blocks until acknowledged."""
         changed = {tp: o for tp, o in positions.items() if self._committed.get(tp) != o}
         if not changed:
             return
@@ -138,9 +155,9 @@ class ProgressStore:
             if err is not None:
                 errors.append(str(err))
 
-        for tp, next_offset in changed.items():
+        for tp, pos in changed.items():
             self._producer.produce(
-                self.topic, encode_value(next_offset - 1), encode_key(self.source_alias, tp),
+                self.topic, encode_value(pos.source - 1, pos.target), encode_key(self.source_alias, tp),
                 on_delivery=on_delivery,
             )
         left = self._producer.flush(timeout)

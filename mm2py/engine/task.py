@@ -18,11 +18,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
+from mm2py.engine.progress import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -93,9 +94,9 @@ class SinkError(Exception):
 class Checkpointer(Protocol):
     """Persists positions and offset syncs (blocking calls, run in a thread)."""
 
-    def load(self) -> dict[TopicPartition, int]: ...
+    def load(self) -> dict[TopicPartition, Position]: ...
 
-    def commit(self, positions: Mapping[TopicPartition, int]) -> None: ...
+    def commit(self, positions: Mapping[TopicPartition, Position]) -> None: ...
 
     def send_syncs(self, syncs: Sequence[OffsetSync]) -> None: ...
 
@@ -114,7 +115,14 @@ class TaskMetrics:
     offsets_lost_to_retention: int = 0
     syncs: int = 0
     commits: int = 0
+    skipped_on_resume: int = 0
     lag: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+#: Given a partition's stored position (source next, target end at that time), returns the
+#: position to resume from after skipping batches that already reached the target, and those
+#: batches (so their offset syncs are written as if they had just been delivered).
+Reconciler = Callable[[TopicPartition, Position], Awaitable[tuple[Position, list["Delivered"]]]]
 
 
 class TaskRunner:
@@ -131,6 +139,7 @@ class TaskRunner:
         commit_interval: float = 1.0,
         retry_backoff: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        reconcile: Reconciler | None = None,
     ) -> None:
         self.spec = spec
         self.source = source
@@ -140,11 +149,13 @@ class TaskRunner:
         self.commit_interval = commit_interval
         self.retry_backoff = retry_backoff
         self.clock = clock
+        self.reconcile = reconcile
         self.metrics = TaskMetrics()
         self.state = "UNASSIGNED"
         self.trace: str | None = None
         self._fetch_pos: dict[TopicPartition, int] = {}
         self._acked: dict[TopicPartition, int] = {}
+        self._target_next: dict[TopicPartition, int | None] = {}
         self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
         self._last_commit = clock()
         self._round_end: dict[TopicPartition, int] = {}
@@ -170,6 +181,7 @@ class TaskRunner:
         for tp in [tp for tp in self._acked if tp not in wanted]:
             del self._acked[tp]
             self._fetch_pos.pop(tp, None)
+            self._target_next.pop(tp, None)
             self.planner.reset(tp)
         new = [tp for tp in wanted if tp not in self._acked]
         if not new:
@@ -179,9 +191,30 @@ class TaskRunner:
         missing = [tp for tp in new if tp not in given and tp not in stored]
         fresh = await self.source.resolve_start(missing) if missing else {}
         for tp in new:
-            pos = given.get(tp, stored.get(tp, fresh.get(tp, 0)))
+            target: int | None = None
+            if tp in given:
+                pos = given[tp]
+            elif tp in stored:
+                pos, target = stored[tp]
+                if target is not None and self.reconcile is not None:
+                    resumed, already = await self.reconcile(tp, stored[tp])
+                    if resumed.source != pos:
+                        log.info("%s: offsets %d..%d were already on the target; resuming at %d",
+                                 tp, pos, resumed.source - 1, resumed.source)
+                        self.metrics.skipped_on_resume += resumed.source - pos
+                    pos, target = resumed
+                    syncs = [
+                        s for d in already for s in self.planner.on_batch(
+                            tp, d.source_first, d.source_last, d.target_first, d.record_offsets)
+                    ]
+                    if syncs:
+                        self.metrics.syncs += len(syncs)
+                        self.checkpointer.send_syncs(syncs)
+            else:
+                pos = fresh.get(tp, 0)
             self._acked[tp] = pos
             self._fetch_pos[tp] = pos
+            self._target_next[tp] = target
         log.info("task %s: now mirroring %d partitions", self.spec.task_id, len(self._acked))
 
     # -- main loop -----------------------------------------------------------------------------
@@ -298,6 +331,7 @@ class TaskRunner:
             if d.source not in self._acked:
                 continue
             self._acked[d.source] = d.source_next
+            self._target_next[d.source] = d.target_first + d.records
             self.metrics.batches += 1
             self.metrics.records += d.records
             self.metrics.bytes += d.size
@@ -325,7 +359,7 @@ class TaskRunner:
         if not force and now - self._last_commit < self.commit_interval:
             return
         self._last_commit = now
-        positions = dict(self._acked)
+        positions = {tp: Position(o, self._target_next.get(tp)) for tp, o in self._acked.items()}
 
         def commit() -> None:
             self.checkpointer.flush_syncs()

@@ -48,7 +48,7 @@ def _total(bootstrap: str, topic: str) -> int:
         return 0
 
 
-def test_sigkill_mid_stream_then_restart_loses_nothing(
+def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_nothing(
     east: KafkaCluster, west: KafkaCluster, tmp_path: Path, record_property: object
 ) -> None:
     topic = create_topic(east.bootstrap, unique("kill"), partitions=3)
@@ -102,6 +102,8 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(
     print(f"\nSIGKILL at {killed_at} target records: {duplicates} duplicates, {len(missing)} missing")
     record_property("duplicates", duplicates)  # type: ignore[operator]
     assert not missing
+    # the restarted worker recognised what reached the target after its last commit
+    assert duplicates == 0
     for p in range(3):
         firsts: list[int] = []
         seen: set[int] = set()
@@ -178,3 +180,44 @@ def test_offset_syncs_translate_exactly_across_transaction_gaps(
         nxt = next((r for r in source if r.offset >= u), None)
         want = target_offset_of[nxt.value] if nxt is not None else target_end
         assert store.translate(tp, u, downstream_end=target_end) == want, f"upstream {u}"
+
+
+def test_restart_behind_the_target_skips_what_is_already_there(
+    east: KafkaCluster, west: KafkaCluster
+) -> None:
+    """A position committed long before the crash (across transaction gaps) still duplicates nothing."""
+    from mm2py.engine.admin import ClusterAdmin
+    from mm2py.engine.progress import Position, ProgressStore
+
+    topic = create_topic(east.bootstrap, unique("behind"), partitions=1)
+    tx = Producer({"bootstrap.servers": east.bootstrap, "transactional.id": unique("tx")})
+    tx.init_transactions(30)
+    for round_ in range(10):
+        tx.begin_transaction()
+        for i in range(20):
+            tx.produce(topic, f"tx-{round_}-{i}".encode())
+        if round_ % 4 == 2:
+            tx.abort_transaction(30)
+        else:
+            tx.commit_transaction(30)
+    source = read_all(east.bootstrap, topic)
+    config = mirror_config(
+        {"east": east.bootstrap, "west": west.bootstrap}, {"east->west": {"topics": topic}}
+    )
+    target_topic = f"east.{topic}"
+    with BackgroundWorker(config):
+        wait_until(lambda: len(read_all(west.bootstrap, target_topic, timeout=10)) == len(source),
+                   60, 0.5, "mirrored")
+    end = end_offsets(west.bootstrap, target_topic)[0]
+    # rewind the committed position to the first batch boundary: (source 0, target 0)
+    store = ProgressStore(ClusterAdmin("west", west.bootstrap), "east")
+    store.commit({TopicPartition(topic, 0): Position(0, 0)})
+    store.close()
+    with BackgroundWorker(config) as bg:
+        time.sleep(3)
+        runner = bg.worker.flows["east->west"].tasks[0]
+        skipped = runner.metrics.skipped_on_resume
+        batches = runner.metrics.batches
+    assert end_offsets(west.bootstrap, target_topic)[0] == end, "records were mirrored twice"
+    assert batches == 0 and skipped == end_offsets(east.bootstrap, topic)[0]
+    assert [r.value for r in read_all(west.bootstrap, target_topic)] == [r.value for r in source]
