@@ -88,10 +88,14 @@ def west(target_cluster: KafkaCluster) -> KafkaCluster:
     return target_cluster
 
 
-@pytest.fixture(scope="session")
-def three_node_cluster(clusters: _Clusters) -> KafkaCluster:
-    """A 3-broker cluster, only for tests where partition leadership matters."""
-    return clusters.get("trio", nodes=3)[0]
+@pytest.fixture(scope="module")
+def three_node_cluster() -> Iterator[KafkaCluster]:
+    """A 3-broker cluster, only for tests where partition leadership matters (stopped after the module)."""
+    cluster = KafkaCluster.create("trio", RUN_DIR / "trio", nodes=3)
+    try:
+        yield cluster.start(timeout=120)
+    finally:
+        cluster.stop()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -197,3 +197,73 @@ def test_active_active_flows_never_mirror_back(east: KafkaCluster, west: KafkaCl
         east_topics, west_topics = topic_names(east.bootstrap), topic_names(west.bootstrap)
     assert f"west.{on_west}" in east_topics and f"east.{on_east}" in west_topics
     assert not [t for t in east_topics | west_topics if t.startswith(("east.west.", "west.east."))]
+
+
+def test_source_partitions_added_and_topic_configs_synced(east: KafkaCluster, west: KafkaCluster) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    from mm2py.engine.admin import ClusterAdmin
+
+    topic = create_topic(east.bootstrap, unique("cfg"), partitions=2,
+                         config={"retention.ms": "123456789", "max.message.bytes": "2000000"})
+    produce_records(east.bootstrap, topic, _records(200, "c"))
+    config = mirror_config(
+        _clusters(east, west),
+        {"east->west": {"topics": topic, "refresh.topics.interval.seconds": 1}},
+    )
+    with BackgroundWorker(config):
+        wait_until(lambda: _mirrored(east, west, {topic: f"east.{topic}"}), 60, 0.5, "mirrored")
+        source_admin = ClusterAdmin("east", east.bootstrap)
+        source_admin.add_partitions({topic: 4})
+        produce_records(east.bootstrap, topic, [
+            Rec(r.key, r.value, r.headers, r.timestamp, 3) for r in _records(50, "p3")
+        ])
+        wait_until(lambda: _mirrored(east, west, {topic: f"east.{topic}"}), 60, 0.5, "new partition")
+    target = f"east.{topic}"
+    assert len(end_offsets(west.bootstrap, target)) == 4
+    assert [r.content() for r in read_all(west.bootstrap, target) if r.partition == 3] == [
+        r.content() for r in read_all(east.bootstrap, topic) if r.partition == 3
+    ]
+    res = ConfigResource(ConfigResource.Type.TOPIC, target)
+    target_admin = ClusterAdmin("west", west.bootstrap)
+    entries = target_admin._client.describe_configs([res])[res].result(30)
+    assert entries["retention.ms"].value == "123456789"
+    assert entries["max.message.bytes"].value == "2000000"
+    assert entries["compression.type"].value == "producer"  # batches are kept as they come
+
+
+def test_a_task_runs_a_bounded_round_from_its_spec(east: KafkaCluster, west: KafkaCluster) -> None:
+    """What the Spark runtime does on an executor: build a task from plain data, mirror a range."""
+    import pickle
+
+    from connectors.mirror_task import build_task
+    from mm2py.engine.task import TaskSpec
+    from mm2py.runtime.inprocess import controller_for, ensure_internal_topics
+
+    topic = create_topic(east.bootstrap, unique("round"), partitions=2)
+    produce_records(east.bootstrap, topic, _records(1000, "r"))
+    config = mirror_config(_clusters(east, west), {"east->west": {"topics": topic}})
+    flow = config.enabled_flows()[0]  # type: ignore[attr-defined]
+    controller = controller_for(flow)
+    ensure_internal_topics(flow, controller)
+    plan = controller.refresh()
+    until = {TopicPartition(topic, p): o for p, o in end_offsets(east.bootstrap, topic).items()}
+    spec = pickle.loads(pickle.dumps(TaskSpec(flow, 0, tuple(plan.assignment[0]))))
+    produce_records(east.bootstrap, topic, _records(300, "late"))  # beyond the round's bound
+
+    async def round_() -> dict[TopicPartition, int]:
+        runner = await build_task(spec)
+        try:
+            return await runner.run_until(until, timeout=60)
+        finally:
+            await runner.close()
+
+    positions = asyncio.run(round_())
+    assert all(positions[tp] >= o for tp, o in until.items())
+    got = read_all(west.bootstrap, f"east.{topic}")
+    assert len(got) >= 1000
+    src = read_all(east.bootstrap, topic)
+    for p in (0, 1):
+        want = [r.content() for r in src if r.partition == p]
+        have = [r.content() for r in got if r.partition == p]
+        assert have == want[: len(have)] and len(have) >= until[TopicPartition(topic, p)]
