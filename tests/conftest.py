@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mm2py.kafka_local import KafkaCluster
+from mm2py.kafka_local import KafkaCluster, start_all
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -34,23 +34,11 @@ class _Clusters:
         with self.lock:
             missing = [n for n in names if n not in self.started]
             created = [KafkaCluster.create(n, RUN_DIR / n, nodes=nodes) for n in missing]
-            errors: list[BaseException] = []
-
-            def start(c: KafkaCluster) -> None:
-                try:
-                    c.start(timeout=90)
-                except BaseException as exc:
-                    errors.append(exc)
-
-            threads = [threading.Thread(target=start, args=(c,)) for c in created]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            for c in created:
-                self.started[c.name] = c
-            if errors:
-                raise errors[0]
+            try:
+                start_all(created, timeout=90)
+            finally:
+                for c in created:
+                    self.started[c.name] = c
             return [self.started[n] for n in names]
 
     def stop_all(self) -> None:

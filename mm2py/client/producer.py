@@ -38,7 +38,6 @@ from mm2py.protocol.batch_edit import (
     for_produce,
     increment_sequence,
     rebuild_contiguous,
-    strip_producer_state,
 )
 from mm2py.protocol.errors_codes import (
     INVALID_PRODUCER_EPOCH,
@@ -56,6 +55,16 @@ log = logging.getLogger(__name__)
 
 #: the broker no longer knows our producer state for the partition: start over with a new id
 _PRODUCER_FORGOTTEN = frozenset({UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH})
+
+
+def _stamped(b: RecordBatch, producer_id: int, producer_epoch: int, sequence: int) -> bytes:
+    """Produce bytes of a normalized batch; a batch already in that form is not copied again."""
+    if producer_id == -1 and not _has_producer_state(b):
+        # nothing inside the CRC changes: only the offset and leader epoch fields, if at all
+        if b.base_offset == 0 and b.partition_leader_epoch == -1:
+            return bytes(b)
+        return b.rebased(0)
+    return for_produce(b, producer_id, producer_epoch, sequence, verify=False)
 
 
 def _rounds(items: Sequence[tuple[TopicPartition, object]]) -> list[dict[TopicPartition, int]]:
@@ -112,19 +121,7 @@ def prepare_batch(batch: BatchLike) -> bytes:
 
     Raises ValueError for a control batch and CorruptBatchError for a bad CRC.
     """
-    b = batch if isinstance(batch, RecordBatch) else RecordBatch(batch)
-    if b.is_control:
-        raise ValueError(f"control batch at offset {b.base_offset} cannot be produced")
-    b.verify()
-    # The broker checks the header only (recordsCount == lastOffsetDelta + 1, LogValidator's
-    # validateBatch); a per-record delta scan here would put Python work per record on the hot path.
-    if not b.is_contiguous():
-        b, _ = rebuild_contiguous(b)
-    if _has_producer_state(b):
-        b = RecordBatch(strip_producer_state(b, verify=False))
-    if b.base_offset != 0 or b.partition_leader_epoch != -1:
-        return b.rebased(0)
-    return bytes(b)
+    return _stamped(normalize_batch(batch), -1, -1, -1)
 
 
 class RawProducer:
@@ -153,22 +150,20 @@ class RawProducer:
         Batches of the same partition are appended in input order (one per request round).
         Raises BrokerError on a non-retriable error or when retries run out.
         """
-        if not self.config.idempotent:
-            return await self._produce_plain(items)
+        idempotent = self.config.idempotent
         normalized = [(tp, normalize_batch(b)) for tp, b in items]
         rounds = _rounds(normalized)
         offsets = [-1] * len(normalized)
         async with self._locked(rounds):
             for rnd in rounds:
                 for attempt in (1, 2):
-                    pid, epoch = await self._ensure_producer_id()
-                    seqs = {tp: self._sequences.get(tp, 0) for tp in rnd}
+                    pid, epoch = await self._ensure_producer_id() if idempotent else (-1, -1)
+                    seqs = {tp: self._sequences.get(tp, 0) if idempotent else -1 for tp in rnd}
                     results = await self._produce_round({
-                        tp: for_produce(normalized[i][1], pid, epoch, seqs[tp], verify=False)
-                        for tp, i in rnd.items()
+                        tp: _stamped(normalized[i][1], pid, epoch, seqs[tp]) for tp, i in rnd.items()
                     })
                     lost = [tp for tp, r in results.items() if r.error_code in _PRODUCER_FORGOTTEN]
-                    if lost and attempt == 1:
+                    if lost and idempotent and attempt == 1:
                         await self._reset_producer_id(pid)
                         continue  # new producer id, sequences from 0: send the whole round again
                     break
@@ -177,21 +172,8 @@ class RawProducer:
                     if r.error_code != NONE:
                         raise BrokerError(r.error_code, f"produce to {tp}: {r.error_message or ''}")
                     offsets[i] = r.base_offset
-                    self._sequences[tp] = increment_sequence(seqs[tp], normalized[i][1].records_count)
-        return offsets
-
-    async def _produce_plain(self, items: Sequence[tuple[TopicPartition, BatchLike]]) -> list[int]:
-        prepared = [(tp, prepare_batch(b)) for tp, b in items]
-        rounds = _rounds(prepared)
-        offsets = [-1] * len(prepared)
-        async with self._locked(rounds):
-            for rnd in rounds:
-                results = await self._produce_round({tp: prepared[i][1] for tp, i in rnd.items()})
-                for tp, i in rnd.items():
-                    r = results[tp]
-                    if r.error_code != NONE:
-                        raise BrokerError(r.error_code, f"produce to {tp}: {r.error_message or ''}")
-                    offsets[i] = r.base_offset
+                    if idempotent:
+                        self._sequences[tp] = increment_sequence(seqs[tp], normalized[i][1].records_count)
         return offsets
 
     @contextlib.asynccontextmanager

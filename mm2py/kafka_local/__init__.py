@@ -1,6 +1,6 @@
 """Real Apache Kafka clusters on loopback for tests, the demo and the benchmarks (no Docker)."""
 
-from .cluster import KafkaCluster, KafkaNode, running_cluster
+from .cluster import KafkaCluster, KafkaNode, running_cluster, start_all
 from .jars import KAFKA_VERSION, HarnessError, resolve_jars
 
 __all__ = [
@@ -10,4 +10,5 @@ __all__ = [
     "KafkaNode",
     "resolve_jars",
     "running_cluster",
+    "start_all",
 ]

@@ -13,9 +13,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -313,6 +314,25 @@ def _run_tool(libs: Path, args: list[str], cwd: Path) -> str:
     if proc.returncode != 0:
         raise HarnessError(f"{' '.join(args[:2])} failed: {proc.stdout}{proc.stderr}"[-3000:])
     return proc.stdout
+
+
+def start_all(clusters: Sequence[KafkaCluster], timeout: float = 90.0) -> None:
+    """Start several clusters at once (their JVMs boot in parallel); raise the first failure."""
+    errors: list[BaseException] = []
+
+    def start(c: KafkaCluster) -> None:
+        try:
+            c.start(timeout)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(c,)) for c in clusters]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 @contextlib.contextmanager

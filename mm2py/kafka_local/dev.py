@@ -6,11 +6,10 @@ import json
 import os
 import shutil
 import socket
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cluster import KafkaCluster, free_port
+from .cluster import KafkaCluster, free_port, start_all
 from .jars import HarnessError, cache_root
 
 DEV_CLUSTERS = {"east": (19092, 19093), "west": (29092, 29093)}
@@ -90,23 +89,13 @@ def up(timeout: float = 90) -> list[KafkaCluster]:
     for name, (port, cport) in DEV_CLUSTERS.items():
         ports = [(_port_or_free(port), _port_or_free(cport))]
         clusters.append(KafkaCluster.create(name, dev_dir() / name, ports=ports))
-    errors: list[BaseException] = []
-
-    def start(c: KafkaCluster) -> None:
-        try:
-            c.start(timeout)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start, args=(c,)) for c in clusters]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    _save(clusters)
-    if errors:
+    try:
+        start_all(clusters, timeout)
+    except BaseException as exc:
+        _save(clusters)
         down()
-        raise HarnessError(f"dev clusters failed to start: {errors[0]}")
+        raise HarnessError(f"dev clusters failed to start: {exc}") from exc
+    _save(clusters)
     return clusters
 
 

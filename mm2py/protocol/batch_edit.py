@@ -64,7 +64,10 @@ def _with_producer_state(
     base_sequence: int,
     transactional: bool,
     verify: bool,
+    prefix: bytes | memoryview | None = None,
 ) -> bytes:
+    """A copy with new producer fields and CRC; ``prefix`` replaces bytes 0..17 (offset, length,
+    leader epoch, magic) when given."""
     if verify:
         # Never re-seal a corrupt batch with a fresh, valid CRC.
         batch.verify()
@@ -86,7 +89,8 @@ def _with_producer_state(
         raise ValueError(f"producer state out of range: {exc}") from None
     records = batch.records_view
     crc = crc32c(records, crc32c(crc_header))
-    return b"".join((batch.buf[:CRC_OFFSET], crc.to_bytes(4, "big"), crc_header, records))
+    head = batch.buf[:CRC_OFFSET] if prefix is None else prefix
+    return b"".join((head, crc.to_bytes(4, "big"), crc_header, records))
 
 
 _PRODUCE_PREFIX = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
@@ -106,25 +110,10 @@ def for_produce(
     Records are untouched (no decompression). The source CRC is checked first unless
     ``verify=False`` says the caller already did.
     """
-    if verify:
-        batch.verify()
-    try:
-        crc_header = CRC_HEADER_STRUCT.pack(
-            batch.attributes & ~ATTR_TRANSACTIONAL,
-            batch.last_offset_delta,
-            batch.base_timestamp,
-            batch.max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            batch.records_count,
-        )
-    except struct.error as exc:
-        raise ValueError(f"producer state out of range: {exc}") from None
-    records = batch.records_view
-    crc = crc32c(records, crc32c(crc_header))
     prefix = _PRODUCE_PREFIX.pack(0, batch.batch_length, -1, batch.magic)
-    return b"".join((prefix, crc.to_bytes(4, "big"), crc_header, records))
+    return _with_producer_state(
+        batch, producer_id, producer_epoch, base_sequence, False, verify, prefix
+    )
 
 
 def strip_producer_state(batch: RecordBatch, *, verify: bool = True) -> bytes:
