@@ -29,7 +29,7 @@ class FlowCheckpointer:
 
     def __init__(self, flow: FlowConfig) -> None:
         self.flow = flow
-        admin = ClusterAdmin(flow.target, bootstrap_of(flow, "target"))
+        admin = ClusterAdmin(flow.target, bootstrap_of(flow, "target"), timeout=flow.admin_timeout_ms / 1000)
         self.progress = ProgressStore(admin, flow.source)
         self.syncs: OffsetSyncWriter | None = None
         if flow.emit_offset_syncs_enabled:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +48,15 @@ class ClusterAdmin:
         self._client = AdminClient(client_config(bootstrap, overrides))
 
     def _fail(self, what: str, exc: BaseException) -> ClusterUnreachableError:
-        return ClusterUnreachableError(
-            f"cluster '{self.alias}' ({self.bootstrap}): {what} failed: {exc}"
-        )
+        reason = str(exc) or f"no answer within {self.timeout:.0f}s"
+        return ClusterUnreachableError(f"cluster '{self.alias}' ({self.bootstrap}): {what} failed: {reason}")
+
+    def _result(self, fut: Future[Any], what: str) -> Any:
+        """A future's result; a time-out becomes an error that names the cluster."""
+        try:
+            return fut.result(timeout=self.timeout)
+        except TimeoutError as exc:
+            raise self._fail(what, exc) from None
 
     def list_topics(self) -> dict[str, TopicInfo]:
         try:
@@ -72,7 +79,7 @@ class ClusterAdmin:
         out: dict[str, dict[str, str]] = {}
         for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
             try:
-                entries = fut.result(timeout=self.timeout)
+                entries = self._result(fut, f"describing configs of {res.name}")
             except KafkaException as exc:
                 log.warning("describe configs of %s on %s: %s", res.name, self.alias, exc)
                 continue
@@ -92,7 +99,7 @@ class ClusterAdmin:
         futures = self._client.create_topics(topics, request_timeout=self.timeout)
         for name, fut in futures.items():
             try:
-                fut.result(timeout=self.timeout)
+                self._result(fut, f"creating topic {name}")
                 created.append(name)
             except KafkaException as exc:
                 if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
@@ -113,7 +120,7 @@ class ClusterAdmin:
         )
         for name, fut in futures.items():
             try:
-                fut.result(timeout=self.timeout)
+                self._result(fut, f"adding partitions to {name}")
             except KafkaException as exc:
                 if exc.args[0].code() == KafkaError.INVALID_PARTITIONS:
                     continue  # already grown by someone else
@@ -137,6 +144,6 @@ class ClusterAdmin:
             return
         for res, fut in self._client.incremental_alter_configs(resources).items():
             try:
-                fut.result(timeout=self.timeout)
+                self._result(fut, f"altering configs of {res.name}")
             except KafkaException as exc:
                 log.warning("config sync of %s on %s failed: %s", res.name, self.alias, exc)

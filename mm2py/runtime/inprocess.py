@@ -36,10 +36,11 @@ def _default_builder(commit_interval: float) -> TaskBuilder:
 
 
 def controller_for(flow: FlowConfig) -> Controller:
+    timeout = flow.admin_timeout_ms / 1000
     return Controller(
         flow.source, flow.target,
-        ClusterAdmin(flow.source, flow.source_cluster.bootstrap_servers),
-        ClusterAdmin(flow.target, flow.target_cluster.bootstrap_servers),
+        ClusterAdmin(flow.source, flow.source_cluster.bootstrap_servers, timeout=timeout),
+        ClusterAdmin(flow.target, flow.target_cluster.bootstrap_servers, timeout=timeout),
         topic_filter=flow.topic_filter(),
         policy=flow.replication_policy(),
         tasks_max=flow.tasks_max,

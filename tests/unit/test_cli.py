@@ -1,0 +1,41 @@
+"""The CLI's answers to bad input: clear one-line errors, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mm2py.cli", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    cfg = tmp_path / "mm2.properties"
+    cfg.write_text("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:2\n"
+                   "a->b.enabled = true\na->b.topcs = orders\n")
+    out = _run("run", "-c", str(cfg))
+    assert out.returncode == 2
+    assert "unknown key 'a->b.topcs'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_missing_file_and_no_enabled_flow(tmp_path: Path) -> None:
+    out = _run("run", "-c", str(tmp_path / "nope.yaml"))
+    assert out.returncode == 2 and "nope.yaml" in out.stderr and "Traceback" not in out.stderr
+    cfg = tmp_path / "idle.yaml"
+    cfg.write_text("clusters: {a: 'x:1', b: 'y:2'}\n")
+    out = _run("run", "-c", str(cfg))
+    assert out.returncode == 2 and "enables no flow" in out.stderr
+
+
+def test_unreachable_cluster_is_named(tmp_path: Path) -> None:
+    cfg = tmp_path / "mm2.yaml"
+    # nothing listens on port 1 of loopback: the connection is refused at once
+    cfg.write_text("clusters: {east: '127.0.0.1:1', west: '127.0.0.1:1'}\n"
+                   "flows: {east->west: {}}\nreplication.factor: 1\nadmin.timeout.ms: 2000\n")
+    out = _run("run", "-c", str(cfg))
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "cluster 'west' (127.0.0.1:1)" in out.stderr or "cluster 'east' (127.0.0.1:1)" in out.stderr
+    assert "Traceback" not in out.stderr
