@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 
 from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
+from mm2py.client.types import ClientError
 from mm2py.engine.task import Polled
 from mm2py.protocol.errors import CorruptBatchError
-from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE
+from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE, BrokerError
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class MirrorSource:
         self.corrupt_retries = corrupt_retries
         self.reset_to_earliest = reset_to_earliest
         self.corrupt_batches_seen = 0
+        self.unavailable_rounds = 0
 
     async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """MM2's default for partitions never mirrored: start at the earliest offset."""
@@ -53,7 +55,15 @@ class MirrorSource:
         while True:
             try:
                 fetched = await self.fetcher.fetch(positions)
+                self.unavailable_rounds = 0
                 break
+            except (ClientError, BrokerError) as exc:
+                # source unreachable or leaderless beyond the client's own retries: report nothing
+                # this round and try again; positions are unchanged, so nothing is skipped
+                self.unavailable_rounds += 1
+                log.warning("fetch from the source failed (%s); retrying", exc)
+                await asyncio.sleep(min(5.0, 0.5 * self.unavailable_rounds))
+                return {}
             except CorruptBatchError as exc:
                 attempt += 1
                 self.corrupt_batches_seen += 1

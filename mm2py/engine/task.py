@@ -115,6 +115,7 @@ class TaskMetrics:
     offsets_lost_to_retention: int = 0
     syncs: int = 0
     commits: int = 0
+    commit_failures: int = 0
     skipped_on_resume: int = 0
     lag: dict[TopicPartition, int] = field(default_factory=dict)
 
@@ -177,7 +178,16 @@ class TaskRunner:
         wanted = self._pending_assignment
         if wanted is None:
             return
-        self._pending_assignment = None
+        try:
+            await self._take_assignment(wanted)
+        except BaseException:
+            if self._pending_assignment is None:
+                self._pending_assignment = wanted  # try again on the next round
+            raise
+        if self._pending_assignment == wanted:
+            self._pending_assignment = None
+
+    async def _take_assignment(self, wanted: tuple[TopicPartition, ...]) -> None:
         for tp in [tp for tp in self._acked if tp not in wanted]:
             del self._acked[tp]
             self._fetch_pos.pop(tp, None)
@@ -247,7 +257,13 @@ class TaskRunner:
         prefetch: asyncio.Task[dict[TopicPartition, Polled]] | None = None
         try:
             while not stop.is_set():
-                await self._apply_assignment()
+                try:
+                    await self._apply_assignment()
+                except Exception as exc:  # e.g. the source or the target is unreachable right now
+                    log.warning("task %s: taking the new assignment failed (%s); retrying",
+                                self.spec.task_id, exc)
+                    await _sleep_or_stop(stop, self.retry_backoff * 4)
+                    continue
                 if until is not None and all(self._acked.get(tp, 0) >= o for tp, o in until.items()):
                     return
                 if not self._fetch_pos:
@@ -365,7 +381,15 @@ class TaskRunner:
             self.checkpointer.flush_syncs()
             self.checkpointer.commit(positions)
 
-        await asyncio.to_thread(commit)
+        try:
+            await asyncio.to_thread(commit)
+        except Exception as exc:
+            if force:
+                raise
+            # the target is unreachable for now: keep mirroring, commit again next interval
+            self.metrics.commit_failures += 1
+            log.warning("task %s: committing progress failed (%s); will retry", self.spec.task_id, exc)
+            return
         self.metrics.commits += 1
 
     async def close(self) -> None:
