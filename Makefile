@@ -1,7 +1,7 @@
 # The two commands of README.md: `make demo` (main job) and `make test` (the whole suite).
 PYTHON ?= python3
 
-.PHONY: install demo test lint unit integration down
+.PHONY: install demo test lint unit integration down bench
 
 install:
 	./scripts/install.sh
@@ -22,3 +22,6 @@ integration:
 
 down:
 	$(PYTHON) -m mm2py.cli dev down
+
+bench:
+	$(PYTHON) benchmarks/mirror_bench.py --quick

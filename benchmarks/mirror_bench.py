@@ -1,0 +1,505 @@
+"""mm2py side by side with its peers, mirroring the same backlog between two real Kafka clusters.
+
+Not a test. Seeds one source topic *before* any mirror starts, then runs each peer in turn as its
+own process, copying that backlog to a fresh target topic, and measures:
+
+* ``seconds``   - wall time from process start until the target end offsets reach the source's;
+* ``startup s`` - from process start until the first record shows up on the target;
+* ``rec/s``, ``MB/s`` - records and source batch bytes (compressed, as stored) per wall second;
+* ``CPU s``     - utime+stime of the mirror process (``/proc/<pid>/stat``) when it caught up;
+* ``startup CPU s`` - the part of it spent before the first record reached the target;
+* ``peak RSS``  - ``VmHWM`` of the mirror process;
+* ``brokers CPU s`` - CPU both brokers spent meanwhile (only for clusters this script started).
+
+Peers: ``mm2py`` (``python -m mm2py.cli run``), ``mm2`` (Apache Kafka MirrorMaker 2, dedicated
+mode, its defaults except the target codec), ``mm2-tuned`` (the same with the producer batching of
+the record copy: ``batch.size`` = ``--batch-kib``, ``linger.ms=20``) and ``record-copy`` (a
+confluent-kafka consumer+producer loop: decompress, per-record objects, recompress). Usage::
+
+    python benchmarks/mirror_bench.py [--quick] [--records N] [--peers mm2py,mm2,record-copy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from mm2py.kafka_local import KafkaCluster
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = ("mm2py", "mm2", "mm2-tuned", "record-copy")
+JVM_OPTS = ["-Xms256m", "-Xmx2g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",  # connect-mirror-maker.sh
+            "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+            "-Djava.awt.headless=true"]
+LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+"""
+
+
+# ------------------------------------------------------------------------------ /proc sampling
+def cpu_seconds(pid: int) -> float | None:
+    """utime+stime of ``pid`` (all its threads), or None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # the command name may contain spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def total_cpu(pids: list[int]) -> float:
+    return sum(cpu_seconds(p) or 0.0 for p in pids)
+
+
+# ---------------------------------------------------------------------------------- topic data
+def make_values(size: int, count: int = 8192) -> list[bytes]:
+    """Half random hex, half repetitive: lz4/zstd shrink these roughly 2-3x, like typical JSON."""
+    half = size // 2
+    return [os.urandom(half // 2 + 1).hex()[:half].encode() + b"x" * (size - half) for _ in range(count)]
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(name, timeout=5).topics.get(name)
+        if md is not None and md.error is None and len(md.partitions) == partitions:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {name} not ready on {bootstrap}")
+
+
+def seed(bootstrap: str, topic: str, args: argparse.Namespace) -> float:
+    """Produce the backlog: ``args.records`` records round-robin over the partitions."""
+    values = make_values(args.record_size)
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "compression.type": args.codec, "acks": "all",
+        "enable.idempotence": True, "linger.ms": 50, "batch.size": args.batch_kib * 1024,
+        "batch.num.messages": 1_000_000, "queue.buffering.max.kbytes": 262144,
+    })
+    errors: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    start = time.monotonic()
+    for i in range(args.records):
+        while True:
+            try:
+                producer.produce(topic, values[i % len(values)], b"key-%d" % i,
+                                 partition=i % args.partitions, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120) or errors:
+        raise RuntimeError(f"seeding {topic} failed: {errors[:3]}")
+    return time.monotonic() - start
+
+
+@dataclass
+class BatchSummary:
+    batches: int = 0
+    bytes: int = 0
+    records: int = 0
+    codecs: set[str] = field(default_factory=set)
+
+    def line(self) -> str:
+        avg = self.bytes / self.batches / 1024 if self.batches else 0.0
+        return (f"{self.records:,} records in {self.batches:,} batches, {self.bytes / 1e6:.1f} MB, "
+                f"avg batch {avg:.1f} KiB, codec {','.join(sorted(self.codecs)) or '-'}")
+
+
+def scan_batches(bootstrap: str, topic: str) -> BatchSummary:
+    """Read ``topic`` as raw RecordBatches (mm2py's fetcher) and sum what is stored."""
+    from mm2py.client.cluster import ClusterClient
+    from mm2py.client.fetcher import FetcherConfig, RawFetcher
+    from mm2py.protocol.types import TopicPartition as TP
+
+    async def scan() -> BatchSummary:
+        out = BatchSummary()
+        async with ClusterClient(bootstrap) as client:
+            await client.refresh_metadata([topic])
+            fetcher = RawFetcher(client, FetcherConfig(max_wait_ms=100, partition_max_bytes=8 << 20))
+            tps = [TP(topic, p) for p in range(len(client.topics[topic].partitions))]
+            ends = await client.list_offsets(tps)
+            pos = dict.fromkeys(tps, 0)
+            while any(pos[tp] < ends[tp] for tp in tps):
+                for tp, f in (await fetcher.fetch({t: o for t, o in pos.items() if o < ends[t]})).items():
+                    for b in f.batches:
+                        out.batches += 1
+                        out.bytes += b.size
+                        out.records += b.records_count
+                        out.codecs.add(b.codec.name.lower())
+                    pos[tp] = max(pos[tp], f.next_offset)
+        return out
+
+    return asyncio.run(scan())
+
+
+class OffsetProbe:
+    """End offsets of a topic, cheaply (one ListOffsets per partition per call)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4()}"})
+
+    def ends(self, topic: str) -> dict[int, int] | None:
+        try:
+            md = self.consumer.list_topics(topic, timeout=5).topics.get(topic)
+            if md is None or md.error is not None or not md.partitions:
+                return None
+            return {p: self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                    for p in md.partitions}
+        except KafkaException:  # a topic just created may have no leader yet
+            return None
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+# ------------------------------------------------------------------------------------- peers
+@dataclass
+class Setup:
+    source: str
+    target: str
+    topic: str
+    workdir: Path
+    args: argparse.Namespace
+
+
+def properties(items: dict[str, object]) -> str:
+    return "".join(f"{k} = {v}\n" for k, v in items.items())
+
+
+def mm2py_command(s: Setup, src: str, dst: str) -> list[str]:
+    cfg = s.workdir / "mm2py.properties"
+    cfg.write_text(properties({
+        "clusters": f"{src}, {dst}", f"{src}.bootstrap.servers": s.source,
+        f"{dst}.bootstrap.servers": s.target, f"{src}->{dst}.enabled": "true",
+        f"{src}->{dst}.topics": s.topic, "tasks.max": s.args.tasks,
+        "replication.factor": 1, "offset-syncs.topic.replication.factor": 1,
+        "checkpoints.topic.replication.factor": 1, "heartbeats.topic.replication.factor": 1,
+        "sync.topic.acls.enabled": "false",
+    }))
+    return [sys.executable, "-m", "mm2py.cli", "run", "-c", str(cfg), "--log-level", "warning"]
+
+
+def mm2_command(s: Setup, src: str, dst: str, tuned: bool = False) -> list[str]:
+    from mm2py.kafka_local import resolve_jars
+    from mm2py.kafka_local.jars import java_executable
+
+    tag = "mm2-tuned" if tuned else "mm2"
+    cfg, log4j = s.workdir / f"{tag}.properties", s.workdir / f"{tag}-log4j2.properties"
+    log4j.write_text(LOG4J2.format(log=s.workdir / f"{tag}.log"))
+    cfg.write_text(properties({
+        "clusters": f"{src}, {dst}", f"{src}.bootstrap.servers": s.source,
+        f"{dst}.bootstrap.servers": s.target, f"{src}->{dst}.enabled": "true",
+        f"{dst}->{src}.enabled": "false", f"{src}->{dst}.topics": s.topic, "tasks.max": s.args.tasks,
+        # the copy is recompressed by MM2's producer: give it the source codec, as the others have
+        f"{dst}.producer.compression.type": s.args.codec,
+        "replication.factor": 1, "offset.storage.replication.factor": 1,
+        "config.storage.replication.factor": 1, "status.storage.replication.factor": 1,
+        "checkpoints.topic.replication.factor": 1, "heartbeats.topic.replication.factor": 1,
+        "offset-syncs.topic.replication.factor": 1, "sync.topic.acls.enabled": "false",
+        "emit.checkpoints.enabled": "true", "emit.heartbeats.enabled": "true",
+        **({f"{dst}.producer.batch.size": s.args.batch_kib * 1024, f"{dst}.producer.linger.ms": 20}
+           if tuned else {}),
+        **dict(kv.format(src=src, dst=dst).split("=", 1) for kv in s.args.mm2_prop),
+    }))
+    libs = resolve_jars(profile="mirrormaker")
+    return [java_executable(), *JVM_OPTS, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*",
+            "org.apache.kafka.connect.mirror.MirrorMaker", str(cfg)]
+
+
+def record_copy_command(s: Setup, src: str, _dst: str) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "record-copy", "--source", s.source,
+            "--target", s.target, "--topic", s.topic, "--dest", f"{src}.{s.topic}",
+            "--codec", s.args.codec, "--batch-kib", str(s.args.batch_kib)]
+
+
+COMMANDS: dict[str, Callable[[Setup, str, str], list[str]]] = {
+    "mm2py": mm2py_command, "mm2": mm2_command, "record-copy": record_copy_command,
+    "mm2-tuned": lambda s, src, dst: mm2_command(s, src, dst, tuned=True),
+}
+
+
+@dataclass
+class Result:
+    peer: str
+    target_topic: str
+    records: int = 0
+    duplicates: int = 0
+    seconds: float | None = None
+    startup: float | None = None
+    cpu: float | None = None
+    startup_cpu: float | None = None
+    rss_mib: float | None = None
+    broker_cpu: float | None = None
+    error: str = ""
+    stored: BatchSummary | None = None
+
+
+@contextlib.contextmanager
+def peer_process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``cmd`` in its own process group; SIGTERM it (SIGKILL after 20 s) on the way out."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=ROOT, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        yield proc
+    finally:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not orphan it
+        for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+            if proc.poll() is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(wait)
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_peer(peer: str, index: int, s: Setup, source_ends: dict[int, int], brokers: list[int]) -> Result:
+    src, dst = f"src{index}", f"dst{index}"
+    res = Result(peer, f"{src}.{s.topic}")
+    cmd = COMMANDS[peer](s, src, dst)
+    probe = OffsetProbe(s.target)
+    expected = sum(source_ends.values())
+    try:
+        broker_cpu0 = total_cpu(brokers)
+        start = time.monotonic()
+        with peer_process(cmd, s.workdir / f"{peer}.out") as proc:
+            while True:
+                time.sleep(s.args.poll)
+                elapsed = time.monotonic() - start
+                if proc.poll() is not None:
+                    res.error = f"exited with {proc.returncode}; see {s.workdir / (peer + '.out')}"
+                    return res
+                ends = probe.ends(res.target_topic) or {}
+                if res.startup is None and sum(ends.values()) > 0:
+                    res.startup, res.startup_cpu = elapsed, cpu_seconds(proc.pid)
+                if ends and all(ends.get(p, 0) >= o for p, o in source_ends.items()):
+                    res.seconds = elapsed
+                    res.cpu, res.rss_mib = cpu_seconds(proc.pid), peak_rss_mib(proc.pid)
+                    res.broker_cpu = total_cpu(brokers) - broker_cpu0 if brokers else None
+                    break
+                if elapsed > s.args.timeout:
+                    res.error = f"timeout: {sum(ends.values()):,}/{expected:,} records after {elapsed:.0f}s"
+                    res.cpu, res.rss_mib = cpu_seconds(proc.pid), peak_rss_mib(proc.pid)
+                    return res
+            time.sleep(1.0)  # anything produced twice and still in flight lands now
+        res.records = sum((probe.ends(res.target_topic) or {}).values())
+        res.duplicates = max(0, res.records - expected)
+        return res
+    finally:
+        probe.close()
+
+
+# ------------------------------------------------------------------------------- record copy
+def record_copy(argv: list[str]) -> int:
+    """The naive Python mirror: every record consumed, turned into objects and produced again."""
+    ap = argparse.ArgumentParser(prog="mirror_bench.py record-copy")
+    for name in ("--source", "--target", "--topic", "--dest", "--codec"):
+        ap.add_argument(name, required=True)
+    ap.add_argument("--batch-kib", type=int, default=256)
+    args = ap.parse_args(argv)
+    stop = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    consumer = Consumer({"bootstrap.servers": args.source, "group.id": f"record-copy-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    parts = sorted(consumer.list_topics(args.topic, timeout=10).topics[args.topic].partitions)
+    create_topic(args.target, args.dest, len(parts))
+    consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in parts])
+    producer = Producer({"bootstrap.servers": args.target, "compression.type": args.codec,
+                         "acks": "all", "enable.idempotence": True, "linger.ms": 20,
+                         "batch.size": args.batch_kib * 1024, "batch.num.messages": 1_000_000})
+    produce = producer.produce
+    while not stop:
+        for m in consumer.consume(10_000, 0.5):
+            if m.error():
+                raise KafkaException(m.error())
+            while True:
+                try:
+                    produce(args.dest, m.value(), m.key(), partition=m.partition() or 0,
+                            timestamp=m.timestamp()[1], headers=m.headers())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(30)
+    consumer.close()
+    return 0
+
+
+# ------------------------------------------------------------------------------------ report
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_report(results: list[Result], source: BatchSummary, expected: int) -> None:
+    gb = source.bytes / 1e9
+    head = ("peer", "records", "dupes", "seconds", "startup s", "rec/s", "MB/s", "CPU s",
+            "startup CPU s", "CPU s/GB", "peak RSS MiB", "brokers CPU s")
+    rows = []
+    for r in results:
+        ok = r.seconds is not None
+        rows.append((
+            r.peer, f"{r.records:,}" if ok else "-", str(r.duplicates) if ok else "-",
+            fmt(r.seconds, ".1f"), fmt(r.startup, ".1f"),
+            fmt(expected / r.seconds if ok and r.seconds else None, ",.0f"),
+            fmt(source.bytes / 1e6 / r.seconds if ok and r.seconds else None, ".1f"),
+            fmt(r.cpu, ".1f"), fmt(r.startup_cpu, ".1f"),
+            fmt(r.cpu / gb if r.cpu is not None and gb else None, ".1f"),
+            fmt(r.rss_mib, ".0f"), fmt(r.broker_cpu, ".1f"),
+        ))
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    for i, row in enumerate([head, *rows]):
+        print("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths,
+                                                                                           strict=True))))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    for r in results:
+        if r.error:
+            print(f"{r.peer}: FAILED - {r.error}")
+        elif r.records != expected:
+            print(f"{r.peer}: copied {r.records:,} records, source has {expected:,}"
+                  + (f" ({r.duplicates:,} duplicates)" if r.duplicates else " (MISSING records)"))
+        if r.stored is not None:
+            print(f"{r.peer} target {r.target_topic}: {r.stored.line()}")
+    by = {r.peer: r for r in results if r.seconds is not None}
+    mine, mm2 = by.get("mm2py"), by.get("mm2")
+    if mine and mm2 and mine.cpu and mm2.cpu and mine.rss_mib and mm2.rss_mib and mine.seconds:
+        print(f"mm2py vs MM2: CPU {mine.cpu / mm2.cpu:.2f}x ({mine.cpu:.1f} s vs {mm2.cpu:.1f} s), "
+              f"peak RSS {mine.rss_mib / mm2.rss_mib:.2f}x ({mine.rss_mib:.0f} vs {mm2.rss_mib:.0f} MiB), "
+              f"wall time {mine.seconds / (mm2.seconds or 1):.2f}x")
+
+
+# -------------------------------------------------------------------------------------- main
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="100k records (under ~2 minutes)")
+    ap.add_argument("--records", type=int, help="records to seed (default 1,000,000; 100,000 with --quick)")
+    ap.add_argument("--record-size", type=int, default=200, help="value bytes per record")
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--codec", default="lz4", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    ap.add_argument("--batch-kib", type=int, default=256, help="producer batch.size (uncompressed)")
+    ap.add_argument("--tasks", type=int, default=1, help="tasks.max for mm2py and MM2")
+    ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of " + ",".join(PEERS))
+    ap.add_argument("--source", help="source bootstrap servers (default: start a local cluster)")
+    ap.add_argument("--target", help="target bootstrap servers (default: start a local cluster)")
+    ap.add_argument("--mm2-prop", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra mm2.properties line for MM2 (repeatable); {src}/{dst} stand for its "
+                    "cluster aliases, e.g. '{dst}.producer.linger.ms=20'")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per peer")
+    ap.add_argument("--poll", type=float, default=0.1, help="seconds between end-offset polls")
+    ap.add_argument("--workdir", type=Path, help="keep configs and logs here (default: a temp dir)")
+    args = ap.parse_args(argv)
+    if bool(args.source) != bool(args.target):
+        ap.error("give both --source and --target, or neither")
+    args.records = args.records or (100_000 if args.quick else 1_000_000)
+    args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    if unknown := set(args.peers) - set(PEERS):
+        ap.error(f"unknown peers {sorted(unknown)}")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["record-copy"]:
+        return record_copy(argv[1:])
+    args = parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mm2py-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
+    clusters: list[KafkaCluster] = []
+    ok = False
+    try:
+        if args.source:
+            source, target, brokers = args.source, args.target, []
+        else:
+            print(f"starting two single-node Kafka clusters in {workdir} ...", flush=True)
+            for name in ("source", "target"):
+                cluster = KafkaCluster.create(name, workdir / name)
+                clusters.append(cluster)
+                cluster.start(timeout=120)
+            src_c, dst_c = clusters
+            source, target = src_c.bootstrap, dst_c.bootstrap
+            brokers = [n.pid for c in (src_c, dst_c) for n in c.nodes if n.pid]
+        load = os.getloadavg()
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        create_topic(source, topic, args.partitions)
+        took = seed(source, topic, args)
+        stored = scan_batches(source, topic)
+        probe = OffsetProbe(source)
+        source_ends = probe.ends(topic) or {}
+        probe.close()
+        expected = sum(source_ends.values())
+        print(f"seeded {topic}: {stored.line()} ({args.record_size} B values, produced in {took:.1f}s)")
+        setup = Setup(source, target, topic, workdir, args)
+        results = []
+        for i, peer in enumerate(args.peers, start=1):
+            print(f"running {peer} ...", flush=True)
+            res = run_peer(peer, i, setup, source_ends, brokers)
+            if res.seconds is not None:
+                res.stored = scan_batches(target, res.target_topic)
+            print(f"  {peer}: {fmt(res.seconds, '.1f')} s {res.error}", flush=True)
+            results.append(res)
+        print(f"\n{expected:,} records, {stored.bytes / 1e6:.1f} MB stored ({args.codec}), "
+              f"{args.partitions} partitions, tasks.max={args.tasks}, {os.cpu_count()} CPUs, "
+              f"load average before the run {load[0]:.2f} (other processes compete for the CPUs)\n")
+        print_report(results, stored, expected)
+        ok = all(r.seconds is not None and r.records == expected for r in results)
+        return 0 if ok else 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for c in reversed(clusters):
+            c.stop()
+        if ok and not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"configs and logs kept in {workdir}")
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        print("interrupted; mirrors and clusters stopped", file=sys.stderr)
+        sys.exit(130)
