@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from bench_support import cpu_seconds, create_topic, peak_rss_mib, total_cpu
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from mm2py.kafka_local import KafkaCluster
 
@@ -57,48 +57,11 @@ rootLogger.appenderRef.file.ref = FILE
 """
 
 
-# ------------------------------------------------------------------------------ /proc sampling
-def cpu_seconds(pid: int) -> float | None:
-    """utime+stime of ``pid`` (all its threads), or None once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()  # the command name may contain spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def total_cpu(pids: list[int]) -> float:
-    return sum(cpu_seconds(p) or 0.0 for p in pids)
-
-
 # ---------------------------------------------------------------------------------- topic data
 def make_values(size: int, count: int = 8192) -> list[bytes]:
     """Half random hex, half repetitive: lz4/zstd shrink these roughly 2-3x, like typical JSON."""
     half = size // 2
     return [os.urandom(half // 2 + 1).hex()[:half].encode() + b"x" * (size - half) for _ in range(count)]
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        md = admin.list_topics(name, timeout=5).topics.get(name)
-        if md is not None and md.error is None and len(md.partitions) == partitions:
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"topic {name} not ready on {bootstrap}")
 
 
 def seed(bootstrap: str, topic: str, args: argparse.Namespace) -> float:
@@ -244,7 +207,7 @@ def mm2_command(s: Setup, src: str, dst: str, tuned: bool = False) -> list[str]:
 
 
 def record_copy_command(s: Setup, src: str, _dst: str) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "record-copy", "--source", s.source,
+    return [sys.executable, str(Path(__file__).resolve().with_name("record_copy.py")), "--source", s.source,
             "--target", s.target, "--topic", s.topic, "--dest", f"{src}.{s.topic}",
             "--codec", s.args.codec, "--batch-kib", str(s.args.batch_kib)]
 
@@ -328,47 +291,6 @@ def run_peer(peer: str, index: int, s: Setup, source_ends: dict[int, int], broke
         probe.close()
 
 
-# ------------------------------------------------------------------------------- record copy
-def record_copy(argv: list[str]) -> int:
-    """The naive Python mirror: every record consumed, turned into objects and produced again."""
-    ap = argparse.ArgumentParser(prog="mirror_bench.py record-copy")
-    for name in ("--source", "--target", "--topic", "--dest", "--codec"):
-        ap.add_argument(name, required=True)
-    ap.add_argument("--batch-kib", type=int, default=256)
-    args = ap.parse_args(argv)
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    consumer = Consumer({"bootstrap.servers": args.source, "group.id": f"record-copy-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    parts = sorted(consumer.list_topics(args.topic, timeout=10).topics[args.topic].partitions)
-    create_topic(args.target, args.dest, len(parts))
-    consumer.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in parts])
-    producer = Producer({"bootstrap.servers": args.target, "compression.type": args.codec,
-                         "acks": "all", "enable.idempotence": True, "linger.ms": 20,
-                         "batch.size": args.batch_kib * 1024, "batch.num.messages": 1_000_000})
-    produce = producer.produce
-    while not stop:
-        for m in consumer.consume(10_000, 0.5):
-            if m.error():
-                raise KafkaException(m.error())
-            while True:
-                try:
-                    produce(args.dest, m.value(), m.key(), partition=m.partition() or 0,
-                            timestamp=m.timestamp()[1], headers=m.headers())
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        producer.poll(0)
-    producer.flush(30)
-    consumer.close()
-    return 0
-
-
 # ------------------------------------------------------------------------------------ report
 def fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
@@ -442,8 +364,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["record-copy"]:
-        return record_copy(argv[1:])
     args = parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mm2py-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
