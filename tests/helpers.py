@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -296,3 +297,25 @@ class BackgroundWorker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def read_syncs(bootstrap: str, topic: str) -> list[Any]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("syncs"),
+                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    """Every OffsetSync record of an offset-syncs topic (MM2 binary format)."""
+    from mm2py.protocol.mm2_records import OffsetSync
+
+    out = []
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        while True:
+            msg = c.poll(5)
+            assert msg is not None, "offset-syncs topic read timed out"
+            err = msg.error()
+            if err is not None:
+                if err.code() == -191:
+                    return out
+                raise AssertionError(str(err))
+            out.append(OffsetSync.from_record(msg.key(), msg.value()))
+    finally:
+        c.close()

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as CKTopicPartition
+from confluent_kafka import Producer
 from helpers import (
     SINGLE_NODE,
     BackgroundWorker,
@@ -21,13 +20,13 @@ from helpers import (
     end_offsets,
     mirror_config,
     read_all,
+    read_syncs,
     unique,
     wait_until,
 )
 
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.kafka_local import KafkaCluster
-from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition
 
 pytestmark = pytest.mark.integration
@@ -116,25 +115,6 @@ def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_nothing(
     assert "stopped; progress committed" in log.read_text()
 
 
-def _read_syncs(bootstrap: str, topic: str) -> list[OffsetSync]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("syncs"),
-                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    out = []
-    try:
-        c.assign([CKTopicPartition(topic, 0, 0)])
-        while True:
-            msg = c.poll(5)
-            assert msg is not None, "offset-syncs topic read timed out"
-            err = msg.error()
-            if err is not None:
-                if err.code() == -191:
-                    return out
-                raise AssertionError(str(err))
-            out.append(OffsetSync.from_record(msg.key(), msg.value()))
-    finally:
-        c.close()
-
-
 def test_offset_syncs_translate_exactly_across_transaction_gaps(
     east: KafkaCluster, west: KafkaCluster
 ) -> None:
@@ -168,7 +148,7 @@ def test_offset_syncs_translate_exactly_across_transaction_gaps(
     assert [r.value for r in target] == [r.value for r in source]
 
     store = OffsetSyncStore()
-    for sync in _read_syncs(east.bootstrap, "mm2-offset-syncs.west.internal"):
+    for sync in read_syncs(east.bootstrap, "mm2-offset-syncs.west.internal"):
         if sync.topic_partition.topic == topic:
             store.add(sync)
     tp = TopicPartition(topic, 0)
