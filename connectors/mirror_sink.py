@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from mm2py.client.producer import RawProducer
-from mm2py.engine.task import Delivered, SinkError
+from mm2py.engine.task_api import Delivered, SinkError
 from mm2py.protocol.batch_edit import rebuild_contiguous
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition

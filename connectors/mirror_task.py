@@ -14,7 +14,8 @@ from mm2py.engine.admin import ClusterAdmin
 from mm2py.engine.config import FlowConfig
 from mm2py.engine.progress import Position, ProgressStore
 from mm2py.engine.sync_writer import OffsetSyncWriter
-from mm2py.engine.task import TaskRunner, TaskSpec
+from mm2py.engine.task import TaskRunner
+from mm2py.engine.task_api import TaskSpec
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition
 

@@ -18,112 +18,26 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.progress import Position
+from mm2py.engine.task_api import (
+    BatchSink,
+    BatchSource,
+    Checkpointer,
+    Polled,
+    Reconciler,
+    SinkError,
+    TaskMetrics,
+    TaskSpec,
+)
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """Everything a runtime needs to start one task, as picklable data."""
-
-    flow: Any  # mm2py.engine.config.FlowConfig (kept loose to avoid an import cycle)
-    task_id: int
-    partitions: tuple[TopicPartition, ...]
-    start_positions: Mapping[TopicPartition, int] | None = None
-
-
-@dataclass
-class Polled:
-    """What one fetch returned for one source partition."""
-
-    batches: list[RecordBatch]
-    next_offset: int  # where the next fetch starts (past filtered batches too)
-    high_watermark: int = -1
-    reset_to: int | None = None  # position moved by the source (e.g. retention): lost offsets
-
-
-@dataclass(frozen=True)
-class Delivered:
-    """One source batch acknowledged by the target."""
-
-    source: TopicPartition
-    source_first: int
-    source_last: int
-    source_next: int
-    target_first: int
-    record_offsets: Sequence[int] | None = None  # when the batch was rebuilt (compaction gaps)
-    size: int = 0
-    records: int = 0
-
-
-class BatchSource(Protocol):
-    async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        """Start offsets for partitions with no stored progress."""
-        ...
-
-    async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]: ...
-
-    async def close(self) -> None: ...
-
-
-class BatchSink(Protocol):
-    async def put(self, batches: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
-        """Produce in order per partition; return what was acknowledged, in order per partition.
-
-        On failure, raise :class:`SinkError` carrying the deliveries that did succeed."""
-        ...
-
-    async def close(self) -> None: ...
-
-
-class SinkError(Exception):
-    def __init__(self, message: str, delivered: list[Delivered]) -> None:
-        super().__init__(message)
-        self.delivered = delivered
-
-
-class Checkpointer(Protocol):
-    """Persists positions and offset syncs (blocking calls, run in a thread)."""
-
-    def load(self) -> dict[TopicPartition, Position]: ...
-
-    def commit(self, positions: Mapping[TopicPartition, Position]) -> None: ...
-
-    def send_syncs(self, syncs: Sequence[OffsetSync]) -> None: ...
-
-    def flush_syncs(self) -> None: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass
-class TaskMetrics:
-    batches: int = 0
-    records: int = 0
-    bytes: int = 0
-    rebuilt_batches: int = 0
-    sink_failures: int = 0
-    offsets_lost_to_retention: int = 0
-    syncs: int = 0
-    commits: int = 0
-    commit_failures: int = 0
-    skipped_on_resume: int = 0
-    lag: dict[TopicPartition, int] = field(default_factory=dict)
-
-
-#: Given a partition's stored position (source next, target end at that time), returns the
-#: position to resume from after skipping batches that already reached the target, and those
-#: batches (so their offset syncs are written as if they had just been delivered).
-Reconciler = Callable[[TopicPartition, Position], Awaitable[tuple[Position, list["Delivered"]]]]
 
 
 class TaskRunner:

@@ -19,7 +19,8 @@ from mm2py.engine.config import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Controller, Plan
 from mm2py.engine.filters import TopicFilter
 from mm2py.engine.progress import progress_topic
-from mm2py.engine.task import TaskRunner, TaskSpec
+from mm2py.engine.task import TaskRunner
+from mm2py.engine.task_api import TaskSpec
 
 log = logging.getLogger(__name__)
 

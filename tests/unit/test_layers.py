@@ -69,7 +69,7 @@ def test_protocol_layer_does_no_io() -> None:
 
 def test_a_task_spec_is_plain_picklable_data() -> None:
     from mm2py.engine.config import MirrorMakerConfig
-    from mm2py.engine.task import TaskSpec
+    from mm2py.engine.task_api import TaskSpec
     from mm2py.protocol.types import TopicPartition
 
     config = MirrorMakerConfig.from_mapping({
