@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from connectors.client_settings import raw_client_settings
 from connectors.mirror_sink import MirrorSink
 from connectors.mirror_source import MirrorSource
 from connectors.resume import TailReconciler
 from mm2py.client.cluster import ClusterClient
-from mm2py.client.fetcher import FetcherConfig
 from mm2py.client.producer import RawProducer
 from mm2py.engine.admin import ClusterAdmin
 from mm2py.engine.config import FlowConfig
@@ -60,20 +60,20 @@ class FlowCheckpointer:
 async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRunner:
     """Connect to both clusters and assemble source, sink and checkpointer for ``spec``."""
     flow: FlowConfig = spec.flow
-    source_client = ClusterClient(bootstrap_of(flow, "source"))
-    target_client = ClusterClient(bootstrap_of(flow, "target"))
-    await source_client.start()
-    await target_client.start()
     per_partition = 1024 * 1024
     fetch_max = min(flow.fetch_max_bytes, max(per_partition, flow.max_inflight_bytes_per_task // 2))
-    fetch_config = FetcherConfig(max_bytes=fetch_max, partition_max_bytes=per_partition)
-    source = MirrorSource(source_client, fetch_config)
+    settings = raw_client_settings(flow, fetch_max_bytes=fetch_max, partition_max_bytes=per_partition)
+    source_client = ClusterClient(bootstrap_of(flow, "source"), settings.source_client)
+    target_client = ClusterClient(bootstrap_of(flow, "target"), settings.target_client)
+    await source_client.start()
+    await target_client.start()
+    source = MirrorSource(source_client, settings.fetcher, reset_to_earliest=settings.reset_to_earliest)
     policy = flow.replication_policy()
 
     def rename(topic: str) -> str:
         return policy.format_remote_topic(flow.source, topic)
 
-    sink = MirrorSink(RawProducer(target_client), rename)
+    sink = MirrorSink(RawProducer(target_client, settings.producer), rename)
     return TaskRunner(
         spec, source, sink, FlowCheckpointer(flow),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,

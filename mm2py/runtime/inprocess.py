@@ -76,6 +76,10 @@ class FlowRunner:
     trace: str | None = None
 
     def __post_init__(self) -> None:
+        from connectors.client_settings import raw_client_settings
+
+        # a bad client override is a configuration error now, not a task failure later
+        raw_client_settings(self.flow, fetch_max_bytes=self.flow.fetch_max_bytes)
         self.controller = controller_for(self.flow)
         self._stop = asyncio.Event()
         self._running: dict[int, asyncio.Task[None]] = {}

@@ -39,3 +39,12 @@ def test_unreachable_cluster_is_named(tmp_path: Path) -> None:
     assert out.returncode == 2, out.stderr[-2000:]
     assert "cluster 'west' (127.0.0.1:1)" in out.stderr or "cluster 'east' (127.0.0.1:1)" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_bad_client_override_is_a_config_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "mm2.properties"
+    cfg.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\nb.bootstrap.servers = 127.0.0.1:1\n"
+                   "a->b.enabled = true\na.consumer.isolation.level = sometimes\n")
+    out = _run("run", "-c", str(cfg))
+    assert out.returncode == 2
+    assert "isolation.level" in out.stderr and "Traceback" not in out.stderr
