@@ -56,6 +56,14 @@ def _run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         worker = Worker(config, commit_interval=args.commit_interval)
+        if args.metrics_port:
+            from prometheus_client import REGISTRY, start_http_server
+
+            from mm2py.runtime.metrics import WorkerCollector
+
+            REGISTRY.register(WorkerCollector(worker))
+            start_http_server(args.metrics_port, addr=args.metrics_host)
+            print(f"metrics: http://{args.metrics_host}:{args.metrics_port}/metrics", flush=True)
         print("mirroring: " + ", ".join(worker.flows), flush=True)
         await worker.run(stop)
         print("stopped; progress committed", flush=True)
@@ -75,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--commit-interval", type=float, default=1.0,
                      help="seconds between progress commits (default 1)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    run.add_argument("--metrics-port", type=int, default=0,
+                     help="serve Prometheus metrics on this port (default: off)")
+    run.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")
     run.set_defaults(func=_run)
     return parser
 

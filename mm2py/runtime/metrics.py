@@ -1,0 +1,67 @@
+"""Prometheus metrics of a worker, read from the tasks at scrape time (nothing on the hot path).
+
+``mm2py run --metrics-port 9108`` serves them at ``http://host:9108/metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from mm2py.protocol.compression import CodecCounters
+from mm2py.runtime.inprocess import Worker
+
+_TASK_COUNTERS = {
+    "batches": "Record batches delivered to the target",
+    "records": "Records delivered to the target",
+    "bytes": "Record batch bytes delivered to the target",
+    "rebuilt_batches": "Batches rebuilt because the source had offset gaps (compaction)",
+    "syncs": "Offset syncs emitted",
+    "commits": "Progress commits",
+    "commit_failures": "Progress commits that failed (retried on the next interval)",
+    "sink_failures": "Produce rounds that failed and were retried from the last acknowledged batch",
+    "skipped_on_resume": "Source offsets found already on the target after a restart",
+    "offsets_lost_to_retention": "Source offsets deleted by retention before they were mirrored",
+}
+
+
+class WorkerCollector(Collector):
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["flow", "task"]
+        counters = {
+            name: CounterMetricFamily(f"mm2py_task_{name}", help_, labels=labels)
+            for name, help_ in _TASK_COUNTERS.items()
+        }
+        lag = GaugeMetricFamily(
+            "mm2py_partition_lag_records", "Source high watermark minus the next offset to fetch",
+            labels=["flow", "topic", "partition"],
+        )
+        up = GaugeMetricFamily("mm2py_task_running", "1 while the task runs", labels=labels)
+        partitions = GaugeMetricFamily("mm2py_task_partitions", "Source partitions assigned", labels=labels)
+        for flow_name, flow in self.worker.flows.items():
+            for task_id, runner in flow.tasks.items():
+                values = [flow_name, str(task_id)]
+                m = runner.metrics
+                for name, family in counters.items():
+                    family.add_metric(values, float(getattr(m, name)))
+                up.add_metric(values, 1.0 if runner.state == "RUNNING" else 0.0)
+                partitions.add_metric(values, float(len(runner.partitions)))
+                for tp, records in m.lag.items():
+                    lag.add_metric([flow_name, tp.topic, str(tp.partition)], float(records))
+        yield from counters.values()
+        yield lag
+        yield up
+        yield partitions
+        codec = CounterMetricFamily(
+            "mm2py_codec_operations", "Decompressions and compressions done by this process",
+            labels=["operation"],
+        )
+        decompressions, compressions = CodecCounters.snapshot()
+        codec.add_metric(["decompress"], float(decompressions))
+        codec.add_metric(["compress"], float(compressions))
+        yield codec

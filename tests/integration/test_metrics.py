@@ -1,0 +1,62 @@
+"""`mm2py run --metrics-port` serves Prometheus metrics read from the running tasks."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import SINGLE_NODE, create_topic, make_records, produce_records, unique, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+
+from mm2py.kafka_local import KafkaCluster
+from mm2py.kafka_local.cluster import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def _samples(port: int) -> dict[str, float]:
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}"
+                            if s.labels else "")
+            out[key] = s.value
+    return out
+
+
+def test_metrics_endpoint_reports_what_was_mirrored(
+    east: KafkaCluster, west: KafkaCluster, tmp_path: Path
+) -> None:
+    topic = create_topic(east.bootstrap, unique("metrics"), partitions=2)
+    produce_records(east.bootstrap, topic, make_records(1500), compression="zstd")
+    cfg = tmp_path / "mm2.json"
+    cfg.write_text(json.dumps({
+        "clusters": {"east": east.bootstrap, "west": west.bootstrap},
+        "flows": {"east->west": {"topics": topic}}, **SINGLE_NODE,
+    }))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mm2py.cli", "run", "-c", str(cfg), "--metrics-port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        key = "mm2py_task_records_total{flow=east->west,task=0}"
+        wait_until(lambda: _samples(port).get(key) == 1500, 60, 0.5, "1500 records in the metrics")
+        samples = _samples(port)
+        assert samples["mm2py_task_running{flow=east->west,task=0}"] == 1
+        assert samples["mm2py_task_partitions{flow=east->west,task=0}"] == 2
+        assert samples["mm2py_codec_operations_total{operation=decompress}"] == 0
+        assert samples[f"mm2py_partition_lag_records{{flow=east->west,partition=0,topic={topic}}}"] == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
