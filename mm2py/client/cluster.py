@@ -93,6 +93,18 @@ def _parse_bootstrap(bootstrap: str | Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
+def topic_namer(ids: Mapping[str, uuid.UUID | None]) -> Callable[[str | None, uuid.UUID | None], str | None]:
+    """Names the topic of a response entry that carries a name (old versions) or an id (v13+)."""
+    names = {v: k for k, v in ids.items() if v is not None}
+
+    def name_of(topic: str | None, topic_id: uuid.UUID | None) -> str | None:
+        if topic is None and topic_id is not None:
+            return names.get(topic_id)
+        return topic
+
+    return name_of
+
+
 class ClusterClient:
     def __init__(self, bootstrap: str | Iterable[str], config: ClientConfig | None = None) -> None:
         self.config = config or ClientConfig()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from mm2py.client.cluster import ClusterClient
+from mm2py.client.cluster import ClusterClient, topic_namer
 from mm2py.client.connection import BrokerConnection
 from mm2py.client.types import TopicPartition
 from mm2py.protocol.api import (
@@ -175,12 +175,10 @@ class RawFetcher:
             )
             timeout = conn.config.request_timeout_s + cfg.max_wait_ms / 1000
             resp = await conn.request(ApiKey.FETCH, version, body, decode_fetch_response, timeout)
-            names = {v: k for k, v in ids.items() if v is not None}
+            name_of = topic_namer(ids)
             out: dict[TopicPartition, FetchedPartition] = {}
             for p in resp.partitions:
-                name = p.topic
-                if name is None and p.topic_id is not None:
-                    name = names.get(p.topic_id)
+                name = name_of(p.topic, p.topic_id)
                 if name is None:
                     continue
                 tp = TopicPartition(name, p.partition)

@@ -21,7 +21,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from mm2py.client.cluster import Backoff, ClusterClient
+from mm2py.client.cluster import Backoff, ClusterClient, topic_namer
 from mm2py.client.connection import BrokerConnection
 from mm2py.client.types import ClientError, TopicPartition
 from mm2py.protocol.api import (
@@ -259,12 +259,10 @@ class RawProducer:
             )
             timeout = conn.config.request_timeout_s + cfg.timeout_ms / 1000
             resp = await conn.request(ApiKey.PRODUCE, version, body, decode_produce_response, timeout)
-            names = {v: k for k, v in ids.items() if v is not None}
+            name_of = topic_namer(ids)
             out: dict[TopicPartition, ProducePartitionResponse] = {}
             for r in resp.partitions:
-                name = r.topic
-                if name is None and r.topic_id is not None:
-                    name = names.get(r.topic_id)
+                name = name_of(r.topic, r.topic_id)
                 if name is not None:
                     out[TopicPartition(name, r.partition)] = r
             return out

@@ -161,14 +161,7 @@ def decode_fetch_response(body: memoryview | bytes, version: int) -> FetchRespon
         session_id = r.int32()
     parts: list[FetchPartitionResponse] = []
     for _ in range(r.array_len(flexible, 2)):
-        topic: str | None = None
-        topic_id: uuid.UUID | None = None
-        if by_id:
-            topic_id = r.uuid()
-            if topic_id.int == 0:
-                topic_id = None
-        else:
-            topic = r.string(flexible)
+        topic, topic_id = r.topic_ref(by_id, flexible)
         for _ in range(r.array_len(flexible, 26)):
             partition = r.int32()
             p_err = r.int16()

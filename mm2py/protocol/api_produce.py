@@ -87,14 +87,7 @@ def decode_produce_response(body: memoryview | bytes, version: int) -> ProduceRe
     r = Reader(body)
     out: list[ProducePartitionResponse] = []
     for _ in range(r.array_len(flexible, 2)):
-        topic: str | None = None
-        topic_id: uuid.UUID | None = None
-        if by_id:
-            topic_id = r.uuid()
-            if topic_id.int == 0:
-                topic_id = None
-        else:
-            topic = r.string(flexible)
+        topic, topic_id = r.topic_ref(by_id, flexible)
         for _ in range(r.array_len(flexible, 22)):
             partition = r.int32()
             err = r.int16()

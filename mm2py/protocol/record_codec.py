@@ -71,8 +71,9 @@ RawRecord = tuple[int, int, int, int, int]
 
 
 # ---------------------------------------------------------------------------------- varints
-def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Zigzag int32 varint at ``pos``: (value, next position). At most 5 bytes, like Kafka."""
+def _read_zigzag(
+    buf: bytes | bytearray | memoryview, pos: int, max_shift: int, mask: int, what: str
+) -> tuple[int, int]:
     b = buf[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
@@ -86,31 +87,20 @@ def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int
         if b < 0x80:
             break
         shift += 7
-        if shift > 28:
-            raise CorruptBatchError("varint is longer than 5 bytes")
-    result &= 0xFFFFFFFF
+        if shift > max_shift:
+            raise CorruptBatchError(f"{what} is too long")
+    result &= mask
     return (result >> 1) ^ -(result & 1), pos
+
+
+def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """Zigzag int32 varint at ``pos``: (value, next position). At most 5 bytes, like Kafka."""
+    return _read_zigzag(buf, pos, 28, 0xFFFFFFFF, "varint (more than 5 bytes)")
 
 
 def read_varlong(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     """Zigzag int64 varint at ``pos``: (value, next position). At most 10 bytes."""
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    result = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise CorruptBatchError("varlong is longer than 10 bytes")
-    result &= 0xFFFFFFFFFFFFFFFF
-    return (result >> 1) ^ -(result & 1), pos
+    return _read_zigzag(buf, pos, 63, 0xFFFFFFFFFFFFFFFF, "varlong (more than 10 bytes)")
 
 
 _SMALL_VARINTS = [bytes([(v << 1) if v >= 0 else ((-v) << 1) - 1]) for v in range(-64, 64)]

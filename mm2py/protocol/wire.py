@@ -15,6 +15,7 @@ import struct
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
+from uuid import UUID
 
 from mm2py.protocol.errors import ProtocolError, TruncatedError
 
@@ -92,6 +93,13 @@ class Reader:
         if n == -1 and not nullable:
             raise ProtocolError(f"null {what} where not nullable")
         return n
+
+    def topic_ref(self, by_id: bool, flexible: bool) -> tuple[str | None, UUID | None]:
+        """A response's topic: its id (v13+ of Fetch/Produce; all-zero means none) or its name."""
+        if by_id:
+            topic_id = self.uuid()
+            return None, (None if topic_id.int == 0 else topic_id)
+        return self.string(flexible), None
 
     def string(self, flexible: bool) -> str:
         s = self.nullable_string(flexible, _nullable=False)
