@@ -1,0 +1,190 @@
+"""TaskRunner logic with in-memory parts over real batch bytes (no broker: the pipeline's rules)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.engine.progress import Position
+from mm2py.engine.task import TaskRunner
+from mm2py.engine.task_api import Delivered, Polled, SinkError, TaskSpec
+from mm2py.protocol.errors import CorruptBatchError
+from mm2py.protocol.mm2_records import OffsetSync
+from mm2py.protocol.record_codec import Record, build_batch
+from mm2py.protocol.records import RecordBatch
+from mm2py.protocol.types import TopicPartition
+
+TP = TopicPartition("orders", 0)
+
+
+def batch(base: int, n: int) -> RecordBatch:
+    return RecordBatch(build_batch([Record(i, i, b"k", f"v{base + i}".encode()) for i in range(n)],
+                                   base_offset=base, base_timestamp=1_000))
+
+
+class Log:
+    """A source partition: batches, and offsets that a read_committed fetch skips (markers)."""
+
+    def __init__(self, batches: list[RecordBatch], end: int) -> None:
+        self.batches, self.end = batches, end
+
+
+class MemorySource:
+    def __init__(
+        self, logs: Mapping[TopicPartition, Log], corrupt_at: int | None = None, per_fetch: int = 2
+    ) -> None:
+        self.logs = logs
+        self.corrupt_at = corrupt_at
+        self.per_fetch = per_fetch
+        self.polls = 0
+
+    async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: 0 for tp in partitions}
+
+    async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]:
+        self.polls += 1
+        await asyncio.sleep(0)
+        out = {}
+        for tp, pos in positions.items():
+            log = self.logs[tp]
+            got = [b for b in log.batches if b.next_offset > pos][: self.per_fetch]
+            if any(b.base_offset <= (self.corrupt_at or -1) <= b.last_offset for b in got):
+                raise CorruptBatchError(f"bad CRC at {self.corrupt_at}")
+            nxt = got[-1].next_offset if got else log.end
+            if got and got[-1] is log.batches[-1]:
+                nxt = log.end  # the filtered stretch after the last batch
+            out[tp] = Polled(got, max(nxt, pos), log.end)
+        return out
+
+    async def close(self) -> None:
+        return None
+
+
+class MemorySink:
+    def __init__(self, fail_on_put: set[int] | None = None) -> None:
+        self.target: dict[TopicPartition, list[bytes]] = {}
+        self.puts = 0
+        self.fail_on_put = fail_on_put or set()
+
+    async def put(self, work: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
+        self.puts += 1
+        delivered: list[Delivered] = []
+        for tp, batches in work:
+            for i, b in enumerate(batches):
+                if self.puts in self.fail_on_put and i == 1:
+                    raise SinkError("broker went away", delivered)
+                log = self.target.setdefault(tp, [])
+                base = sum(RecordBatch(x).records_count for x in log)
+                log.append(bytes(b))
+                delivered.append(Delivered(tp, b.base_offset, b.last_offset, b.next_offset, base,
+                                           None, b.size, b.records_count))
+        return delivered
+
+    async def close(self) -> None:
+        return None
+
+
+class MemoryCheckpointer:
+    def __init__(self, stored: dict[TopicPartition, Position] | None = None) -> None:
+        self.stored = dict(stored or {})
+        self.syncs: list[OffsetSync] = []
+        self.commits = 0
+
+    def load(self) -> dict[TopicPartition, Position]:
+        return dict(self.stored)
+
+    def commit(self, positions: Mapping[TopicPartition, Position]) -> None:
+        self.commits += 1
+        self.stored.update(positions)
+
+    def send_syncs(self, syncs: Sequence[OffsetSync]) -> None:
+        self.syncs.extend(syncs)
+
+    def flush_syncs(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def values(sink: MemorySink, tp: TopicPartition = TP) -> list[bytes]:
+    from mm2py.protocol.record_codec import decode_records
+
+    return [r.value or b"" for raw in sink.target.get(tp, []) for r in decode_records(RecordBatch(raw))]
+
+
+def expected(*ranges: range) -> list[bytes]:
+    return [f"v{o}".encode() for r in ranges for o in r]
+
+
+def run(runner: TaskRunner, until: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    return asyncio.run(runner.run_until(until, timeout=10))
+
+
+def make(logs: Mapping[TopicPartition, Log], sink: MemorySink | None = None,
+         source: MemorySource | None = None, ckpt: MemoryCheckpointer | None = None) -> TaskRunner:
+    return TaskRunner(
+        TaskSpec(None, 0, tuple(logs)), source or MemorySource(logs), sink or MemorySink(),
+        ckpt or MemoryCheckpointer(), offset_lag_max=5, commit_interval=0, retry_backoff=0,
+    )
+
+
+def test_everything_arrives_once_in_order_and_syncs_translate_exactly() -> None:
+    # batches at 0..9, 10..14, markers at 15, 16..19, aborted 20..24 + marker 25, 26..29, marker 30
+    log = Log([batch(0, 10), batch(10, 5), batch(16, 4), batch(26, 4)], end=31)
+    sink, ckpt = MemorySink(), MemoryCheckpointer()
+    runner = make({TP: log}, sink=sink, ckpt=ckpt)
+    assert run(runner, {TP: 31}) == {TP: 31}
+    assert values(sink) == expected(range(0, 15), range(16, 20), range(26, 30))
+    assert ckpt.stored[TP] == Position(31, 23)
+    store = OffsetSyncStore()
+    for s in ckpt.syncs:
+        store.add(s)
+    mapping = {0: 0, 9: 9, 14: 14, 15: 15, 16: 15, 19: 18, 20: 19, 25: 19, 26: 19, 29: 22, 30: 23, 31: 23}
+    for upstream, downstream in mapping.items():
+        assert store.translate(TP, upstream, downstream_end=23) == downstream, upstream
+
+
+def test_a_failed_produce_rewinds_to_the_last_acknowledged_batch() -> None:
+    log = Log([batch(0, 3), batch(3, 3), batch(6, 3), batch(9, 3)], end=12)
+    sink = MemorySink(fail_on_put={1, 2})
+    runner = make({TP: log}, sink=sink)
+    run(runner, {TP: 12})
+    assert values(sink) == expected(range(0, 12))  # nothing lost, nothing twice
+    assert runner.metrics.sink_failures == 2
+
+
+def test_a_corrupt_batch_fails_the_task_and_is_never_forwarded() -> None:
+    log = Log([batch(0, 5), batch(5, 5), batch(10, 5)], end=15)
+    sink, ckpt = MemorySink(), MemoryCheckpointer()
+    runner = make({TP: log}, sink=sink, source=MemorySource({TP: log}, corrupt_at=7, per_fetch=1),
+                  ckpt=ckpt)
+
+    async def go() -> None:
+        await runner.run(asyncio.Event())
+
+    with pytest.raises(CorruptBatchError):
+        asyncio.run(go())
+    assert runner.state == "FAILED" and "bad CRC" in (runner.trace or "")
+    assert values(sink) == expected(range(0, 5))  # up to the last good batch
+    assert ckpt.stored[TP].source == 5  # the position stays before the corrupt batch
+
+
+def test_resume_from_stored_progress_and_assignment_changes_keep_positions() -> None:
+    other = TopicPartition("orders", 1)
+    logs = {TP: Log([batch(0, 4), batch(4, 4)], end=8), other: Log([batch(0, 6)], end=6)}
+    ckpt = MemoryCheckpointer({TP: Position(4, None)})
+    sink = MemorySink()
+    runner = make({TP: logs[TP]}, sink=sink, source=MemorySource(logs), ckpt=ckpt)
+    run(runner, {TP: 8})
+    assert values(sink) == expected(range(4, 8))  # resumed at the stored position
+    runner.assign([TP, other])
+    run(runner, {TP: 8, other: 6})
+    assert values(sink, other) == expected(range(0, 6))
+    assert values(sink) == expected(range(4, 8))  # the kept partition was not restarted
+    runner.assign([other])
+    run(runner, {other: 6})
+    assert runner.partitions == (other,)
