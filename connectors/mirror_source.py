@@ -81,11 +81,12 @@ class MirrorSource:
             if not f.ok:
                 log.warning("fetch %s: %s", tp, f.error_name)
                 continue
-            out[tp] = Polled(f.batches, max(f.next_offset, f.fetch_offset), f.high_watermark)
+            out[tp] = Polled(f.batches, max(f.next_offset, f.fetch_offset), f.high_watermark,
+                             fetch_offset=f.fetch_offset)
         if resets:
             earliest = await self.cluster.list_offsets(resets, EARLIEST)
             for tp in resets:
-                out[tp] = Polled([], positions[tp], -1, reset_to=earliest[tp])
+                out[tp] = Polled([], positions[tp], -1, reset_to=earliest[tp], fetch_offset=positions[tp])
         return out
 
     async def close(self) -> None:

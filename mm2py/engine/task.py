@@ -178,8 +178,12 @@ class TaskRunner:
                                 self.spec.task_id, exc)
                     await _sleep_or_stop(stop, self.retry_backoff * 4)
                     continue
-                if until is not None and all(self._acked.get(tp, 0) >= o for tp, o in until.items()):
-                    return
+                if until is not None:
+                    unassigned = [tp for tp in until if tp not in self._acked]
+                    if unassigned and self._pending_assignment is None:
+                        raise ValueError(f"task {self.spec.task_id} does not mirror {unassigned}")
+                    if all(self._acked.get(tp, 0) >= o for tp, o in until.items()):
+                        return
                 if not self._fetch_pos:
                     await _sleep_or_stop(stop, 0.2)
                     continue
@@ -220,6 +224,8 @@ class TaskRunner:
         for tp, p in polled.items():
             if tp not in self._fetch_pos:
                 continue  # unassigned meanwhile
+            if p.fetch_offset is not None and p.fetch_offset != self._fetch_pos[tp]:
+                continue  # fetched for an older position (unassigned and assigned again meanwhile)
             if p.reset_to is not None and p.reset_to != self._fetch_pos[tp]:
                 if p.reset_to > self._fetch_pos[tp]:
                     self.metrics.offsets_lost_to_retention += p.reset_to - self._fetch_pos[tp]

@@ -35,6 +35,7 @@ class Polled:
     next_offset: int  # where the next fetch starts (past filtered batches too)
     high_watermark: int = -1
     reset_to: int | None = None  # position moved by the source (e.g. retention): lost offsets
+    fetch_offset: int | None = None  # the position this fetch was made from, when known
 
 
 @dataclass(frozen=True)

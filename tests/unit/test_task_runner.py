@@ -56,7 +56,7 @@ class MemorySource:
             nxt = got[-1].next_offset if got else log.end
             if got and got[-1] is log.batches[-1]:
                 nxt = log.end  # the filtered stretch after the last batch
-            out[tp] = Polled(got, max(nxt, pos), log.end)
+            out[tp] = Polled(got, max(nxt, pos), log.end, fetch_offset=pos)
         return out
 
     async def close(self) -> None:
@@ -188,3 +188,17 @@ def test_resume_from_stored_progress_and_assignment_changes_keep_positions() -> 
     runner.assign([other])
     run(runner, {other: 6})
     assert runner.partitions == (other,)
+
+
+def test_a_fetch_made_for_an_older_position_is_not_applied() -> None:
+    """Unassigned and assigned again at a lower stored position while a fetch was in flight:
+    the in-flight result must not be delivered (it would skip the offsets in between)."""
+    log = Log([batch(0, 50), batch(50, 50), batch(100, 5)], end=105)
+    runner = make({TP: log})
+    run(runner, {TP: 50})
+    runner._fetch_pos[TP] = runner._acked[TP] = 40  # re-assigned from an older commit
+    stale = Polled([batch(100, 5)], 105, 105, fetch_offset=100)
+    assert runner._advance({TP: stale}, None) == []
+    assert runner._fetch_pos[TP] == 40
+    fresh = Polled([batch(0, 50)], 50, 105, fetch_offset=40)
+    assert [b.base_offset for _, bs in runner._advance({TP: fresh}, None) for b in bs] == [0]
