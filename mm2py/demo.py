@@ -1,8 +1,9 @@
 """`make demo`: two local clusters and a live east->west mirror flow.
 
 Starts (or reuses) the dev clusters, seeds a few topics on east with data in several codecs, keeps
-producing a trickle of new records, and runs the flow of ``examples/east-to-west.properties`` in
-this process, printing source and target end offsets side by side until Ctrl-C (or ``--seconds``).
+producing a trickle of new records, and runs an east->west flow (the one in
+``examples/east-to-west.properties``, pointed at the clusters' actual addresses) in this process,
+printing source and target end offsets side by side until Ctrl-C (or ``--seconds``).
 """
 
 from __future__ import annotations
@@ -15,17 +16,23 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from mm2py.engine.config import load_config
+from mm2py.engine.config import MirrorMakerConfig
 from mm2py.kafka_local import dev
 from mm2py.runtime.inprocess import Worker
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "east-to-west.properties"
+#: the flow of examples/east-to-west.properties
+FLOW = {
+    "flows": {"east->west": {"topics": ".*", "tasks.max": 2, "refresh.topics.interval.seconds": 10}},
+    "replication.factor": 1,
+    "offset-syncs.topic.replication.factor": 1,
+    "checkpoints.topic.replication.factor": 1,
+    "heartbeats.topic.replication.factor": 1,
+}
 TOPICS = {"orders": ("zstd", 4), "payments": ("lz4", 2), "clicks": ("gzip", 3)}
 
 
@@ -74,8 +81,10 @@ def _end_offsets(bootstrap: str, topics: list[str]) -> dict[str, int]:
     return out
 
 
-async def _run(seconds: float | None) -> None:
-    config = load_config(str(EXAMPLE))
+async def _run(east_bootstrap: str, west_bootstrap: str, seconds: float | None) -> None:
+    config = MirrorMakerConfig.from_mapping(
+        {"clusters": {"east": east_bootstrap, "west": west_bootstrap}, **FLOW}
+    )
     flow = config.enabled_flows()[0]
     east, west = flow.source_cluster.bootstrap_servers, flow.target_cluster.bootstrap_servers
     stop = asyncio.Event()
@@ -94,11 +103,13 @@ async def _run(seconds: float | None) -> None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 5)
             topics = runner.last_plan.topics if runner.last_plan else {}
-            src = await asyncio.to_thread(_end_offsets, east, list(topics))
+            # the target first: records produced meanwhile then show as lag, never as a surplus
             dst = await asyncio.to_thread(_end_offsets, west, list(topics.values()))
-            print(f"\n{'source topic':14} {'east records':>12}   {'target topic':18} {'west records':>12}")
+            src = await asyncio.to_thread(_end_offsets, east, list(topics))
+            print(f"\n{'source topic':14} {'east records':>12}   {'target topic':18} {'west records':>12}"
+                  f" {'behind':>7}")
             for s, t in sorted(topics.items()):
-                print(f"{s:14} {src[s]:>12}   {t:18} {dst[t]:>12}")
+                print(f"{s:14} {src[s]:>12}   {t:18} {dst[t]:>12} {src[s] - dst[t]:>7}")
             if seconds is not None and time.monotonic() - started >= seconds:
                 break
     finally:
@@ -116,13 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     clusters = dev.up()
     for c in clusters:
         print(f"{c.name:6} bootstrap.servers={c.bootstrap}")
-    east = next(c for c in clusters if c.name == "east")
-    if east.bootstrap != "127.0.0.1:19092" or clusters[1].bootstrap != "127.0.0.1:29092":
-        print("dev clusters are not on the example's ports (19092/29092 were busy); "
-              "edit examples/east-to-west.properties to match", file=sys.stderr)
-        return 2
-    _seed(east.bootstrap)
-    asyncio.run(_run(args.seconds))
+    by_name = {c.name: c.bootstrap for c in clusters}
+    _seed(by_name["east"])
+    asyncio.run(_run(by_name["east"], by_name["west"], args.seconds))
     return 0
 
 
