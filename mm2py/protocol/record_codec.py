@@ -197,20 +197,11 @@ def _read_bytes(data: bytes, p: int, end: int) -> tuple[bytes | None, int]:
 
 
 def _decode_section(data: bytes, count: int) -> list[Record]:
-    if count < 0:
-        raise CorruptBatchError(f"negative records count {count}")
+    """Records of an uncompressed section: the framing checked by :func:`scan_raw_records`,
+    then each record's key, value and headers read."""
     out: list[Record] = []
-    pos = 0
-    total = len(data)
     try:
-        for _ in range(count):
-            length, p = read_varint(data, pos)
-            end = p + length
-            if length < 1 or end > total:
-                raise CorruptBatchError(f"invalid record length {length} at byte {pos}")
-            attrs = data[p]
-            ts_delta, p = read_varlong(data, p + 1)
-            off_delta, p = read_varint(data, p)
+        for attrs, ts_delta, off_delta, p, end in scan_raw_records(data, count):
             key, p = _read_bytes(data, p, end)
             value, p = _read_bytes(data, p, end)
             hcount, p = read_varint(data, p)
@@ -224,22 +215,11 @@ def _decode_section(data: bytes, count: int) -> list[Record]:
                 hval, p = _read_bytes(data, p, end)
                 headers.append((hkey.decode("utf-8", "surrogateescape"), hval))
             if p != end:
-                raise CorruptBatchError(f"record at byte {pos} does not fill its length")
-            out.append(
-                Record(
-                    off_delta,
-                    ts_delta,
-                    key,
-                    value,
-                    tuple(headers),
-                    attrs - 256 if attrs > 127 else attrs,
-                )
-            )
-            pos = end
+                raise CorruptBatchError(f"record ending at byte {end} does not fill its length")
+            out.append(Record(off_delta, ts_delta, key, value, tuple(headers),
+                              attrs - 256 if attrs > 127 else attrs))
     except IndexError:
         raise CorruptBatchError("records section is truncated") from None
-    if pos != total:
-        raise CorruptBatchError(f"{total - pos} bytes remain after the declared {count} records")
     return out
 
 
