@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from mm2py.client.produce_window import ProduceError
 from mm2py.client.producer import RawProducer
 from mm2py.engine.task_api import Delivered, SinkError
 from mm2py.protocol.batch_edit import rebuild_contiguous
@@ -34,10 +35,10 @@ class MirrorSink:
         return TopicPartition(name, tp.partition)
 
     async def put(self, work: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
-        """Produce round by round: round k carries the k-th batch of every partition."""
-        queues: list[list[tuple[TopicPartition, RecordBatch, Sequence[int] | None, int]]] = []
+        """Produce every batch, in order per partition; the producer sends them in rounds (the k-th
+        batch of every partition together), several rounds in flight when it is idempotent."""
+        items: list[tuple[TopicPartition, RecordBatch, Sequence[int] | None, int]] = []
         for tp, batches in work:
-            items = []
             for b in batches:
                 offsets: Sequence[int] | None = None
                 original = b
@@ -46,23 +47,22 @@ class MirrorSink:
                     if not offsets:
                         continue  # every record compacted away: nothing to write
                 items.append((tp, b, offsets, original.next_offset))
-            queues.append(items)
+        try:
+            bases = await self.producer.produce([(self.target_partition(tp), b) for tp, b, _, _ in items])
+            error: BaseException | None = None
+        except ProduceError as exc:
+            bases, error = exc.offsets, exc
+        except Exception as exc:
+            raise SinkError(f"{type(exc).__name__}: {exc}", []) from exc
         delivered: list[Delivered] = []
-        depth = max((len(q) for q in queues), default=0)
-        for k in range(depth):
-            rnd = [q[k] for q in queues if k < len(q)]
-            try:
-                bases = await self.producer.produce(
-                    [(self.target_partition(tp), b) for tp, b, _, _ in rnd]
-                )
-            except Exception as exc:
-                raise SinkError(f"{type(exc).__name__}: {exc}", delivered) from exc
-            for (tp, b, offsets, source_next), base in zip(rnd, bases, strict=True):
-                first = offsets[0] if offsets else b.base_offset
-                last = offsets[-1] if offsets else b.last_offset
-                delivered.append(Delivered(
-                    tp, first, last, source_next, base, offsets, b.size, b.records_count,
-                ))
+        for (tp, b, offsets, source_next), base in zip(items, bases, strict=True):
+            if base < 0:
+                continue  # not acknowledged (a prefix per partition is)
+            first = offsets[0] if offsets else b.base_offset
+            last = offsets[-1] if offsets else b.last_offset
+            delivered.append(Delivered(tp, first, last, source_next, base, offsets, b.size, b.records_count))
+        if error is not None:
+            raise SinkError(f"{type(error).__name__}: {error}", delivered) from error
         return delivered
 
     async def close(self) -> None:

@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from mm2py.client.cluster import Backoff, ClusterClient, topic_namer
+from mm2py.client.cluster import Backoff, ClusterClient
 from mm2py.client.connection import BrokerConnection
+from mm2py.client.produce_window import ProduceError, by_partition, produce_windowed
 from mm2py.client.types import ClientError, TopicPartition
 from mm2py.protocol.api import (
     ApiKey,
@@ -90,10 +92,14 @@ class ProducerConfig:
     max_request_bytes: int = 16 * 1024 * 1024
     #: stamp batches with our own producer id and sequences (broker-side dedupe of retries)
     idempotent: bool = True
+    #: request rounds in flight per connection (idempotent only; the broker dedupes at most 5)
+    max_in_flight: int = 5
 
     def __post_init__(self) -> None:
         if self.acks not in (-1, 1):
             raise ValueError("acks must be -1 (all) or 1: the raw producer needs responses")
+        if not 1 <= self.max_in_flight <= 5:
+            raise ValueError("max_in_flight must be 1..5 (the broker remembers 5 batches per producer)")
 
 
 def _has_producer_state(b: RecordBatch) -> bool:
@@ -153,28 +159,65 @@ class RawProducer:
         idempotent = self.config.idempotent
         normalized = [(tp, normalize_batch(b)) for tp, b in items]
         rounds = _rounds(normalized)
-        offsets = [-1] * len(normalized)
         async with self._locked(rounds):
-            for rnd in rounds:
-                for attempt in (1, 2):
-                    pid, epoch = await self._ensure_producer_id() if idempotent else (-1, -1)
-                    seqs = {tp: self._sequences.get(tp, 0) if idempotent else -1 for tp in rnd}
+            if idempotent and self.config.max_in_flight > 1 and len(rounds) > 1:
+                return await produce_windowed(self, normalized, rounds, self.config.max_in_flight)
+            return await self._produce_rounds(normalized, rounds)
+
+    async def _produce_rounds(
+        self,
+        normalized: Sequence[tuple[TopicPartition, RecordBatch]],
+        rounds: list[dict[TopicPartition, int]],
+    ) -> list[int]:
+        """One round at a time, each retried (after a metadata refresh) until it is acknowledged."""
+        idempotent = self.config.idempotent
+        offsets = [-1] * len(normalized)
+        for rnd in rounds:
+            for attempt in (1, 2):
+                pid, epoch = await self.ensure_producer_id() if idempotent else (-1, -1)
+                seqs = {tp: self._sequences.get(tp, 0) if idempotent else -1 for tp in rnd}
+                try:
                     results = await self._produce_round({
                         tp: _stamped(normalized[i][1], pid, epoch, seqs[tp]) for tp, i in rnd.items()
                     })
-                    lost = [tp for tp, r in results.items() if r.error_code in _PRODUCER_FORGOTTEN]
-                    if lost and idempotent and attempt == 1:
-                        await self._reset_producer_id(pid)
-                        continue  # new producer id, sequences from 0: send the whole round again
-                    break
-                for tp, i in rnd.items():
-                    r = results[tp]
-                    if r.error_code != NONE:
-                        raise BrokerError(r.error_code, f"produce to {tp}: {r.error_message or ''}")
-                    offsets[i] = r.base_offset
-                    if idempotent:
-                        self._sequences[tp] = increment_sequence(seqs[tp], normalized[i][1].records_count)
+                except Exception as exc:
+                    raise ProduceError(f"produce failed: {exc}", offsets, exc) from exc
+                lost = [tp for tp, r in results.items() if r.error_code in _PRODUCER_FORGOTTEN]
+                if lost and idempotent and attempt == 1:
+                    await self.reset_producer_id(pid)
+                    continue  # new producer id, sequences from 0: send the whole round again
+                break
+            failed: BrokerError | None = None
+            for tp, i in rnd.items():
+                r = results[tp]
+                if r.error_code != NONE:
+                    failed = failed or BrokerError(r.error_code, f"produce to {tp}: {r.error_message or ''}")
+                    continue
+                offsets[i] = r.base_offset
+                if idempotent:
+                    self._sequences[tp] = increment_sequence(seqs[tp], normalized[i][1].records_count)
+            if failed is not None:
+                raise ProduceError(str(failed), offsets, failed)
         return offsets
+
+    def sequence(self, tp: TopicPartition) -> int:
+        """The sequence number the partition's next batch gets."""
+        return self._sequences.get(tp, 0)
+
+    def set_sequence(self, tp: TopicPartition, sequence: int) -> None:
+        self._sequences[tp] = sequence
+
+    def chunks(self, part: Mapping[TopicPartition, bytes]) -> list[dict[TopicPartition, bytes]]:
+        """Split one broker's share of a round into requests of at most max_request_bytes."""
+        chunks: list[dict[TopicPartition, bytes]] = [{}]
+        size = 0
+        for tp, data in part.items():
+            if chunks[-1] and size + len(data) > self.config.max_request_bytes:
+                chunks.append({})
+                size = 0
+            chunks[-1][tp] = data
+            size += len(data)
+        return chunks
 
     @contextlib.asynccontextmanager
     async def _locked(self, rounds: list[dict[TopicPartition, int]]) -> AsyncIterator[None]:
@@ -184,7 +227,7 @@ class RawProducer:
                 await stack.enter_async_context(self._lock(tp))
             yield
 
-    async def _ensure_producer_id(self) -> tuple[int, int]:
+    async def ensure_producer_id(self) -> tuple[int, int]:
         if self.producer_id >= 0:
             return self.producer_id, self.producer_epoch
         async with self._pid_lock:
@@ -214,12 +257,30 @@ class RawProducer:
                 log.info("producer id %d epoch %d", self.producer_id, self.producer_epoch)
         return self.producer_id, self.producer_epoch
 
-    async def _reset_producer_id(self, seen: int) -> None:
+    async def reset_producer_id(self, seen: int) -> None:
         async with self._pid_lock:
             if self.producer_id == seen:
                 log.warning("broker forgot producer id %d; taking a new one", seen)
                 self.producer_id = self.producer_epoch = -1
                 self._sequences.clear()
+
+    def encode_request(
+        self, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]
+    ) -> tuple[int, bytes, dict[str, uuid.UUID | None]]:
+        """(version, body, topic ids) of one Produce request carrying one batch per partition."""
+        by_topic: dict[str, list[tuple[int, Buf]]] = {}
+        for tp, data in part.items():
+            by_topic.setdefault(tp.topic, []).append((tp.partition, data))
+        ids = {t: self.cluster.topic_id(t) for t in by_topic}
+        cap = None if all(ids.values()) else FIRST_TOPIC_ID_VERSION - 1
+        version = self.cluster.version_for(conn, ApiKey.PRODUCE, cap)
+        body = encode_produce_request(
+            version,
+            [ProduceTopicRequest(t, ps, ids[t]) for t, ps in by_topic.items()],
+            acks=self.config.acks,
+            timeout_ms=self.config.timeout_ms,
+        )
+        return version, body, ids
 
     async def _produce_round(
         self, batches: dict[TopicPartition, bytes]
@@ -229,14 +290,7 @@ class RawProducer:
         async def send(
             conn: BrokerConnection, part: dict[TopicPartition, bytes]
         ) -> dict[TopicPartition, ProducePartitionResponse]:
-            chunks: list[dict[TopicPartition, bytes]] = [{}]
-            size = 0
-            for tp, data in part.items():
-                if chunks[-1] and size + len(data) > cfg.max_request_bytes:
-                    chunks.append({})
-                    size = 0
-                chunks[-1][tp] = data
-                size += len(data)
+            chunks = self.chunks(part)
             out: dict[TopicPartition, ProducePartitionResponse] = {}
             for res in await asyncio.gather(*(send_one(conn, c) for c in chunks)):
                 out.update(res)
@@ -245,27 +299,10 @@ class RawProducer:
         async def send_one(
             conn: BrokerConnection, part: dict[TopicPartition, bytes]
         ) -> dict[TopicPartition, ProducePartitionResponse]:
-            by_topic: dict[str, list[tuple[int, Buf]]] = {}
-            for tp, data in part.items():
-                by_topic.setdefault(tp.topic, []).append((tp.partition, data))
-            ids = {t: self.cluster.topic_id(t) for t in by_topic}
-            cap = None if all(ids.values()) else FIRST_TOPIC_ID_VERSION - 1
-            version = self.cluster.version_for(conn, ApiKey.PRODUCE, cap)
-            body = encode_produce_request(
-                version,
-                [ProduceTopicRequest(t, ps, ids[t]) for t, ps in by_topic.items()],
-                acks=cfg.acks,
-                timeout_ms=cfg.timeout_ms,
-            )
+            version, body, ids = self.encode_request(conn, part)
             timeout = conn.config.request_timeout_s + cfg.timeout_ms / 1000
             resp = await conn.request(ApiKey.PRODUCE, version, body, decode_produce_response, timeout)
-            name_of = topic_namer(ids)
-            out: dict[TopicPartition, ProducePartitionResponse] = {}
-            for r in resp.partitions:
-                name = name_of(r.topic, r.topic_id)
-                if name is not None:
-                    out[TopicPartition(name, r.partition)] = r
-            return out
+            return by_partition(resp, ids)
 
         return await self.cluster.for_leaders(
             batches, send, lambda r: r.error_code, timeout=cfg.retry_timeout_s

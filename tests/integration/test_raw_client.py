@@ -379,3 +379,32 @@ async def test_pipelining_and_connection_loss(target_cluster: KafkaCluster, dst:
     assert time.monotonic() - started < 5
     # the cluster client reconnects on next use
     assert (await fetcher.fetch({tps[0]: 0}))[tps[0]].batches
+
+
+async def test_pipelined_produce_returns_a_prefix_per_partition_after_a_rejected_batch(
+    target_cluster: KafkaCluster, dst: ClusterClient
+) -> None:
+    """Five rounds in flight; partition A's second batch is too large for the topic. A keeps only
+    its first batch (the later ones are refused as out of sequence), B gets all of its batches, and
+    A's sequence stays usable for what comes next."""
+    from mm2py.client.produce_window import ProduceError
+
+    topic = create_topic(target_cluster.bootstrap, unique("window"), partitions=2,
+                         config={"max.message.bytes": "3000"})
+    a, b = TopicPartition(topic, 0), TopicPartition(topic, 1)
+
+    def small(tag: str) -> RecordBatch:
+        return RecordBatch(build_batch([Record(0, 0, b"k", tag.encode())], base_timestamp=BASE_TS))
+
+    big = RecordBatch(build_batch([Record(0, 0, b"k", b"x" * 6000)], base_timestamp=BASE_TS))
+    producer = RawProducer(dst)
+    items = [(a, small("a0")), (a, big), (a, small("a2")), (a, small("a3")),
+             (b, small("b0")), (b, small("b1")), (b, small("b2")), (b, small("b3"))]
+    with pytest.raises(ProduceError) as err:
+        await producer.produce(items)
+    assert err.value.offsets == [0, -1, -1, -1, 0, 1, 2, 3]
+    # A continues from its last acknowledged batch with a consistent sequence
+    assert await producer.produce([(a, small("a2")), (a, small("a3"))]) == [1, 2]
+    got = read_all(target_cluster.bootstrap, topic)
+    assert [(r.partition, r.value) for r in got if r.partition == 0] == [(0, b"a0"), (0, b"a2"), (0, b"a3")]
+    assert [r.value for r in got if r.partition == 1] == [b"b0", b"b1", b"b2", b"b3"]

@@ -1,0 +1,166 @@
+"""Pipelined idempotent produce: up to ``window`` rounds of requests in flight per connection.
+
+Round k carries the k-th batch of every partition. Rounds are written to each broker connection in
+order and the broker handles a connection's requests in order, so a partition's batches are
+appended in order; its sequence numbers are assigned when a round is built. If a batch fails, the
+broker refuses the partition's later batches of the window (out-of-order sequence), unless the
+failure was only seen by us (a time-out or a lost connection after the append) — then the later
+batches were appended too, and sending them again with the same sequences is answered by the
+broker's duplicate detection (it remembers a producer's last five batches per partition, hence
+``window <= 5``). So the result is always a prefix per partition: acknowledged offsets up to the
+first failure, -1 after it, and the sequences are left right after the prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from mm2py.client.cluster import topic_namer
+from mm2py.client.types import NoLeaderError, TopicPartition
+from mm2py.protocol.api import ApiKey, ProducePartitionResponse, ProduceResponse, decode_produce_response
+from mm2py.protocol.batch_edit import for_produce, increment_sequence
+from mm2py.protocol.errors_codes import (
+    INVALID_PRODUCER_EPOCH,
+    NONE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    UNKNOWN_PRODUCER_ID,
+    BrokerError,
+    invalidates_metadata,
+)
+from mm2py.protocol.records import RecordBatch
+
+if TYPE_CHECKING:
+    from mm2py.client.connection import BrokerConnection
+    from mm2py.client.producer import RawProducer
+
+Outcome = ProducePartitionResponse | BaseException
+
+#: the first failure of a partition says the broker no longer agrees on our producer state
+_STATE_LOST = frozenset({UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH})
+
+
+class ProduceError(Exception):
+    """A produce call that did not deliver everything; ``offsets`` holds what was acknowledged
+    (a prefix per partition, -1 for the rest, in input order)."""
+
+    def __init__(self, message: str, offsets: list[int], cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.offsets = offsets
+        self.cause = cause
+
+
+async def produce_windowed(
+    producer: RawProducer,
+    items: Sequence[tuple[TopicPartition, RecordBatch]],
+    rounds: list[dict[TopicPartition, int]],
+    window: int,
+) -> list[int]:
+    cluster = producer.cluster
+    tps = {tp for tp, _ in items}
+    topics = {tp.topic for tp in tps}
+    await cluster.ensure_topics(topics)
+    if any(cluster.leader_of(tp) is None for tp in tps):
+        cluster.invalidate(topics)
+        await cluster.refresh_metadata(topics)
+    offsets = [-1] * len(items)
+    missing = [tp for tp in tps if cluster.leader_of(tp) is None]
+    if missing:
+        raise ProduceError(f"no leader for {missing[:3]}", offsets, NoLeaderError(str(missing[:3])))
+    leaders = {tp: cluster.leader_of(tp) for tp in tps}
+    conns = {node: await cluster.connection(node) for node in set(leaders.values()) if node is not None}
+    pid, epoch = await producer.ensure_producer_id()
+    next_seq = {tp: producer.sequence(tp) for tp in tps}
+    seqs: list[dict[TopicPartition, int]] = []
+    outcomes: list[dict[TopicPartition, Outcome]] = [{} for _ in rounds]
+    Sent = list[tuple[list[TopicPartition], asyncio.Task[dict[TopicPartition, Outcome]]]]
+    inflight: deque[tuple[int, Sent]] = deque()
+    timeout_s = producer.config.timeout_ms / 1000
+
+    async def collect() -> None:
+        k, sent = inflight.popleft()
+        for part, task in sent:
+            try:
+                outcomes[k].update(await task)
+            except Exception as exc:  # the whole request failed: connection lost, time-out
+                outcomes[k].update({tp: exc for tp in part})
+
+    for k, rnd in enumerate(rounds):
+        while len(inflight) >= window:
+            await collect()
+        by_node: dict[int, dict[TopicPartition, bytes]] = {}
+        s_k: dict[TopicPartition, int] = {}
+        for tp, i in rnd.items():
+            s_k[tp] = next_seq[tp]
+            next_seq[tp] = increment_sequence(next_seq[tp], items[i][1].records_count)
+            node = leaders[tp]
+            assert node is not None
+            by_node.setdefault(node, {})[tp] = for_produce(items[i][1], pid, epoch, s_k[tp], verify=False)
+        seqs.append(s_k)
+        sent = []
+        for node, part in by_node.items():
+            for chunk in producer.chunks(part):
+                conn = conns[node]
+                version, body, ids = producer.encode_request(conn, chunk)
+                # the request is written when the task first runs: tasks run in creation order
+                task = asyncio.create_task(_request(conn, version, body, ids, conn.config.request_timeout_s
+                                                    + timeout_s))
+                sent.append((list(chunk), task))
+        inflight.append((k, sent))
+        await asyncio.sleep(0)
+    while inflight:
+        await collect()
+
+    first_failure: dict[TopicPartition, Outcome] = {}
+    for k, rnd in enumerate(rounds):
+        for tp, i in rnd.items():
+            if tp in first_failure:
+                continue
+            out = outcomes[k].get(tp, BrokerError(-1, f"no result for {tp}"))
+            if isinstance(out, ProducePartitionResponse) and out.error_code == NONE:
+                offsets[i] = out.base_offset
+                producer.set_sequence(tp, increment_sequence(seqs[k][tp], items[i][1].records_count))
+            else:
+                first_failure[tp] = out
+    if not first_failure:
+        return offsets
+    stale: set[str] = set()
+    reset = False
+    cause: BaseException | None = None
+    for tp, out in first_failure.items():
+        if isinstance(out, ProducePartitionResponse):
+            reset |= out.error_code in _STATE_LOST
+            if invalidates_metadata(out.error_code):
+                stale.add(tp.topic)
+            cause = cause or BrokerError(out.error_code, f"produce to {tp}: {out.error_message or ''}")
+        else:
+            stale.add(tp.topic)
+            cause = cause or out
+    if reset:
+        await producer.reset_producer_id(pid)
+    if stale:
+        cluster.invalidate(stale)
+    raise ProduceError(f"{len(first_failure)} partitions not fully delivered: {cause}", offsets, cause)
+
+
+def by_partition(
+    resp: ProduceResponse, ids: Mapping[str, uuid.UUID | None]
+) -> dict[TopicPartition, ProducePartitionResponse]:
+    """A Produce response's partitions, keyed by (topic name, partition)."""
+    name_of = topic_namer(ids)
+    out: dict[TopicPartition, ProducePartitionResponse] = {}
+    for r in resp.partitions:
+        name = name_of(r.topic, r.topic_id)
+        if name is not None:
+            out[TopicPartition(name, r.partition)] = r
+    return out
+
+
+async def _request(
+    conn: BrokerConnection, version: int, body: bytes, ids: Mapping[str, uuid.UUID | None], timeout: float
+) -> dict[TopicPartition, Outcome]:
+    resp = await conn.request(ApiKey.PRODUCE, version, body, decode_produce_response, timeout)
+    return dict(by_partition(resp, ids))
