@@ -175,6 +175,7 @@ def mm2py_command(s: Setup, src: str, dst: str) -> list[str]:
         "replication.factor": 1, "offset-syncs.topic.replication.factor": 1,
         "checkpoints.topic.replication.factor": 1, "heartbeats.topic.replication.factor": 1,
         "sync.topic.acls.enabled": "false",
+        **dict(kv.format(src=src, dst=dst).split("=", 1) for kv in s.args.mm2py_prop),
     }))
     return [sys.executable, "-m", "mm2py.cli", "run", "-c", str(cfg), "--log-level", "warning"]
 
@@ -347,6 +348,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of " + ",".join(PEERS))
     ap.add_argument("--source", help="source bootstrap servers (default: start a local cluster)")
     ap.add_argument("--target", help="target bootstrap servers (default: start a local cluster)")
+    ap.add_argument("--mm2py-prop", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra mm2py property ({src}/{dst} expand to the aliases), repeatable")
     ap.add_argument("--mm2-prop", action="append", default=[], metavar="KEY=VALUE",
                     help="extra mm2.properties line for MM2 (repeatable); {src}/{dst} stand for its "
                     "cluster aliases, e.g. '{dst}.producer.linger.ms=20'")

@@ -71,6 +71,8 @@ PRODUCER_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "max.request.size": ("max_request_bytes", _int("max.request.size", 1)),
     "delivery.timeout.ms": ("delivery_timeout_ms", _int("delivery.timeout.ms", 1)),
     "request.timeout.ms": ("request_timeout_ms", _int("request.timeout.ms", 1)),
+    "max.in.flight.requests.per.connection": (
+        "max_in_flight", _int("max.in.flight.requests.per.connection", 1)),
 }
 
 
@@ -120,6 +122,7 @@ def raw_client_settings(
         retry_timeout_s=delivery_ms / 1000,
         max_request_bytes=producer.get("max_request_bytes", ProducerConfig.max_request_bytes),
         idempotent=producer.get("idempotent", True),
+        max_in_flight=min(5, producer.get("max_in_flight", 5)),
     )
 
     def client(request_timeout_ms: int | None) -> ClientConfig:

@@ -28,6 +28,7 @@ def test_java_client_names_are_honoured() -> None:
         "west.producer.enable.idempotence": "false",
         "west.producer.delivery.timeout.ms": "9000",
         "west.producer.request.timeout.ms": "4000",
+        "west.producer.max.in.flight.requests.per.connection": "1",
         "west.producer.linger.ms": "5",
         "west.producer.compression.type": "gzip",
     })
@@ -36,7 +37,7 @@ def test_java_client_names_are_honoured() -> None:
     assert s.fetcher.isolation_level == READ_UNCOMMITTED
     assert s.fetcher.max_wait_ms == 50
     assert s.reset_to_earliest is False
-    assert s.producer.idempotent is False
+    assert s.producer.idempotent is False and s.producer.max_in_flight == 1
     assert s.producer.retry_timeout_s == 9.0 and s.producer.timeout_ms == 4000
     assert s.target_client.connection.request_timeout_s == 4.0
     assert sorted(s.ignored) == ["producer.compression.type", "producer.linger.ms"]
@@ -45,7 +46,7 @@ def test_java_client_names_are_honoured() -> None:
 def test_defaults_are_the_mirror_defaults() -> None:
     s = raw_client_settings(_flow(), fetch_max_bytes=8 << 20)
     assert s.fetcher.max_bytes == 8 << 20 and s.producer.idempotent and s.producer.acks == -1
-    assert s.reset_to_earliest and not s.ignored
+    assert s.reset_to_earliest and not s.ignored and s.producer.max_in_flight == 5
 
 
 @pytest.mark.parametrize("key,value", [
