@@ -184,9 +184,27 @@ class Worker:
     async def stop(self) -> None:
         await asyncio.gather(*(f.stop() for f in self.flows.values()), return_exceptions=True)
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, status_interval: float = 30.0) -> None:
         await self.start()
         try:
-            await stop.wait()
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), status_interval)
+                for line in self.status_lines():
+                    log.info("%s", line)
         finally:
             await self.stop()
+
+    def status_lines(self) -> list[str]:
+        """One line per flow: what runs and how far it got."""
+        lines = []
+        for name, flow in self.flows.items():
+            st = flow.status()
+            tasks = st["tasks"]
+            states = sorted({t["state"] for t in tasks}) or ["no tasks"]
+            lines.append(
+                f"{name}: {len(st['topics'])} topics, {sum(len(t['partitions']) for t in tasks)} partitions, "
+                f"{sum(t['records'] for t in tasks):,} records / {sum(t['bytes'] for t in tasks):,} bytes "
+                f"mirrored, {sum(t['lag'] for t in tasks):,} behind, tasks {'/'.join(states)}"
+            )
+        return lines

@@ -60,3 +60,19 @@ def test_metrics_endpoint_reports_what_was_mirrored(
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]
+
+
+def test_worker_status_lines_say_what_runs(east: KafkaCluster, west: KafkaCluster) -> None:
+    from helpers import BackgroundWorker, end_offsets, mirror_config
+
+    topic = create_topic(east.bootstrap, unique("status"), partitions=3)
+    produce_records(east.bootstrap, topic, make_records(900))
+    config = mirror_config(
+        {"east": east.bootstrap, "west": west.bootstrap}, {"east->west": {"topics": topic}}
+    )
+    with BackgroundWorker(config) as bg:
+        wait_until(lambda: "900 records" in bg.worker.status_lines()[0], 60, 0.2, "status caught up")
+        line = bg.worker.status_lines()[0]
+    assert line.startswith("east->west: 1 topics, 3 partitions, 900 records") and "tasks RUNNING" in line
+    assert ", 0 behind," in line
+    assert sum(end_offsets(west.bootstrap, f"east.{topic}").values()) == 900
