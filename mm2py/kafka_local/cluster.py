@@ -300,7 +300,6 @@ def _server_properties(node: KafkaNode, voters: str, size: int) -> dict[str, str
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",
         "log.cleaner.backoff.ms": "1000",
-        "log.retention.check.interval.ms": "5000",
         "num.network.threads": "2",
         "num.io.threads": "4",
     }

@@ -322,7 +322,7 @@ async def test_stale_metadata_after_topic_recreated(target_cluster: KafkaCluster
 async def test_fetch_recovers_from_stale_leader(target_cluster: KafkaCluster, dst: ClusterClient) -> None:
     name = create_topic(target_cluster.bootstrap, unique("stale"))
     tp = TopicPartition(name, 0)
-    await RawProducer(dst).send(tp, build_batch([Record(0, 0, None, b"x")], base_timestamp=1))
+    await RawProducer(dst).send(tp, build_batch([Record(0, 0, None, b"x")], base_timestamp=BASE_TS))
     # Poison the cache: the leader is a broker id that does not exist.
     meta = dst.topics[name]
     meta.partitions[0] = type(meta.partitions[0])(0, 0, 4242, 0, (4242,), (4242,))
@@ -360,7 +360,7 @@ async def test_protocol_versions_against_broker(
 async def test_pipelining_and_connection_loss(target_cluster: KafkaCluster, dst: ClusterClient) -> None:
     name = create_topic(target_cluster.bootstrap, unique("pipe"), partitions=4)
     tps = [TopicPartition(name, p) for p in range(4)]
-    batch = build_batch([Record(0, 0, None, b"v")], base_timestamp=1)
+    batch = build_batch([Record(0, 0, None, b"v")], base_timestamp=BASE_TS)
     producer = RawProducer(dst)
     results = await asyncio.gather(*(producer.send(tps[i % 4], batch) for i in range(40)))
     assert sorted(results) == sorted(list(range(10)) * 4)
