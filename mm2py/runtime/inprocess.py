@@ -129,11 +129,14 @@ class FlowRunner:
             await runner.run(self._stop)
 
     async def _refresh_loop(self) -> None:
-        interval = max(1, self.flow.refresh_topics_interval_seconds)
+        interval = self.flow.refresh_topics_interval_seconds
+        if interval < 0 or not self.flow.refresh_topics_enabled:
+            return  # MM2: a negative interval (or refresh.topics.enabled=false) disables the refresh
+        interval = max(1, interval)
         while not self._stop.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
-            if self._stop.is_set() or not self.flow.refresh_topics_enabled:
+            if self._stop.is_set():
                 continue
             try:
                 await self.refresh()
