@@ -205,11 +205,15 @@ def by_partition(records: Sequence[Rec]) -> dict[int | None, list[tuple[object, 
     return out
 
 
-SINGLE_NODE = {
+#: single-node replication factors; heartbeats off, so that one test's heartbeat topics do not
+#: become another test's mirrored partitions (tests of heartbeats turn them on)
+TEST_DEFAULTS = {
     "replication.factor": 1,
     "offset-syncs.topic.replication.factor": 1,
     "checkpoints.topic.replication.factor": 1,
     "heartbeats.topic.replication.factor": 1,
+    "emit.heartbeats.enabled": False,
+    "heartbeats.replication.enabled": False,
 }
 
 
@@ -220,7 +224,7 @@ def mirror_config(
     from mm2py.engine.config import MirrorMakerConfig
 
     doc: dict[str, object] = {"clusters": dict(clusters), "flows": {k: dict(v) for k, v in flows.items()}}
-    doc.update(SINGLE_NODE)
+    doc.update(TEST_DEFAULTS)
     doc.update(settings)
     return MirrorMakerConfig.from_mapping(doc)
 

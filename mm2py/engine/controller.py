@@ -57,6 +57,7 @@ class Controller:
         sync_topic_configs: bool = True,
         config_filter: ConfigPropertyFilter | None = None,
         replication_factor: int = -1,
+        replicate_heartbeats: bool = True,
     ) -> None:
         self.source_alias = source_alias
         self.target_alias = target_alias
@@ -67,6 +68,7 @@ class Controller:
         self.sync_topic_configs = sync_topic_configs
         self.config_filter = config_filter or ConfigPropertyFilter.from_config()
         self.replication_factor = replication_factor
+        self.replicate_heartbeats = replicate_heartbeats
         self._filter = topic_filter
         self._lock = threading.Lock()
         self._assignment: dict[int, list[TopicPartition]] = {}
@@ -87,11 +89,15 @@ class Controller:
         return self.policy.format_remote_topic(self.source_alias, source_topic)
 
     def should_replicate(self, topic: str) -> bool:
-        """MM2's rule: the filter (heartbeats always) allows it, not internal, not a cycle."""
+        """MM2's rule: the filter allows it (heartbeats always, unless heartbeats.replication.enabled
+        is false), it is not internal, and it is not a cycle."""
         policy = self.policy
-        if policy.is_internal_topic(topic) and not policy.is_heartbeats_topic(topic):
+        heartbeats = policy.is_heartbeats_topic(topic)
+        if heartbeats and not self.replicate_heartbeats:
             return False
-        if not (self._filter.should_replicate(topic) or policy.is_heartbeats_topic(topic)):
+        if policy.is_internal_topic(topic) and not heartbeats:
+            return False
+        if not (self._filter.should_replicate(topic) or heartbeats):
             return False
         return not is_cycle(policy, topic, self.target_alias)
 

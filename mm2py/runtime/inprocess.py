@@ -48,6 +48,7 @@ def controller_for(flow: FlowConfig) -> Controller:
         sync_topic_configs=flow.sync_topic_configs_enabled,
         config_filter=flow.config_property_filter(),
         replication_factor=flow.replication_factor,
+        replicate_heartbeats=flow.heartbeats_replication_enabled,
     )
 
 
@@ -175,17 +176,29 @@ class FlowRunner:
 
 
 class Worker:
-    """All enabled flows of one configuration, in this process."""
+    """All enabled flows of one configuration, in this process, plus MM2's heartbeats."""
 
     def __init__(self, config: MirrorMakerConfig, *, commit_interval: float = 1.0) -> None:
+        from connectors.heartbeat import HeartbeatEmitter
+
         self.config = config
         self.flows = {f.name: FlowRunner(f, commit_interval) for f in config.enabled_flows()}
+        # like MM2, every cluster pair emits heartbeats unless told not to, enabled flow or not
+        self.heartbeats = {
+            f.name: HeartbeatEmitter(f)
+            for f in config.heartbeat_flows()
+            if f.emit_heartbeats_enabled and f.emit_heartbeats_interval_seconds >= 0
+        }
+        self._beats_stop = asyncio.Event()
+        self._beats: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
+        self._beats = [asyncio.create_task(h.run(self._beats_stop)) for h in self.heartbeats.values()]
         await asyncio.gather(*(f.start() for f in self.flows.values()))
 
     async def stop(self) -> None:
-        await asyncio.gather(*(f.stop() for f in self.flows.values()), return_exceptions=True)
+        self._beats_stop.set()
+        await asyncio.gather(*(f.stop() for f in self.flows.values()), *self._beats, return_exceptions=True)
 
     async def run(self, stop: asyncio.Event, status_interval: float = 30.0) -> None:
         await self.start()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import SINGLE_NODE, create_topic, make_records, produce_records, unique, wait_until
+from helpers import TEST_DEFAULTS, create_topic, make_records, produce_records, unique, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from mm2py.kafka_local import KafkaCluster
@@ -41,7 +41,7 @@ def test_metrics_endpoint_reports_what_was_mirrored(
     cfg = tmp_path / "mm2.json"
     cfg.write_text(json.dumps({
         "clusters": {"east": east.bootstrap, "west": west.bootstrap},
-        "flows": {"east->west": {"topics": topic}}, **SINGLE_NODE,
+        "flows": {"east->west": {"topics": topic}}, **TEST_DEFAULTS,
     }))
     port = free_port()
     proc = subprocess.Popen(

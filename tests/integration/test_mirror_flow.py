@@ -28,6 +28,7 @@ from mm2py.client.cluster import ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.compression import CodecCounters
+from mm2py.protocol.mm2_records import Heartbeat
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
@@ -187,6 +188,7 @@ def test_active_active_flows_never_mirror_back(east: KafkaCluster, west: KafkaCl
             "east->west": {"topics": pattern, "refresh.topics.interval.seconds": 1},
             "west->east": {"topics": pattern, "refresh.topics.interval.seconds": 1},
         },
+        **{"emit.heartbeats.enabled": True, "heartbeats.replication.enabled": True},
     )
     with BackgroundWorker(config):
         wait_until(
@@ -194,10 +196,20 @@ def test_active_active_flows_never_mirror_back(east: KafkaCluster, west: KafkaCl
             and _mirrored(west, east, {on_west: f"west.{on_west}"}),
             60, 0.5, "both directions mirrored",
         )
+        # heartbeats: each side writes its own and mirrors the other's
+        wait_until(lambda: "east.heartbeats" in topic_names(west.bootstrap)
+                   and "west.heartbeats" in topic_names(east.bootstrap), 30, 0.5, "heartbeats mirrored")
         time.sleep(3)  # several refresh rounds see the remote topics on both sides
         east_topics, west_topics = topic_names(east.bootstrap), topic_names(west.bootstrap)
     assert f"west.{on_west}" in east_topics and f"east.{on_east}" in west_topics
     assert not [t for t in east_topics | west_topics if t.startswith(("east.west.", "west.east."))]
+    beats = read_all(west.bootstrap, "heartbeats")
+    decoded = [Heartbeat.from_record(r.key, r.value) for r in beats]
+    assert {(h.source_alias, h.target_alias) for h in decoded} == {("east", "west")}
+    assert len(decoded) >= 2
+    assert read_all(west.bootstrap, "east.heartbeats"), "east's heartbeats were not mirrored"
+    assert {Heartbeat.from_record(r.key, r.value).target_alias
+            for r in read_all(west.bootstrap, "east.heartbeats")} == {"east"}
 
 
 def test_source_partitions_added_and_topic_configs_synced(east: KafkaCluster, west: KafkaCluster) -> None:

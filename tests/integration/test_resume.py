@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from helpers import (
-    SINGLE_NODE,
+    TEST_DEFAULTS,
     BackgroundWorker,
     create_topic,
     end_offsets,
@@ -55,7 +55,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_nothing(
     config.write_text(json.dumps({
         "clusters": {"east": east.bootstrap, "west": west.bootstrap},
         "flows": {"east->west": {"topics": topic}},
-        **SINGLE_NODE,
+        **TEST_DEFAULTS,
     }))
     total = 60_000
     producing_done = threading.Event()

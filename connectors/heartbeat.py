@@ -1,0 +1,64 @@
+"""MirrorHeartbeat: ``Heartbeat(source, target, now)`` into the target's ``heartbeats`` topic.
+
+As MirrorMaker 2's MirrorHeartbeatConnector does, every flow ``A->B`` (also a disabled one, unless
+``emit.heartbeats.enabled=false``) writes a heartbeat every ``emit.heartbeats.interval.seconds`` to
+``heartbeats`` on B. Mirroring carries those topics downstream as ``A.heartbeats``, so a
+consumer of B can see which clusters replicate into it and how fresh the replication is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from confluent_kafka import Producer
+
+from mm2py.engine.admin import ClusterAdmin, client_config
+from mm2py.engine.config import FlowConfig
+from mm2py.protocol.mm2_records import Heartbeat
+
+log = logging.getLogger(__name__)
+
+
+class HeartbeatEmitter:
+    def __init__(self, flow: FlowConfig) -> None:
+        self.flow = flow
+        self.topic = flow.replication_policy().heartbeats_topic()
+        bootstrap = flow.target_cluster.bootstrap_servers
+        self.admin = ClusterAdmin(flow.target, bootstrap, timeout=flow.admin_timeout_ms / 1000)
+        self._producer = Producer({**client_config(bootstrap), "linger.ms": 0, "acks": "all"})
+        self.sent = 0
+        self.failures = 0
+
+    def _emit(self) -> None:
+        beat = Heartbeat(self.flow.source, self.flow.target, int(time.time() * 1000))
+
+        def on_delivery(err: object, _msg: object) -> None:
+            if err is not None:
+                self.failures += 1
+            else:
+                self.sent += 1
+
+        self._producer.produce(self.topic, beat.value_bytes(), beat.key_bytes(), on_delivery=on_delivery)
+        self._producer.poll(0)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        interval = max(0.1, float(self.flow.emit_heartbeats_interval_seconds))
+        created = False
+        while not stop.is_set():
+            try:
+                if not created:
+                    await asyncio.to_thread(
+                        self.admin.ensure_compacted_topic, self.topic,
+                        self.flow.heartbeats_topic_replication_factor,
+                    )
+                    created = True
+                self._emit()
+            except Exception as exc:  # target unreachable: try again next interval
+                self.failures += 1
+                log.warning("%s: heartbeat not written: %s", self.flow.name, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+        await asyncio.to_thread(self._producer.flush, 10)
