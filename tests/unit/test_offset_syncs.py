@@ -90,3 +90,27 @@ def test_restart_rewrites_newer_syncs() -> None:
         store.add(sync)
     assert store.translate(TP, 25) == 55
     assert store.translate(TP, 10) == 10
+
+
+def _mm2_translate(syncs: list[tuple[int, int]], u: int) -> int | None:
+    """MirrorMaker 2's reader rule (OffsetSyncStore): nearest sync at or below, +1 unless exact."""
+    older = [s for s in syncs if s[0] <= u]
+    if not older:
+        return None
+    up, down = older[-1]
+    return down + (0 if up == u else 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(batch_st, min_size=1, max_size=25), st.integers(1, 150))
+def test_mm2_reading_our_syncs_never_skips_a_record(batches, lag) -> None:
+    store, mirrored, source_end, target_end = _simulate(batches, lag)
+    syncs = store.syncs(TP)
+    sources = [m[0] for m in mirrored]
+    for u in range(sources[0], source_end + 1):
+        i = bisect.bisect_left(sources, u)
+        exact = mirrored[i][1] if i < len(mirrored) else target_end
+        theirs = _mm2_translate(syncs, u)
+        assert theirs is not None and theirs <= exact, u  # may re-read, never skips
+        if any(s[0] == u for s in syncs):
+            assert theirs == exact, u  # at a sync, MM2's answer is exact too
