@@ -72,6 +72,7 @@ class TaskRunner:
         self._acked: dict[TopicPartition, int] = {}
         self._target_next: dict[TopicPartition, int | None] = {}
         self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
+        self._assignment_applied = asyncio.Event()
         self._last_commit = clock()
         self._round_end: dict[TopicPartition, int] = {}
 
@@ -87,6 +88,20 @@ class TaskRunner:
     def assign(self, partitions: Sequence[TopicPartition]) -> None:
         """Change the assignment; partitions kept keep their positions (no restart)."""
         self._pending_assignment = tuple(partitions)
+        self._assignment_applied.clear()
+
+    async def release(self, keep: Sequence[TopicPartition], timeout: float = 60.0) -> bool:
+        """Give up every partition not in ``keep`` and wait until the task no longer produces
+        them and has committed their positions, so another task can take them over. False if
+        the task did not get there within ``timeout`` (it is stuck or not running)."""
+        self.assign([tp for tp in self.partitions if tp in set(keep)])
+        if self.state != "RUNNING":
+            return False  # nothing is producing; the next owner resumes from the last commit
+        try:
+            await asyncio.wait_for(self._assignment_applied.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     async def _apply_assignment(self) -> None:
         wanted = self._pending_assignment
@@ -100,9 +115,20 @@ class TaskRunner:
             raise
         if self._pending_assignment == wanted:
             self._pending_assignment = None
+            self._assignment_applied.set()
 
     async def _take_assignment(self, wanted: tuple[TopicPartition, ...]) -> None:
-        for tp in [tp for tp in self._acked if tp not in wanted]:
+        removed = [tp for tp in self._acked if tp not in wanted]
+        if removed:
+            # the next owner starts from the committed position: make it this task's last one
+            handover = {tp: Position(self._acked[tp], self._target_next.get(tp)) for tp in removed}
+
+            def commit() -> None:
+                self.checkpointer.flush_syncs()
+                self.checkpointer.commit(handover)
+
+            await asyncio.to_thread(commit)
+        for tp in removed:
             del self._acked[tp]
             self._fetch_pos.pop(tp, None)
             self._target_next.pop(tp, None)

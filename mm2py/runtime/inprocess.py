@@ -108,6 +108,16 @@ class FlowRunner:
         async with self._refresh_lock:
             plan = await asyncio.to_thread(self.controller.refresh)
             self.last_plan = plan
+            # a partition moving between tasks: its old task lets go (stops producing it and
+            # commits its position) before the new one starts, so two tasks never write it at once
+            releases = [
+                runner.release(plan.assignment.get(task_id, []))
+                for task_id, runner in self.tasks.items()
+                if set(runner.partitions) - set(plan.assignment.get(task_id, []))
+            ]
+            for released in await asyncio.gather(*releases):
+                if not released:
+                    log.warning("%s: a task did not release its partitions in time", self.name)
             for task_id, parts in plan.assignment.items():
                 runner = self.tasks.get(task_id)
                 if runner is None:

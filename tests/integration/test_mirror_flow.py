@@ -325,3 +325,37 @@ def test_compacted_source_with_offset_gaps_mirrors_exactly(east: KafkaCluster, w
         nxt = next((i for i, r in enumerate(source) if r.offset >= u), None)
         want = nxt if nxt is not None else target_end
         assert store.translate(tp, u, downstream_end=target_end) == want, f"upstream {u}"
+
+
+def test_a_partition_moving_between_tasks_is_handed_over_without_duplicates(
+    east: KafkaCluster, west: KafkaCluster
+) -> None:
+    """Deleting a topic shrinks the flow to one task: the other topic's partition moves from
+    task 1 to task 0. Task 1 lets go and commits first, so nothing is copied twice."""
+    prefix = unique("move")
+    first = create_topic(east.bootstrap, f"{prefix}-a")
+    second = create_topic(east.bootstrap, f"{prefix}-b")
+    produce_records(east.bootstrap, first, _records(500, "a"))
+    produce_records(east.bootstrap, second, _records(2000, "b1"))
+    config = mirror_config(
+        _clusters(east, west),
+        {"east->west": {"topics": f"{prefix}-.*", "tasks.max": 2, "refresh.topics.interval.seconds": 1}},
+    )
+    with BackgroundWorker(config) as bg:
+        flow = bg.worker.flows["east->west"]
+        wait_until(lambda: _mirrored(east, west, {first: f"east.{first}", second: f"east.{second}"}),
+                   60, 0.5, "both topics")
+        owner = {tp.topic: tid for tid, r in flow.tasks.items() for tp in r.partitions}
+        assert owner == {first: 0, second: 1}
+        from mm2py.engine.admin import ClusterAdmin
+
+        admin = ClusterAdmin("east", east.bootstrap)
+        admin._client.delete_topics([first])[first].result(30)
+        produce_records(east.bootstrap, second, _records(2000, "b2"))
+        wait_until(lambda: TopicPartition(second, 0) in flow.tasks[0].partitions, 30, 0.2, "the move")
+        produce_records(east.bootstrap, second, _records(2000, "b3"))
+        wait_until(lambda: _mirrored(east, west, {second: f"east.{second}"}), 60, 0.5, "after the move")
+        assert flow.tasks[1].partitions == ()
+    got = read_all(west.bootstrap, f"east.{second}")
+    assert [r.content() for r in got] == [r.content() for r in read_all(east.bootstrap, second)]
+    assert len(got) == 6000

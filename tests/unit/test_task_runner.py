@@ -202,3 +202,27 @@ def test_a_fetch_made_for_an_older_position_is_not_applied() -> None:
     assert runner._fetch_pos[TP] == 40
     fresh = Polled([batch(0, 50)], 50, 105, fetch_offset=40)
     assert [b.base_offset for _, bs in runner._advance({TP: fresh}, None) for b in bs] == [0]
+
+
+def test_release_commits_the_partitions_it_gives_up() -> None:
+    other = TopicPartition("orders", 1)
+    logs = {TP: Log([batch(0, 4)], end=4), other: Log([batch(0, 6)], end=6)}
+    ckpt = MemoryCheckpointer()
+    runner = TaskRunner(TaskSpec(None, 0, (TP, other)), MemorySource(logs), MemorySink(), ckpt,
+                        offset_lag_max=5, commit_interval=3600, retry_backoff=0)
+
+    async def go() -> bool:
+        stop = asyncio.Event()
+        task = asyncio.create_task(runner.run(stop))
+        while runner.positions().get(other) != 6:
+            await asyncio.sleep(0.01)
+        commits_before = ckpt.commits
+        released = await runner.release([TP], timeout=5)
+        assert ckpt.commits == commits_before + 1  # the hand-over commit, not the periodic one
+        stop.set()
+        await task
+        return released
+
+    assert asyncio.run(go()) is True
+    assert runner.partitions == (TP,)
+    assert ckpt.stored[other] == Position(6, 6)
