@@ -106,15 +106,17 @@ def _has_producer_state(b: RecordBatch) -> bool:
     return b.producer_id != -1 or b.producer_epoch != -1 or b.base_sequence != -1 or b.is_transactional
 
 
-def normalize_batch(batch: BatchLike) -> RecordBatch:
+def normalize_batch(batch: BatchLike, *, verified: bool = False) -> RecordBatch:
     """Checks and the rebuild a fetched batch needs before any producer state is stamped on it.
 
-    Raises ValueError for a control batch and CorruptBatchError for a bad CRC.
+    Raises ValueError for a control batch and CorruptBatchError for a bad CRC. ``verified=True``
+    says the caller already checked the CRC (e.g. ``RawFetcher`` verifies every batch it returns).
     """
     b = batch if isinstance(batch, RecordBatch) else RecordBatch(batch)
     if b.is_control:
         raise ValueError(f"control batch at offset {b.base_offset} cannot be produced")
-    b.verify()
+    if not verified:
+        b.verify()
     # The broker checks the header only (recordsCount == lastOffsetDelta + 1, LogValidator's
     # validateBatch); a per-record delta scan here would put Python work per record on the hot path.
     if not b.is_contiguous():
@@ -150,14 +152,17 @@ class RawProducer:
         """Append one batch; returns its base offset in the target partition."""
         return (await self.produce([(tp, batch)]))[0]
 
-    async def produce(self, items: Sequence[tuple[TopicPartition, BatchLike]]) -> list[int]:
+    async def produce(
+        self, items: Sequence[tuple[TopicPartition, BatchLike]], *, verified: bool = False
+    ) -> list[int]:
         """Append batches; returns the target base offset of each, in input order.
 
         Batches of the same partition are appended in input order (one per request round).
-        Raises BrokerError on a non-retriable error or when retries run out.
+        ``verified=True``: every batch's CRC was already checked, so it is not computed again.
+        Raises ProduceError (with what was acknowledged) when not everything was delivered.
         """
         idempotent = self.config.idempotent
-        normalized = [(tp, normalize_batch(b)) for tp, b in items]
+        normalized = [(tp, normalize_batch(b, verified=verified)) for tp, b in items]
         rounds = _rounds(normalized)
         async with self._locked(rounds):
             if idempotent and self.config.max_in_flight > 1 and len(rounds) > 1:
