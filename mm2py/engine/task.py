@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
@@ -121,13 +121,7 @@ class TaskRunner:
         removed = [tp for tp in self._acked if tp not in wanted]
         if removed:
             # the next owner starts from the committed position: make it this task's last one
-            handover = {tp: Position(self._acked[tp], self._target_next.get(tp)) for tp in removed}
-
-            def commit() -> None:
-                self.checkpointer.flush_syncs()
-                self.checkpointer.commit(handover)
-
-            await asyncio.to_thread(commit)
+            await asyncio.to_thread(self._persist, self._positions(removed))
         for tp in removed:
             del self._acked[tp]
             self._fetch_pos.pop(tp, None)
@@ -321,14 +315,8 @@ class TaskRunner:
         if not force and now - self._last_commit < self.commit_interval:
             return
         self._last_commit = now
-        positions = {tp: Position(o, self._target_next.get(tp)) for tp, o in self._acked.items()}
-
-        def commit() -> None:
-            self.checkpointer.flush_syncs()
-            self.checkpointer.commit(positions)
-
         try:
-            await asyncio.to_thread(commit)
+            await asyncio.to_thread(self._persist, self._positions(self._acked))
         except Exception as exc:
             if force:
                 raise
@@ -337,6 +325,15 @@ class TaskRunner:
             log.warning("task %s: committing progress failed (%s); will retry", self.spec.task_id, exc)
             return
         self.metrics.commits += 1
+
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Position]:
+        """A snapshot of what to commit, taken on the event loop."""
+        return {tp: Position(self._acked[tp], self._target_next.get(tp)) for tp in partitions}
+
+    def _persist(self, positions: Mapping[TopicPartition, Position]) -> None:
+        """Flush offset syncs, then commit ``positions`` (blocking: run in a thread)."""
+        self.checkpointer.flush_syncs()
+        self.checkpointer.commit(positions)
 
     async def close(self) -> None:
         await self.source.close()
