@@ -11,6 +11,13 @@ cost as stripping the source's producer state). A retried request whose first at
 the log is then recognised by the broker as a duplicate instead of being appended twice. If the
 broker has forgotten the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER after expiry),
 a new producer id is taken and the round is sent again.
+
+Pipelining (``max_in_flight > 1``) is only safe on a partition where the broker already holds our
+producer state: a broker that does not know the producer on a partition accepts ANY sequence
+number (ProducerAppendInfo.checkSequence), so a batch pipelined behind a refused first batch would
+be appended out of order. A partition is therefore "confirmed" only after one of its batches was
+acknowledged under the current producer id (and recently: brokers expire idle producer state);
+an unconfirmed partition sends one batch alone first (the probe) and the rest only after its ack.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +65,9 @@ log = logging.getLogger(__name__)
 
 #: the broker no longer knows our producer state for the partition: start over with a new id
 _PRODUCER_FORGOTTEN = frozenset({UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH})
+#: an acknowledgment older than this no longer proves the broker holds our producer state (brokers
+#: drop idle producers after producer.id.expiration.ms, 1 day by default; operators may lower it)
+CONFIRMED_FOR_S = 300.0
 
 
 def _stamped(b: RecordBatch, producer_id: int, producer_epoch: int, sequence: int) -> bytes:
@@ -140,6 +151,8 @@ class RawProducer:
         self.producer_id = -1
         self.producer_epoch = -1
         self._sequences: dict[TopicPartition, int] = {}
+        #: partition -> when a batch was last acknowledged under the current producer id
+        self._confirmed: dict[TopicPartition, float] = {}
         self._pid_lock = asyncio.Lock()
 
     def _lock(self, tp: TopicPartition) -> asyncio.Lock:
@@ -166,8 +179,42 @@ class RawProducer:
         rounds = _rounds(normalized)
         async with self._locked(rounds):
             if idempotent and self.config.max_in_flight > 1 and len(rounds) > 1:
-                return await produce_windowed(self, normalized, rounds, self.config.max_in_flight)
+                return await self._produce_pipelined(normalized, rounds)
             return await self._produce_rounds(normalized, rounds)
+
+    async def _produce_pipelined(
+        self,
+        normalized: Sequence[tuple[TopicPartition, RecordBatch]],
+        rounds: list[dict[TopicPartition, int]],
+    ) -> list[int]:
+        """Probe unconfirmed partitions with their first batch, then pipeline everything else."""
+        offsets = [-1] * len(normalized)
+        error: ProduceError | None = None
+        probe = [i for tp, i in rounds[0].items() if not self.confirmed(tp)]
+        refused: set[TopicPartition] = set()
+        if probe:
+            sub = [normalized[i] for i in probe]
+            try:
+                got = await self._produce_rounds(sub, _rounds(sub))
+            except ProduceError as exc:
+                got, error = exc.offsets, exc
+            for i, off in zip(probe, got, strict=True):
+                offsets[i] = off
+                if off < 0:
+                    refused.add(normalized[i][0])
+        probed = set(probe)
+        rest = [i for i, (tp, _) in enumerate(normalized) if i not in probed and tp not in refused]
+        if rest:
+            sub = [normalized[i] for i in rest]
+            try:
+                got = await produce_windowed(self, sub, _rounds(sub), self.config.max_in_flight)
+            except ProduceError as exc:
+                got, error = exc.offsets, error or exc
+            for i, off in zip(rest, got, strict=True):
+                offsets[i] = off
+        if error is not None:
+            raise ProduceError(str(error), offsets, error.cause)
+        return offsets
 
     async def _produce_rounds(
         self,
@@ -200,7 +247,7 @@ class RawProducer:
                     continue
                 offsets[i] = r.base_offset
                 if idempotent:
-                    self._sequences[tp] = increment_sequence(seqs[tp], normalized[i][1].records_count)
+                    self.set_sequence(tp, increment_sequence(seqs[tp], normalized[i][1].records_count))
             if failed is not None:
                 raise ProduceError(str(failed), offsets, failed)
         return offsets
@@ -210,7 +257,14 @@ class RawProducer:
         return self._sequences.get(tp, 0)
 
     def set_sequence(self, tp: TopicPartition, sequence: int) -> None:
+        """Record an acknowledged batch: the partition's next sequence; the broker now knows us."""
         self._sequences[tp] = sequence
+        self._confirmed[tp] = time.monotonic()
+
+    def confirmed(self, tp: TopicPartition) -> bool:
+        """Whether the broker surely holds our producer state for the partition (safe to pipeline)."""
+        at = self._confirmed.get(tp)
+        return at is not None and time.monotonic() - at < CONFIRMED_FOR_S
 
     def chunks(self, part: Mapping[TopicPartition, bytes]) -> list[dict[TopicPartition, bytes]]:
         """Split one broker's share of a round into requests of at most max_request_bytes."""
@@ -259,6 +313,7 @@ class RawProducer:
                     await backoff.sleep()
                 self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
                 self._sequences.clear()
+                self._confirmed.clear()
                 log.info("producer id %d epoch %d", self.producer_id, self.producer_epoch)
         return self.producer_id, self.producer_epoch
 
@@ -268,6 +323,7 @@ class RawProducer:
                 log.warning("broker forgot producer id %d; taking a new one", seen)
                 self.producer_id = self.producer_epoch = -1
                 self._sequences.clear()
+                self._confirmed.clear()
 
     def encode_request(
         self, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]

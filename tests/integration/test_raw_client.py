@@ -408,3 +408,34 @@ async def test_pipelined_produce_returns_a_prefix_per_partition_after_a_rejected
     got = read_all(target_cluster.bootstrap, topic)
     assert [(r.partition, r.value) for r in got if r.partition == 0] == [(0, b"a0"), (0, b"a2"), (0, b"a3")]
     assert [r.value for r in got if r.partition == 1] == [b"b0", b"b1", b"b2", b"b3"]
+
+
+async def test_pipelined_produce_never_appends_past_a_rejected_first_batch(
+    target_cluster: KafkaCluster, dst: ClusterClient
+) -> None:
+    """The broker accepts any sequence number from a producer it does not know yet on a partition
+    (ProducerAppendInfo.checkSequence), so batches pipelined behind a partition's refused first
+    batch would be appended out of order. The producer probes an unconfirmed partition with one
+    batch first: nothing lands after the refused batch, and the later retry lands in order."""
+    from mm2py.client.produce_window import ProduceError
+
+    topic = create_topic(target_cluster.bootstrap, unique("probe"), partitions=2,
+                         config={"max.message.bytes": "3000"})
+    a, b = TopicPartition(topic, 0), TopicPartition(topic, 1)
+
+    def small(tag: str) -> RecordBatch:
+        return RecordBatch(build_batch([Record(0, 0, b"k", tag.encode())], base_timestamp=BASE_TS))
+
+    big = RecordBatch(build_batch([Record(0, 0, b"k", b"x" * 6000)], base_timestamp=BASE_TS))
+    producer = RawProducer(dst)
+    items = [(a, big), (a, small("a1")), (a, small("a2")), (b, small("b0")), (b, small("b1"))]
+    with pytest.raises(ProduceError) as err:
+        await producer.produce(items)
+    # B is unaffected: its first batch probes, its second is pipelined after the ack
+    assert err.value.offsets == [-1, -1, -1, 0, 1]
+    assert (await dst.list_offsets([a]))[a] == 0, "a batch behind the refused one was appended"
+    # once the first batch of a partition is acknowledged, its later batches are pipelined
+    assert await producer.produce([(a, small("a1")), (a, small("a2")), (a, small("a3"))]) == [0, 1, 2]
+    assert await producer.produce([(b, small("b2"))]) == [2]
+    got = read_all(target_cluster.bootstrap, topic)
+    assert [r.value for r in got if r.partition == 0] == [b"a1", b"a2", b"a3"]
