@@ -9,10 +9,13 @@ import logging
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
 _LIBRDKAFKA_LOG = logging.getLogger("mm2py.librdkafka")
@@ -22,11 +25,35 @@ class ClusterUnreachableError(RuntimeError):
     """A cluster did not answer within the timeout."""
 
 
+class GroupOffsetsRefusedError(RuntimeError):
+    """The broker did not accept a group offset commit (e.g. the group has active members)."""
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     name: str
     partitions: int
     replication_factor: int
+
+
+class GroupOffset(NamedTuple):
+    """A consumer group's committed offset of one partition, with its metadata string."""
+
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """What the group coordinator says about a consumer group (``NOT_FOUND``: no such group)."""
+
+    state: str  # EMPTY, STABLE, PREPARING_REBALANCING, COMPLETING_REBALANCING, DEAD, UNKNOWN, NOT_FOUND
+    members: int = 0
+
+    @property
+    def inactive(self) -> bool:
+        """No consumer uses the group: its offsets may be changed from outside (MM2's rule)."""
+        return self.members == 0 and self.state in ("EMPTY", "DEAD", "NOT_FOUND")
 
 
 def client_config(bootstrap: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -147,3 +174,81 @@ class ClusterAdmin:
                 self._result(fut, f"altering configs of {res.name}")
             except KafkaException as exc:
                 log.warning("config sync of %s on %s failed: %s", res.name, self.alias, exc)
+
+    # -- consumer groups (checkpoints, group offset sync, failover) -------------------------------
+    def list_groups(self) -> list[str]:
+        """Ids of all consumer groups the cluster knows."""
+        try:
+            listing = self._result(
+                self._client.list_consumer_groups(request_timeout=self.timeout), "listing consumer groups"
+            )
+        except KafkaException as exc:
+            raise self._fail("listing consumer groups", exc) from exc
+        for err in listing.errors or ():
+            log.warning("listing consumer groups on %s: %s", self.alias, err)
+        return sorted(g.group_id for g in listing.valid or ())
+
+    def group_offsets(self, groups: Iterable[str]) -> dict[str, dict[TopicPartition, GroupOffset]]:
+        """Committed offsets of each group (partitions without a committed offset left out)."""
+        futures = {
+            g: self._client.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout
+            )[g]
+            for g in groups
+        }
+        out: dict[str, dict[TopicPartition, GroupOffset]] = {}
+        for group, fut in futures.items():
+            try:
+                result = self._result(fut, f"listing offsets of group {group}")
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+                    out[group] = {}
+                    continue
+                raise self._fail(f"listing offsets of group {group}", exc) from exc
+            out[group] = {
+                TopicPartition(tp.topic, tp.partition): GroupOffset(tp.offset, tp.metadata or "")
+                for tp in result.topic_partitions or ()
+                if tp.error is None and tp.offset >= 0
+            }
+        return out
+
+    def group_states(self, groups: Iterable[str]) -> dict[str, GroupState]:
+        groups = list(groups)
+        if not groups:
+            return {}
+        out: dict[str, GroupState] = {}
+        futures = self._client.describe_consumer_groups(groups, request_timeout=self.timeout)
+        for group, fut in futures.items():
+            try:
+                desc = self._result(fut, f"describing group {group}")
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+                    out[group] = GroupState("NOT_FOUND")
+                    continue
+                raise self._fail(f"describing group {group}", exc) from exc
+            state = getattr(desc.state, "name", str(desc.state))
+            out[group] = GroupState(state, len(desc.members or ()))
+        return out
+
+    def alter_group_offsets(self, group: str, offsets: Mapping[TopicPartition, GroupOffset]) -> None:
+        """Commit ``offsets`` for ``group``; the broker refuses it while the group has members."""
+        if not offsets:
+            return
+        request = ConsumerGroupTopicPartitions(group, [
+            CKTopicPartition(tp.topic, tp.partition, o.offset, o.metadata or None)
+            for tp, o in sorted(offsets.items())
+        ])
+        fut = self._client.alter_consumer_group_offsets([request], request_timeout=self.timeout)[group]
+        try:
+            result = self._result(fut, f"committing offsets of group {group}")
+        except KafkaException as exc:
+            raise GroupOffsetsRefusedError(
+                f"cluster '{self.alias}': committing offsets of group {group} failed: {exc.args[0].str()}"
+            ) from exc
+        failed = [
+            f"{tp.topic}-{tp.partition}: {tp.error}" for tp in result.topic_partitions or () if tp.error
+        ]
+        if failed:
+            raise GroupOffsetsRefusedError(
+                f"cluster '{self.alias}': committing offsets of group {group} failed: {'; '.join(failed[:3])}"
+            )

@@ -1,0 +1,83 @@
+"""Follows a small internal topic incrementally: each call reads what was appended since the last one.
+
+The checkpoint connector keeps its view of the offset-syncs, progress and checkpoints topics up to
+date with these: one consumer per topic, assigned (no group, nothing committed), positioned where
+the previous catch-up stopped, so a topic is read from the beginning once and never again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as CKTopicPartition
+
+from mm2py.engine.admin import client_config
+
+RecordHandler = Callable[[bytes | None, bytes | None], None]
+
+
+class TopicTail:
+    """Reads ``topic`` from the start, then only new records, handing each to ``handler(key, value)``."""
+
+    def __init__(self, bootstrap: str, topic: str, handler: RecordHandler, *, name: str = "tail") -> None:
+        self.topic = topic
+        self.handler = handler
+        self._consumer = Consumer(client_config(bootstrap, {
+            "group.id": f"mm2py-{name}",  # required by librdkafka; never joined nor committed to
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted",
+            "auto.offset.reset": "earliest",
+        }))
+        self._next: dict[int, int] = {}  # partition -> next offset to read
+        self.records = 0
+        self.caught_up_once = False
+
+    def catch_up(self, timeout: float = 30.0) -> bool:
+        """Read everything up to the current end of every partition (blocking).
+
+        False when the topic does not exist (yet); raises on time-out or a read error.
+        """
+        deadline = time.monotonic() + timeout
+        try:
+            md = self._consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+        except KafkaException as exc:
+            raise TimeoutError(f"reading {self.topic}: {exc}") from None
+        if md is None or md.error is not None or not md.partitions:
+            return False
+        new = [p for p in md.partitions if p not in self._next]
+        if new:
+            for p in new:
+                self._next[p] = 0
+            self._consumer.incremental_assign(
+                [CKTopicPartition(self.topic, p, OFFSET_BEGINNING) for p in new]
+            )
+        ends: dict[int, int] = {}
+        for p in self._next:
+            low, high = self._consumer.get_watermark_offsets(
+                CKTopicPartition(self.topic, p), timeout=max(0.1, deadline - time.monotonic())
+            )
+            self._next[p] = max(self._next[p], low)
+            ends[p] = high
+        while any(self._next[p] < ends[p] for p in ends):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"reading {self.topic} to its end timed out after {timeout:.0f}s")
+            for msg in self._consumer.consume(1000, timeout=min(0.5, left)):
+                err = msg.error()
+                p = msg.partition() or 0
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        self._next[p] = max(self._next[p], msg.offset() or 0)
+                        continue
+                    raise KafkaException(err)
+                self.handler(msg.key(), msg.value())
+                self.records += 1
+                self._next[p] = (msg.offset() or 0) + 1
+        self.caught_up_once = True
+        return True
+
+    def close(self) -> None:
+        self._consumer.close()
