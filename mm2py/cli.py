@@ -45,9 +45,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     logging.getLogger("mm2py.librdkafka").setLevel(logging.ERROR)
     config = load_config(args.config)
-    if not config.enabled_flows():
-        print(f"mm2py: error: {args.config} enables no flow (set e.g. 'east->west.enabled = true')",
-              file=sys.stderr)
+    if not config.enabled_flows() and not args.rest_port and not args.state_file:
+        print(f"mm2py: error: {args.config} enables no flow (set e.g. 'east->west.enabled = true', "
+              "or add flows over HTTP with --rest-port)", file=sys.stderr)
         return 2
 
     async def main() -> None:
@@ -55,7 +55,12 @@ def _run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        worker = Worker(config, commit_interval=args.commit_interval)
+        worker = Worker(config, commit_interval=args.commit_interval, state_file=args.state_file)
+        rest = None
+        if args.rest_port:
+            from rest_api.server import RestServer
+
+            rest = RestServer(worker, args.rest_host, args.rest_port)
         if args.metrics_port:
             from prometheus_client import REGISTRY, start_http_server
 
@@ -64,8 +69,15 @@ def _run(args: argparse.Namespace) -> int:
             REGISTRY.register(WorkerCollector(worker))
             start_http_server(args.metrics_port, addr=args.metrics_host)
             print(f"metrics: http://{args.metrics_host}:{args.metrics_port}/metrics", flush=True)
-        print("mirroring: " + ", ".join(worker.flows), flush=True)
-        await worker.run(stop)
+        if rest is not None:
+            await rest.start()
+            print(f"REST API: {rest.url} (try {rest.url}/flows)", flush=True)
+        print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
+        try:
+            await worker.run(stop)
+        finally:
+            if rest is not None:
+                await rest.stop()
         print("stopped; progress committed", flush=True)
 
     asyncio.run(main())
@@ -86,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-port", type=int, default=0,
                      help="serve Prometheus metrics on this port (default: off)")
     run.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")
+    run.add_argument("--rest-port", type=int, default=0,
+                     help="serve the REST API (create/change/remove flows) on this port (default: off)")
+    run.add_argument("--rest-host", default="127.0.0.1", help="address for --rest-port")
+    run.add_argument("--state-file", default=None,
+                     help="keep flows created or changed over REST in this JSON file across restarts")
     run.set_defaults(func=_run)
     return parser
 

@@ -243,13 +243,13 @@ def wait_until(predicate: object, timeout: float, interval: float = 0.5, what: s
 class BackgroundWorker:
     """Runs an in-process :class:`Worker` on its own event loop in a thread (tests stay synchronous)."""
 
-    def __init__(self, config: object, commit_interval: float = 0.5) -> None:
+    def __init__(self, config: object, commit_interval: float = 0.5, **worker_options: Any) -> None:
         import asyncio
         import threading
 
         from mm2py.runtime.inprocess import Worker
 
-        self.worker = Worker(config, commit_interval=commit_interval)  # type: ignore[arg-type]
+        self.worker = Worker(config, commit_interval=commit_interval, **worker_options)  # type: ignore[arg-type]
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()

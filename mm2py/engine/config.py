@@ -266,6 +266,8 @@ class MirrorMakerConfig(BaseModel):
     clusters: dict[str, ClusterConfig]
     flows: dict[str, FlowConfig]  # "A->B" for every ordered pair of distinct clusters
     ignored_keys: tuple[str, ...] = ()
+    #: the flat MM2 keys this configuration was built from (a runtime layers changes over them)
+    source_keys: dict[str, Any] = Field(default_factory=dict, repr=False)
 
     def enabled_flows(self) -> list[FlowConfig]:
         return [f for f in self.flows.values() if f.enabled]
@@ -284,7 +286,7 @@ class MirrorMakerConfig(BaseModel):
     @classmethod
     def from_flat(cls, raw: Mapping[str, Any]) -> MirrorMakerConfig:
         """Build from flat MM2 keys, e.g. the contents of ``mm2.properties``."""
-        return _build(classify(raw, _SETTING_NAMES))
+        return _build(classify(raw, _SETTING_NAMES)).model_copy(update={"source_keys": dict(raw)})
 
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any]) -> MirrorMakerConfig:

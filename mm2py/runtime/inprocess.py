@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mm2py.engine.admin import ClusterAdmin
 from mm2py.engine.config import FlowConfig, MirrorMakerConfig
@@ -21,6 +21,18 @@ from mm2py.engine.filters import TopicFilter
 from mm2py.engine.progress import progress_topic
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskSpec
+from mm2py.runtime.steering import (
+    FILTER_KEYS,
+    FlowExistsError,
+    FlowNotFoundError,
+    OverlayStore,
+    cluster_keys,
+    flow_keys,
+    layered,
+)
+
+if TYPE_CHECKING:
+    from connectors.heartbeat import HeartbeatEmitter
 
 log = logging.getLogger(__name__)
 
@@ -186,29 +198,130 @@ class FlowRunner:
 
 
 class Worker:
-    """All enabled flows of one configuration, in this process, plus MM2's heartbeats."""
+    """All enabled flows of one configuration, in this process, plus MM2's heartbeats.
 
-    def __init__(self, config: MirrorMakerConfig, *, commit_interval: float = 1.0) -> None:
+    Flows can be added, changed, restarted and removed while the worker runs (the REST API does);
+    those changes are MM2 keys layered over the configuration's own (:mod:`.steering`), written to
+    ``state_file`` when one is given and read back from it at start.
+    """
+
+    def __init__(
+        self, config: MirrorMakerConfig, *, commit_interval: float = 1.0, state_file: str | None = None
+    ) -> None:
+        self.base_keys = dict(config.source_keys)
+        self.store = OverlayStore(state_file)
+        self.overlay = self.store.load()
+        self.config = layered(self.base_keys, self.overlay) if self.overlay else config
+        self.commit_interval = commit_interval
+        self.flows = {f.name: FlowRunner(f, commit_interval) for f in self.config.enabled_flows()}
+        # like MM2, every cluster pair emits heartbeats unless told not to, enabled flow or not
+        self.heartbeats: dict[str, HeartbeatEmitter] = {}
+        for f in self.config.heartbeat_flows():
+            self._add_heartbeat(f)
+        self._beats_stop = asyncio.Event()
+        self._beats: dict[str, asyncio.Task[None]] = {}
+        self._steer_lock = asyncio.Lock()
+        self._started = False
+
+    def _add_heartbeat(self, flow: FlowConfig) -> None:
         from connectors.heartbeat import HeartbeatEmitter
 
-        self.config = config
-        self.flows = {f.name: FlowRunner(f, commit_interval) for f in config.enabled_flows()}
-        # like MM2, every cluster pair emits heartbeats unless told not to, enabled flow or not
-        self.heartbeats = {
-            f.name: HeartbeatEmitter(f)
-            for f in config.heartbeat_flows()
-            if f.emit_heartbeats_enabled and f.emit_heartbeats_interval_seconds >= 0
-        }
-        self._beats_stop = asyncio.Event()
-        self._beats: list[asyncio.Task[None]] = []
+        if flow.emit_heartbeats_enabled and flow.emit_heartbeats_interval_seconds >= 0:
+            self.heartbeats.setdefault(flow.name, HeartbeatEmitter(flow))
+
+    def _start_heartbeats(self) -> None:
+        for name, h in self.heartbeats.items():
+            if name not in self._beats:
+                self._beats[name] = asyncio.create_task(h.run(self._beats_stop))
 
     async def start(self) -> None:
-        self._beats = [asyncio.create_task(h.run(self._beats_stop)) for h in self.heartbeats.values()]
+        self._started = True
+        self._start_heartbeats()
         await asyncio.gather(*(f.start() for f in self.flows.values()))
 
     async def stop(self) -> None:
         self._beats_stop.set()
-        await asyncio.gather(*(f.stop() for f in self.flows.values()), *self._beats, return_exceptions=True)
+        await asyncio.gather(
+            *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
+        )
+
+    # -- steering (REST) ---------------------------------------------------------------------------
+    def flow(self, name: str) -> FlowRunner:
+        try:
+            return self.flows[name]
+        except KeyError:
+            running = ", ".join(self.flows) or "none"
+            raise FlowNotFoundError(f"no running flow {name!r} (running: {running})") from None
+
+    async def add_flow(
+        self, source: str, target: str, settings: Mapping[str, Any],
+        clusters: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> FlowRunner:
+        """Start ``source->target`` with ``settings`` (MM2 names); new clusters may come with it."""
+        name = f"{source}->{target}"
+        async with self._steer_lock:
+            if name in self.flows:
+                raise FlowExistsError(f"flow {name!r} is already running")
+            keys = cluster_keys(self.config, clusters or {})
+            config = layered(self.base_keys, {**self.overlay, **keys})
+            config.flow(source, target)  # names an unknown cluster clearly
+            keys.update(flow_keys(name, {**settings, "enabled": True}))
+            config = layered(self.base_keys, {**self.overlay, **keys})
+            runner = FlowRunner(config.flows[name], self.commit_interval)
+            if self._started:
+                try:
+                    await runner.start()
+                except BaseException:
+                    await runner.stop()
+                    raise
+            self._commit_overlay({**self.overlay, **keys}, config)
+            self.flows[name] = runner
+            self._add_heartbeat(runner.flow)
+            if self._started:
+                self._start_heartbeats()
+            return runner
+
+    async def update_flow(self, name: str, settings: Mapping[str, Any]) -> FlowRunner:
+        """Change settings of a running flow: topic lists in place, anything else by a restart."""
+        async with self._steer_lock:
+            runner = self.flow(name)
+            keys = flow_keys(name, settings)
+            config = layered(self.base_keys, {**self.overlay, **keys})
+            flow = config.flows[name]
+            self._commit_overlay({**self.overlay, **keys}, config)
+            if set(settings) <= FILTER_KEYS:
+                runner.flow = flow
+                runner.set_topic_filter(flow.topic_filter())
+                await runner.refresh()
+                return runner
+            return await self._replace(runner, flow)
+
+    async def restart_flow(self, name: str) -> FlowRunner:
+        """Stop the flow (its tasks commit their progress) and start it again, e.g. after a failure."""
+        async with self._steer_lock:
+            runner = self.flow(name)
+            return await self._replace(runner, runner.flow)
+
+    async def remove_flow(self, name: str) -> None:
+        """Stop the flow and disable it; its progress stays on the target for a later restart."""
+        async with self._steer_lock:
+            runner = self.flow(name)
+            keys = {f"{name}.enabled": "false"}
+            self._commit_overlay({**self.overlay, **keys}, layered(self.base_keys, {**self.overlay, **keys}))
+            del self.flows[name]
+            await runner.stop()
+
+    async def _replace(self, runner: FlowRunner, flow: FlowConfig) -> FlowRunner:
+        await runner.stop()
+        fresh = FlowRunner(flow, self.commit_interval)
+        self.flows[flow.name] = fresh
+        if self._started:
+            await fresh.start()
+        return fresh
+
+    def _commit_overlay(self, overlay: dict[str, Any], config: MirrorMakerConfig) -> None:
+        self.store.save(overlay)
+        self.overlay, self.config = overlay, config
 
     async def run(self, stop: asyncio.Event, status_interval: float = 30.0) -> None:
         await self.start()

@@ -1,0 +1,138 @@
+"""Changes made to a running worker (REST), kept as MM2 keys layered over its configuration file.
+
+A flow created over HTTP is nothing but ``east->west.enabled = true`` plus its settings under the
+``east->west.`` prefix; a cluster added with it is ``clusters`` plus ``<alias>.bootstrap.servers``.
+Layering those keys over the file's keys and validating the whole again gives the same errors,
+defaults and precedence as the file itself. With a state file the layer survives restarts: the
+worker writes it after every accepted change and reads it back at start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mm2py.engine.config import MirrorMakerConfig
+from mm2py.engine.config_errors import ConfigError
+
+__all__ = [
+    "FILTER_KEYS",
+    "ClusterConflictError",
+    "FlowExistsError",
+    "FlowNotFoundError",
+    "OverlayStore",
+    "cluster_keys",
+    "flow_keys",
+    "layered",
+]
+
+#: settings a running flow takes without restarting its tasks
+FILTER_KEYS = frozenset({"topics", "topics.exclude"})
+
+
+class FlowNotFoundError(LookupError):
+    pass
+
+
+class FlowExistsError(ValueError):
+    pass
+
+
+class ClusterConflictError(ValueError):
+    pass
+
+
+def _value(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    raise ConfigError(
+        f"invalid value for {key!r}: expected a string, number, boolean or list of strings", key
+    )
+
+
+def flow_keys(name: str, settings: Mapping[str, Any]) -> dict[str, str]:
+    """Flat keys for settings of flow ``name`` (``{"topics": ["a"]}`` -> ``{"A->B.topics": "a"}``)."""
+    out = {}
+    for key, value in settings.items():
+        if not key or key.startswith(".") or "->" in key:
+            raise ConfigError(f"invalid setting name {key!r}", key)
+        out[f"{name}.{key}"] = _value(f"{name}.{key}", value)
+    return out
+
+
+def cluster_keys(config: MirrorMakerConfig, clusters: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+    """Flat keys adding ``clusters`` (alias -> connection settings) to ``config``.
+
+    An alias already known must come with the same bootstrap servers: clusters under running flows
+    are not re-pointed.
+    """
+    known = list(config.clusters)
+    out: dict[str, Any] = {}
+    for alias, props in clusters.items():
+        servers = props.get("bootstrap.servers", "")
+        if alias in config.clusters:
+            if servers and servers != config.clusters[alias].bootstrap_servers:
+                raise ClusterConflictError(
+                    f"cluster {alias!r} is already {config.clusters[alias].bootstrap_servers}; "
+                    f"it cannot be re-pointed to {servers} while the worker runs"
+                )
+            continue
+        if not servers:
+            key = f"{alias}.bootstrap.servers"
+            raise ConfigError(f"missing required key {key!r}", key)
+        known.append(alias)
+        for key, value in props.items():
+            out[f"{alias}.{key}"] = _value(f"{alias}.{key}", value)
+    if len(known) > len(config.clusters):
+        out["clusters"] = ",".join(known)
+    return out
+
+
+def layered(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> MirrorMakerConfig:
+    """The configuration with the overlay's keys over the base keys (validated as a whole)."""
+    merged = dict(base)
+    merged.update(overlay)
+    return MirrorMakerConfig.from_flat(merged)
+
+
+class OverlayStore:
+    """The overlay in a JSON file (written atomically), or nowhere when no path is given."""
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = Path(path) if path is not None else None
+
+    def load(self) -> dict[str, Any]:
+        if self.path is None or not self.path.exists():
+            return {}
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"state file {self.path} is unreadable: {exc}") from None
+        keys = doc.get("keys") if isinstance(doc, dict) else None
+        if not isinstance(keys, dict):
+            raise ConfigError(f"state file {self.path} has no 'keys' object")
+        return keys
+
+    def save(self, overlay: Mapping[str, Any]) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".mm2py-state-", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"version": 1, "keys": dict(overlay)}, f, indent=2, sort_keys=True)
+                f.write("\n")
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

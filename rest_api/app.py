@@ -1,0 +1,155 @@
+"""The HTTP API of a running worker: create, inspect, change, restart and remove mirror flows.
+
+A flow is addressed as ``/flows/{source}/{target}``. Bodies use MM2's setting names; every change is
+validated like the configuration file (the error names the key) before anything is touched, and a
+flow whose clusters cannot be reached is not left half-created.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from mm2py.engine.admin import ClusterUnreachableError
+from mm2py.engine.config_errors import ConfigError
+from mm2py.runtime.inprocess import FlowRunner, Worker
+from mm2py.runtime.metrics import WorkerCollector
+from mm2py.runtime.steering import ClusterConflictError, FlowExistsError, FlowNotFoundError
+from rest_api.models import (
+    ClusterInfo,
+    ErrorBody,
+    FlowCreate,
+    FlowList,
+    FlowStatus,
+    FlowUpdate,
+)
+
+#: setting names whose values are not shown back (credentials)
+_SECRET = re.compile(r"password|secret|jaas|token|credential", re.IGNORECASE)
+
+_ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
+           422: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+
+
+def _error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse(ErrorBody(error=message, **extra).model_dump(exclude_none=True), status_code=status)
+
+
+def _validation_message(err: dict[str, Any]) -> str:
+    loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+    where = ".".join(loc) if loc else "body"
+    if err.get("type") == "json_invalid":
+        return f"request body is not valid JSON: {err.get('ctx', {}).get('error', err.get('msg'))}"
+    if err.get("type") == "extra_forbidden":
+        return f"unknown field {where!r}"
+    return f"invalid {where!r}: {err.get('msg')}"
+
+
+def _status(runner: FlowRunner) -> FlowStatus:
+    return FlowStatus.model_validate(runner.status())
+
+
+def _redacted(values: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        if isinstance(v, dict):
+            out[k] = _redacted(v)
+        elif _SECRET.search(k):
+            out[k] = "[hidden]"
+        else:
+            out[k] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def create_app(worker: Worker) -> FastAPI:
+    app = FastAPI(
+        title="mm2py",
+        summary="Raw-batch Kafka mirroring: steer the mirror flows of a running worker",
+        responses=_ERRORS,  # type: ignore[arg-type]
+    )
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(WorkerCollector(worker))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        message = "; ".join(_validation_message(e) for e in errors[:3])
+        details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in errors]
+        return _error(422, message, details=details)
+
+    @app.exception_handler(ConfigError)
+    async def bad_config(_: Request, exc: ConfigError) -> JSONResponse:
+        return _error(400, str(exc), key=exc.key)
+
+    @app.exception_handler(FlowNotFoundError)
+    async def not_found(_: Request, exc: FlowNotFoundError) -> JSONResponse:
+        return _error(404, str(exc))
+
+    @app.exception_handler(FlowExistsError)
+    async def exists(_: Request, exc: FlowExistsError) -> JSONResponse:
+        return _error(409, str(exc))
+
+    @app.exception_handler(ClusterConflictError)
+    async def conflict(_: Request, exc: ClusterConflictError) -> JSONResponse:
+        return _error(409, str(exc))
+
+    @app.exception_handler(ClusterUnreachableError)
+    async def unreachable(_: Request, exc: ClusterUnreachableError) -> JSONResponse:
+        return _error(503, str(exc))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        states = {name: r.state for name, r in worker.flows.items()}
+        return {"status": "ok", "flows": states}
+
+    @app.get("/clusters")
+    async def clusters() -> list[ClusterInfo]:
+        items = worker.config.clusters.items()
+        return [ClusterInfo(alias=a, bootstrap_servers=c.bootstrap_servers) for a, c in items]
+
+    @app.get("/flows")
+    async def list_flows() -> FlowList:
+        return FlowList(flows=[_status(r) for r in worker.flows.values()])
+
+    @app.post("/flows", status_code=201)
+    async def create_flow(body: FlowCreate) -> FlowStatus:
+        clusters = {alias: spec.keys() for alias, spec in body.clusters.items()}
+        runner = await worker.add_flow(body.source, body.target, body.all_settings(), clusters)
+        return _status(runner)
+
+    @app.get("/flows/{source}/{target}")
+    async def get_flow(source: str, target: str) -> FlowStatus:
+        return _status(worker.flow(f"{source}->{target}"))
+
+    @app.get("/flows/{source}/{target}/config")
+    async def get_config(source: str, target: str) -> dict[str, Any]:
+        flow = worker.flow(f"{source}->{target}").flow
+        data = flow.model_dump(by_alias=True, exclude={"source_cluster", "target_cluster"})
+        return _redacted(data)
+
+    @app.patch("/flows/{source}/{target}")
+    async def update_flow(source: str, target: str, body: FlowUpdate) -> FlowStatus:
+        settings = body.all_settings()
+        if not settings:
+            return _status(worker.flow(f"{source}->{target}"))
+        return _status(await worker.update_flow(f"{source}->{target}", settings))
+
+    @app.post("/flows/{source}/{target}/restart")
+    async def restart_flow(source: str, target: str) -> FlowStatus:
+        return _status(await worker.restart_flow(f"{source}->{target}"))
+
+    @app.delete("/flows/{source}/{target}", status_code=204)
+    async def delete_flow(source: str, target: str) -> Response:
+        await worker.remove_flow(f"{source}->{target}")
+        return Response(status_code=204)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

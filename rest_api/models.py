@@ -1,0 +1,106 @@
+"""Request and response bodies of the REST API (pydantic; unknown fields are refused)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+#: a cluster alias as MM2 accepts it in ``A->B`` (no whitespace, no ``>``)
+Alias = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$", max_length=200)]
+SettingValue = str | int | float | bool | list[str]
+
+
+def _patterns(value: Any) -> Any:
+    if isinstance(value, str):
+        return [p.strip() for p in value.split(",") if p.strip()]
+    return value
+
+
+#: regular expressions, as a JSON list or MM2's comma-separated string
+Patterns = Annotated[list[str], BeforeValidator(_patterns)]
+
+
+class ClusterSpec(BaseModel):
+    """A cluster added together with a flow: bootstrap servers plus MM2 connection settings."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    bootstrap_servers: str = Field(alias="bootstrap.servers", min_length=1)
+
+    def keys(self) -> dict[str, str]:
+        extra = {k: str(v) for k, v in (self.model_extra or {}).items()}
+        return {"bootstrap.servers": self.bootstrap_servers, **extra}
+
+
+class FilterChange(BaseModel):
+    """Allow/deny lists of a flow (MM2's ``topics``, ``topics.exclude``, ``groups``, ``groups.exclude``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    topics: Patterns | None = None
+    topics_exclude: Patterns | None = Field(None, alias="topics.exclude")
+    groups: Patterns | None = None
+    groups_exclude: Patterns | None = Field(None, alias="groups.exclude")
+
+    def filter_settings(self) -> dict[str, SettingValue]:
+        return {
+            k: v
+            for k, v in self.model_dump(by_alias=True, exclude_none=True).items()
+            if k in {"topics", "topics.exclude", "groups", "groups.exclude"}
+        }
+
+
+class FlowUpdate(FilterChange):
+    """A change to a running flow. Topic lists apply in place; other settings restart the flow."""
+
+    settings: dict[str, SettingValue] = Field(default_factory=dict)
+
+    def all_settings(self) -> dict[str, SettingValue]:
+        return {**self.settings, **self.filter_settings()}
+
+
+class FlowCreate(FlowUpdate):
+    """A new flow ``source->target``; ``clusters`` may define aliases the worker does not know yet."""
+
+    source: Alias
+    target: Alias
+    clusters: dict[Alias, ClusterSpec] = Field(default_factory=dict)
+
+
+class TaskStatus(BaseModel):
+    id: int
+    state: str
+    trace: str | None
+    partitions: list[str]
+    batches: int
+    records: int
+    bytes: int
+    rebuilt_batches: int
+    syncs: int
+    lag: int
+
+
+class FlowStatus(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    state: str
+    trace: str | None
+    topics: dict[str, Any]
+    tasks: list[TaskStatus]
+
+
+class FlowList(BaseModel):
+    flows: list[FlowStatus]
+
+
+class ClusterInfo(BaseModel):
+    alias: str
+    bootstrap_servers: str
+
+
+class ErrorBody(BaseModel):
+    error: str
+    key: str | None = None
+    details: list[dict[str, Any]] | None = None
