@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from mm2py.engine.config import MirrorMakerConfig
 from mm2py.kafka_local import dev
 from mm2py.runtime.inprocess import Worker
+from rest_api.server import RestServer
 
 #: the flow of examples/east-to-west.properties
 FLOW = {
@@ -81,7 +82,7 @@ def _end_offsets(bootstrap: str, topics: list[str]) -> dict[str, int]:
     return out
 
 
-async def _run(east_bootstrap: str, west_bootstrap: str, seconds: float | None) -> None:
+async def _run(east_bootstrap: str, west_bootstrap: str, seconds: float | None, rest_port: int) -> None:
     config = MirrorMakerConfig.from_mapping(
         {"clusters": {"east": east_bootstrap, "west": west_bootstrap}, **FLOW}
     )
@@ -95,14 +96,15 @@ async def _run(east_bootstrap: str, west_bootstrap: str, seconds: float | None) 
     threading.Thread(target=_trickle, args=(east, trickle_stop), daemon=True).start()
     worker = Worker(config)
     await worker.start()
-    runner = worker.flows[flow.name]
+    rest = await _serve(worker, rest_port) if rest_port else None
     started = time.monotonic()
     print(f"mirroring {flow.name} ({east} -> {west}); Ctrl-C stops and commits progress")
     try:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 5)
-            topics = runner.last_plan.topics if runner.last_plan else {}
+            runner = worker.flows.get(flow.name)  # replaced when a REST change restarts the flow
+            topics = runner.last_plan.topics if runner is not None and runner.last_plan else {}
             # the target first: records produced meanwhile then show as lag, never as a surplus
             dst = await asyncio.to_thread(_end_offsets, west, list(topics.values()))
             src = await asyncio.to_thread(_end_offsets, east, list(topics))
@@ -114,13 +116,29 @@ async def _run(east_bootstrap: str, west_bootstrap: str, seconds: float | None) 
                 break
     finally:
         trickle_stop.set()
+        if rest is not None:
+            await rest.stop()
         await worker.stop()
         print("stopped; progress committed. `mm2py dev down` stops the clusters.")
+
+
+async def _serve(worker: Worker, port: int) -> RestServer | None:
+    try:
+        rest = RestServer(worker, "127.0.0.1", port)
+    except OSError as exc:
+        print(f"(no REST API: {exc})")
+        return None
+    await rest.start()
+    print(f"REST API: {rest.url}/flows — e.g. stop mirroring clicks while the flow runs:\n"
+          f"  curl -X PATCH {rest.url}/flows/east/west -H 'content-type: application/json'"
+          """ -d '{"topics.exclude": ["clicks"]}'""")
+    return rest
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mm2py.demo", description=__doc__)
     parser.add_argument("--seconds", type=float, default=None, help="stop after this long")
+    parser.add_argument("--rest-port", type=int, default=8083, help="REST API port (0: no API)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("mm2py.librdkafka").setLevel(logging.ERROR)
@@ -129,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{c.name:6} bootstrap.servers={c.bootstrap}")
     by_name = {c.name: c.bootstrap for c in clusters}
     _seed(by_name["east"])
-    asyncio.run(_run(by_name["east"], by_name["west"], args.seconds))
+    asyncio.run(_run(by_name["east"], by_name["west"], args.seconds, args.rest_port))
     return 0
 
 
