@@ -225,19 +225,29 @@ class RawProducer:
         idempotent = self.config.idempotent
         offsets = [-1] * len(normalized)
         for rnd in rounds:
+            results: dict[TopicPartition, ProducePartitionResponse] = {}
+            pending = dict(rnd)
             for attempt in (1, 2):
                 pid, epoch = await self.ensure_producer_id() if idempotent else (-1, -1)
-                seqs = {tp: self._sequences.get(tp, 0) if idempotent else -1 for tp in rnd}
+                seqs = {tp: self._sequences.get(tp, 0) if idempotent else -1 for tp in pending}
                 try:
-                    results = await self._produce_round({
-                        tp: _stamped(normalized[i][1], pid, epoch, seqs[tp]) for tp, i in rnd.items()
+                    got = await self._produce_round({
+                        tp: _stamped(normalized[i][1], pid, epoch, seqs[tp]) for tp, i in pending.items()
                     })
                 except Exception as exc:
                     raise ProduceError(f"produce failed: {exc}", offsets, exc) from exc
-                lost = [tp for tp, r in results.items() if r.error_code in _PRODUCER_FORGOTTEN]
+                for tp, r in got.items():
+                    results[tp] = r
+                    if r.error_code == NONE and idempotent:
+                        count = normalized[pending[tp]][1].records_count
+                        self.set_sequence(tp, increment_sequence(seqs[tp], count))
+                lost = [tp for tp, r in got.items() if r.error_code in _PRODUCER_FORGOTTEN]
                 if lost and idempotent and attempt == 1:
+                    # new producer id, sequences from 0; only what was refused is sent again (the
+                    # partitions already acknowledged would be appended twice under a new id)
                     await self.reset_producer_id(pid)
-                    continue  # new producer id, sequences from 0: send the whole round again
+                    pending = {tp: rnd[tp] for tp in lost}
+                    continue
                 break
             failed: BrokerError | None = None
             for tp, i in rnd.items():
@@ -246,8 +256,6 @@ class RawProducer:
                     failed = failed or BrokerError(r.error_code, f"produce to {tp}: {r.error_message or ''}")
                     continue
                 offsets[i] = r.base_offset
-                if idempotent:
-                    self.set_sequence(tp, increment_sequence(seqs[tp], normalized[i][1].records_count))
             if failed is not None:
                 raise ProduceError(str(failed), offsets, failed)
         return offsets

@@ -439,3 +439,26 @@ async def test_pipelined_produce_never_appends_past_a_rejected_first_batch(
     assert await producer.produce([(b, small("b2"))]) == [2]
     got = read_all(target_cluster.bootstrap, topic)
     assert [r.value for r in got if r.partition == 0] == [b"a1", b"a2", b"a3"]
+
+
+async def test_a_new_producer_id_resends_only_what_the_broker_refused(
+    target_cluster: KafkaCluster, dst: ClusterClient
+) -> None:
+    """One partition of a round is refused as out of sequence (our state and the broker's disagree,
+    simulated by skipping sequence numbers) while the other is appended. The producer takes a new
+    id and sends again only the refused batch: the appended one must not land twice."""
+    topic = create_topic(target_cluster.bootstrap, unique("reid"), partitions=2)
+    a, b = TopicPartition(topic, 0), TopicPartition(topic, 1)
+
+    def small(tag: str) -> RecordBatch:
+        return RecordBatch(build_batch([Record(0, 0, b"k", tag.encode())], base_timestamp=BASE_TS))
+
+    producer = RawProducer(dst)
+    assert await producer.produce([(a, small("a0")), (b, small("b0"))]) == [0, 0]
+    first_id = producer.producer_id
+    producer.set_sequence(a, producer.sequence(a) + 7)
+    assert await producer.produce([(a, small("a1")), (b, small("b1"))]) == [1, 1]
+    assert producer.producer_id != first_id
+    got = read_all(target_cluster.bootstrap, topic)
+    assert [r.value for r in got if r.partition == 0] == [b"a0", b"a1"]
+    assert [r.value for r in got if r.partition == 1] == [b"b0", b"b1"]
