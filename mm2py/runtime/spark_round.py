@@ -1,0 +1,169 @@
+"""One round of one mirror task, as the Spark runtime runs it on an executor; and the round plan.
+
+The driver (``mm2py.runtime.spark``) is the controller. Each round it ships, per task with work to
+do, a :class:`RoundWork` (plain picklable data: the task's :class:`TaskSpec` and the source end
+offsets seen at round start) to an executor, where :func:`run_round` builds the task with the same
+code the in-process runtime uses (``connectors.mirror_task.build_task``), mirrors until every
+partition reached its bound or the round's time budget is spent, commits, closes its clients and
+returns a small :class:`RoundResult`.
+
+Nothing is carried from one round to the next but what the task code persists: each round loads
+its positions from ``mm2-offsets.<source>.internal`` and the tail reconciler skips batches that
+reached the target after the last commit, so a round that died half-way is resumed exactly.
+A round never raises: whatever went wrong is in ``RoundResult.error`` for the driver to report.
+
+This module does not import pyspark: executors only need mm2py and its dependencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mm2py.engine.task import TaskRunner
+from mm2py.engine.task_api import TaskMetrics, TaskSpec
+from mm2py.protocol.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+#: how often the executor checks whether the round reached its bound
+_WATCH_SECONDS = 0.02
+#: the most warnings a round sends back to the driver
+_MAX_WARNINGS = 5
+
+
+@dataclass(frozen=True)
+class RoundWork:
+    """What an executor needs for one round of one task (picklable)."""
+
+    spec: TaskSpec
+    until: Mapping[TopicPartition, int]  # source end offsets at round start: the round's bound
+    budget: float = 10.0  # seconds of mirroring before the round stops early (and commits)
+    commit_interval: float = 1.0  # periodic commits inside a long round
+
+    @property
+    def flow(self) -> str:
+        return str(self.spec.flow.name)
+
+
+@dataclass
+class RoundResult:
+    """What an executor reports for one round (picklable, small)."""
+
+    flow: str
+    task_id: int
+    partitions: tuple[TopicPartition, ...]
+    positions: dict[TopicPartition, int] = field(default_factory=dict)  # committed (empty on error)
+    metrics: TaskMetrics = field(default_factory=TaskMetrics)
+    complete: bool = False  # every partition reached the round's bound
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    executor: str = ""
+
+
+def reached(positions: Mapping[TopicPartition, int], until: Mapping[TopicPartition, int]) -> bool:
+    """True when every bounded partition's position is at or past its bound."""
+    return all(positions.get(tp, -1) >= end for tp, end in until.items())
+
+
+def plan_round(
+    flow: Any,
+    assignment: Mapping[int, Sequence[TopicPartition]],
+    ends: Mapping[TopicPartition, int],
+    positions: Mapping[TopicPartition, int],
+    *,
+    budget: float,
+    commit_interval: float = 1.0,
+    hold: Collection[int] = (),
+) -> list[RoundWork]:
+    """The round's work: one :class:`RoundWork` per task that has something to mirror.
+
+    A task is shipped when one of its partitions has an unknown position (never run, or its last
+    round failed) or a position different from the source end (behind; or past it, when the source
+    log was truncated or recreated, so that the task sees the reset). Tasks in ``hold`` (backing off
+    after failures) and tasks without partitions are left out."""
+    work = []
+    for task_id, parts in sorted(assignment.items()):
+        if not parts or task_id in hold:
+            continue
+        until = {tp: ends[tp] for tp in parts if tp in ends}
+        if any(positions.get(tp) != end for tp, end in until.items()):
+            spec = TaskSpec(flow, task_id, tuple(parts))
+            work.append(RoundWork(spec, until, budget, commit_interval))
+    return work
+
+
+class _Warnings(logging.Handler):
+    """Keeps the last warnings logged by the task code during a round (they go back to the driver)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            self.messages.append(f"{record.name}: {record.getMessage()}"[:500])
+            del self.messages[:-_MAX_WARNINGS]
+
+
+async def _mirror(work: RoundWork, result: RoundResult) -> None:
+    from connectors.mirror_task import build_task  # runtime composes connectors
+
+    started = time.monotonic()
+    deadline = started + work.budget
+    runner: TaskRunner = await asyncio.wait_for(
+        build_task(work.spec, commit_interval=work.commit_interval), max(30.0, work.budget)
+    )
+    try:
+        result.metrics = runner.metrics
+        stop = asyncio.Event()
+        running = asyncio.create_task(runner.run(stop))
+        while not running.done():
+            if reached(runner.positions(), work.until) or time.monotonic() >= deadline:
+                stop.set()  # the task finishes the batches in hand and commits
+                break
+            await asyncio.wait({running}, timeout=_WATCH_SECONDS)
+        await running  # the task's own failure (e.g. a corrupt batch it refused to forward)
+        missing = set(work.spec.partitions) - set(runner.partitions)
+        if missing:
+            result.error = (f"the task did not take {len(missing)} of its partitions within "
+                            f"{work.budget:.0f}s (could it load its progress and reach both clusters?)")
+            return
+        # run() commits on its way out but cannot say whether that worked; an empty bound makes
+        # run_until commit again (nothing new, so nothing is written) and raise if it cannot
+        positions = await runner.run_until({}, timeout=60)
+        result.positions = {tp: positions[tp] for tp in work.spec.partitions}
+        result.complete = reached(positions, work.until)
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(runner.close(), 30)
+
+
+def run_round(work: RoundWork) -> RoundResult:
+    """Run one round of one task on this process (an executor); never raises."""
+    result = RoundResult(work.flow, work.spec.task_id, tuple(work.spec.partitions),
+                         executor=f"{socket.gethostname()}:{os.getpid()}")
+    started = time.monotonic()
+    warnings = _Warnings()
+    loggers = [logging.getLogger(name) for name in ("mm2py", "connectors")]
+    for lg in loggers:
+        lg.addHandler(warnings)
+    try:
+        asyncio.run(_mirror(work, result))
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        result.positions = {}
+    finally:
+        for lg in loggers:
+            lg.removeHandler(warnings)
+        result.warnings = warnings.messages
+        result.seconds = time.monotonic() - started
+    return result

@@ -1,0 +1,99 @@
+"""The SparkSession the Spark runtime uses: embedded local mode by default, any master on request.
+
+Kept quiet (log level WARN, no UI, no console progress bar) and quick to start. Settings that
+the mirror's guarantees depend on are fixed: speculative execution would run a task twice at the
+same time (two writers to one target partition), so it is refused; a failed Spark task is not
+retried by Spark (the driver retries at the next round, from the committed progress).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+#: settings the user may override
+DEFAULT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.python.worker.reuse": "true",
+    "spark.task.maxFailures": "1",
+}
+#: settings the mirror depends on
+FIXED_CONF: dict[str, str] = {"spark.speculation": "false"}
+
+_LOG4J = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+logger.utils.name = org.apache.spark.util.Utils
+logger.utils.level = error
+logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
+logger.hadoop.level = error
+"""
+
+
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def default_master(tasks: int) -> str:
+    """``local[N]``: one slot per task, so that every task of a round runs at once."""
+    return f"local[{max(1, min(tasks, 4 * (os.cpu_count() or 1)))}]"
+
+
+def _log4j_file() -> str:
+    path = Path(tempfile.gettempdir()) / "mm2py-spark-log4j2.properties"
+    if not path.exists() or path.read_text() != _LOG4J:
+        path.write_text(_LOG4J)
+    return str(path)
+
+
+def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Spark settings for ``master`` (None: the one spark-submit passed) plus ``conf``."""
+    settings = dict(DEFAULT_CONF)
+    settings.update(conf or {})
+    for key, value in FIXED_CONF.items():
+        if settings.get(key, value) != value:
+            raise ValueError(f"{key}={settings[key]} is not supported: the mirror needs {key}={value}")
+        settings[key] = value
+    if master is not None:
+        settings["spark.master"] = master
+    if master is not None and is_local(master):
+        # executors are Python processes forked here: same interpreter, same mm2py sources
+        root = str(Path(__file__).resolve().parents[2])
+        paths = [root, *filter(None, [os.environ.get("PYTHONPATH")])]
+        settings.setdefault("spark.pyspark.python", sys.executable)
+        settings.setdefault("spark.executorEnv.PYTHONPATH", os.pathsep.join(paths))
+        settings.setdefault("spark.driver.host", "127.0.0.1")
+        settings.setdefault("spark.driver.bindAddress", "127.0.0.1")
+        settings.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log4j_file()}")
+    return settings
+
+
+def spark_session(
+    master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "mm2py"
+) -> Any:
+    """Start (or join) the SparkSession. ``master=None`` uses spark-submit's master when launched by
+    spark-submit, else embedded ``local[2]``."""
+    from pyspark.sql import SparkSession  # imported here: pyspark is only needed by this runtime
+
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        master = default_master(2)
+    if master is not None and is_local(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in session_conf(master, conf).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
