@@ -1,0 +1,184 @@
+"""The Spark runtime (embedded local mode) against real brokers: the same task code in rounds.
+
+One SparkSession for the whole module (Spark starts slowly); each test runs its own SparkWorker on
+it in a thread, as ``mm2py run --runtime spark`` would.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers import (
+    by_partition,
+    create_topic,
+    end_offsets,
+    make_records,
+    mirror_config,
+    produce_records,
+    read_all,
+    read_syncs,
+    topic_names,
+    unique,
+    wait_until,
+)
+
+from mm2py.engine.admin import ClusterAdmin
+from mm2py.engine.progress import ProgressStore
+from mm2py.kafka_local import KafkaCluster
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.spark import SparkWorker
+from rest_api.models import FlowStatus
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from mm2py.runtime.spark_session import spark_session
+
+    session = spark_session("local[2]", app_name="mm2py-tests")
+    yield session
+    session.stop()
+
+
+class SparkRun:
+    """A SparkWorker on the module's session, run in a thread until the ``with`` block ends."""
+
+    def __init__(self, config: Any, spark: Any) -> None:
+        self.worker = SparkWorker(config, spark=spark, round_seconds=5, idle_seconds=0.2, commit_interval=0.5)
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            self.worker.run_blocking(self.stop, status_interval=3600)
+        except BaseException as exc:
+            self.error = exc
+
+    def __enter__(self) -> SparkRun:
+        self.thread.start()
+        wait_until(lambda: self.error is not None or all(
+            f.state == "RUNNING" for f in self.worker.flows.values()), 60, 0.1, "the flows to start")
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the Spark worker did not stop"
+        if self.error is not None:
+            raise self.error
+
+    @property
+    def flow(self) -> Any:
+        return self.worker.flows["east->west"]
+
+
+def _config(east: KafkaCluster, west: KafkaCluster, topics: str) -> Any:
+    return mirror_config({"east": east.bootstrap, "west": west.bootstrap}, {"east->west": {
+        "topics": topics, "tasks.max": 2, "refresh.topics.interval.seconds": 1, "offset.lag.max": 50,
+    }})
+
+
+def _produce(bootstrap: str, topic: str, plan: dict[int, list[str]], n: int, tag: str) -> None:
+    """``n`` records per (partition, codec) of ``plan``, each codec in its own batches."""
+    for partition, codecs in plan.items():
+        for codec in codecs:
+            produce_records(bootstrap, topic, make_records(n, partition=partition, tag=f"{tag}-{codec}"),
+                            compression=codec)
+
+
+def _same(east: KafkaCluster, west: KafkaCluster, topic: str) -> bool:
+    target = f"east.{topic}"
+    if target not in topic_names(west.bootstrap):
+        return False
+    return end_offsets(west.bootstrap, target) == end_offsets(east.bootstrap, topic)
+
+
+def _assert_identical(east: KafkaCluster, west: KafkaCluster, topic: str) -> int:
+    src = read_all(east.bootstrap, topic)
+    dst = read_all(west.bootstrap, f"east.{topic}")
+    assert by_partition(dst) == by_partition(src)  # same records, same order, nothing twice
+    return len(src)
+
+
+def test_spark_rounds_mirror_exactly_resume_exactly_and_pick_up_new_topics(
+    east: KafkaCluster, west: KafkaCluster, spark: Any
+) -> None:
+    prefix = unique("spk")
+    a = create_topic(east.bootstrap, f"{prefix}-a", partitions=2)
+    b = create_topic(east.bootstrap, f"{prefix}-b", partitions=2)
+    _produce(east.bootstrap, a, {0: ["lz4", "zstd"], 1: ["zstd", "none"]}, 400, "one")
+    _produce(east.bootstrap, b, {0: ["gzip", "snappy"], 1: ["snappy", "lz4"]}, 400, "one")
+    config = _config(east, west, f"{prefix}-.*")
+
+    with SparkRun(config, spark) as run:
+        wait_until(lambda: _same(east, west, a) and _same(east, west, b), 60, 0.3, "the first backlog")
+        status = run.flow.status()
+    assert _assert_identical(east, west, a) + _assert_identical(east, west, b) == 3200
+    assert run.flow.state == "STOPPED"
+    FlowStatus.model_validate(status)  # what the REST API shows for a flow of either runtime
+    assert status["topics"] == {a: f"east.{a}", b: f"east.{b}"}
+    assert len(status["tasks"]) == 2 and all(t["state"] == "RUNNING" for t in status["tasks"])
+    assert sorted(p for t in status["tasks"] for p in t["partitions"]) == [
+        f"{a}-0", f"{a}-1", f"{b}-0", f"{b}-1"]
+    assert sum(t["records"] for t in status["tasks"]) == 3200
+    assert set(status["tasks"][0]) == {"id", "state", "trace", "partitions", "batches", "records", "bytes",
+                                       "rebuilt_batches", "syncs", "lag"}
+
+    # offset syncs for every partition, in MM2's format; progress committed at the source ends
+    synced = {s.topic_partition for s in read_syncs(east.bootstrap, "mm2-offset-syncs.west.internal")}
+    want = {TopicPartition(t, p) for t in (a, b) for p in (0, 1)}
+    assert want <= synced
+    committed = ProgressStore(ClusterAdmin("west", west.bootstrap), "east").load()
+    for t in (a, b):
+        target_ends = end_offsets(west.bootstrap, f"east.{t}")
+        for p, end in end_offsets(east.bootstrap, t).items():
+            assert committed[TopicPartition(t, p)] == (end, target_ends[p])
+
+    # produced while nothing runs: a second run continues where the first one stopped
+    _produce(east.bootstrap, a, {0: ["gzip"], 1: ["lz4"]}, 150, "two")
+    _produce(east.bootstrap, b, {0: ["zstd"], 1: ["none"]}, 150, "two")
+    with SparkRun(config, spark) as run:
+        wait_until(lambda: _same(east, west, a) and _same(east, west, b), 60, 0.3, "the second backlog")
+        # a topic created while the flow runs is found by the next refresh and mirrored
+        c = create_topic(east.bootstrap, f"{prefix}-c", partitions=2)
+        _produce(east.bootstrap, c, {0: ["zstd"], 1: ["gzip"]}, 200, "new")
+        wait_until(lambda: _same(east, west, c), 60, 0.3, "the new topic")
+        status = run.flow.status()
+    assert _assert_identical(east, west, a) + _assert_identical(east, west, b) == 3800
+    assert _assert_identical(east, west, c) == 400
+    assert sum(t["records"] for t in status["tasks"]) == 600 + 400  # nothing copied twice
+    assert c in status["topics"]
+
+
+def test_a_failed_round_is_reported_and_run_again_from_the_committed_progress(
+    east: KafkaCluster, west: KafkaCluster, spark: Any
+) -> None:
+    topic = create_topic(east.bootstrap, unique("spkfail"), partitions=2)
+    _produce(east.bootstrap, topic, {0: ["lz4"], 1: ["zstd"]}, 300, "before")
+    with SparkRun(_config(east, west, topic), spark) as run:
+        wait_until(lambda: _same(east, west, topic), 60, 0.3, "the first backlog")
+        good = run.flow.flow
+        # executors now get a task they cannot build (as if a client setting were wrong there)
+        bad = {"consumer": {"isolation.level": "bogus"}}
+        run.flow.flow = good.model_copy(update={"client_overrides": bad})
+        _produce(east.bootstrap, topic, {0: ["gzip"], 1: ["snappy"]}, 300, "during")
+
+        def failed() -> bool:
+            return any(t["state"] == "FAILED" for t in run.flow.status()["tasks"])
+
+        wait_until(failed, 30, 0.1, "a failed round")
+        traces = [t["trace"] for t in run.flow.status()["tasks"] if t["state"] == "FAILED"]
+        assert all("isolation.level" in str(trace) for trace in traces)
+        assert any(t.failed_rounds for t in run.flow.tasks.values())
+        run.flow.flow = good
+        wait_until(lambda: _same(east, west, topic), 60, 0.3, "the rounds after the failure")
+        wait_until(lambda: all(t["state"] == "RUNNING" for t in run.flow.status()["tasks"]), 30, 0.1,
+                   "the tasks to recover")
+    assert _assert_identical(east, west, topic) == 1200
