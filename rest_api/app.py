@@ -32,6 +32,15 @@ from rest_api.models import (
 #: setting names whose values are not shown back (credentials)
 _SECRET = re.compile(r"password|secret|jaas|token|credential", re.IGNORECASE)
 
+#: errors of the layers below, as HTTP statuses (the message is the body's ``error``)
+_STATUS: dict[type[Exception], int] = {
+    ConfigError: 400,
+    FlowNotFoundError: 404,
+    FlowExistsError: 409,
+    ClusterConflictError: 409,
+    ClusterUnreachableError: 503,
+}
+
 _ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
            422: {"model": ErrorBody}, 503: {"model": ErrorBody}}
 
@@ -82,25 +91,12 @@ def create_app(worker: Worker) -> FastAPI:
         details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in errors]
         return _error(422, message, details=details)
 
-    @app.exception_handler(ConfigError)
-    async def bad_config(_: Request, exc: ConfigError) -> JSONResponse:
-        return _error(400, str(exc), key=exc.key)
+    async def known_error(_: Request, exc: Exception) -> JSONResponse:
+        status = next(code for kind, code in _STATUS.items() if isinstance(exc, kind))
+        return _error(status, str(exc), key=getattr(exc, "key", None))
 
-    @app.exception_handler(FlowNotFoundError)
-    async def not_found(_: Request, exc: FlowNotFoundError) -> JSONResponse:
-        return _error(404, str(exc))
-
-    @app.exception_handler(FlowExistsError)
-    async def exists(_: Request, exc: FlowExistsError) -> JSONResponse:
-        return _error(409, str(exc))
-
-    @app.exception_handler(ClusterConflictError)
-    async def conflict(_: Request, exc: ClusterConflictError) -> JSONResponse:
-        return _error(409, str(exc))
-
-    @app.exception_handler(ClusterUnreachableError)
-    async def unreachable(_: Request, exc: ClusterUnreachableError) -> JSONResponse:
-        return _error(503, str(exc))
+    for kind in _STATUS:
+        app.add_exception_handler(kind, known_error)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
