@@ -6,6 +6,7 @@ The engine calls these from worker threads (``asyncio.to_thread``); none of it i
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -18,6 +19,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
+_RETRIABLE_GROUP_ERRORS = frozenset({
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT,
+})
 _LIBRDKAFKA_LOG = logging.getLogger("mm2py.librdkafka")
 
 
@@ -231,24 +236,37 @@ class ClusterAdmin:
         return out
 
     def alter_group_offsets(self, group: str, offsets: Mapping[TopicPartition, GroupOffset]) -> None:
-        """Commit ``offsets`` for ``group``; the broker refuses it while the group has members."""
+        """Commit ``offsets`` for ``group``; the broker refuses it while the group has members.
+
+        Retriable refusals (the group coordinator is loading or moved) are retried until the timeout.
+        """
         if not offsets:
             return
+        deadline = time.monotonic() + self.timeout
+        backoff = 0.1
+        while True:
+            errors = self._alter_group_offsets_once(group, offsets)
+            if not errors:
+                return
+            retriable = all(e.retriable() or e.code() in _RETRIABLE_GROUP_ERRORS for e in errors)
+            if not retriable or time.monotonic() + backoff > deadline:
+                raise GroupOffsetsRefusedError(
+                    f"cluster '{self.alias}': committing offsets of group {group} failed: "
+                    + "; ".join(sorted({e.str() for e in errors}))
+                )
+            time.sleep(backoff)
+            backoff = min(1.0, backoff * 2)
+
+    def _alter_group_offsets_once(
+        self, group: str, offsets: Mapping[TopicPartition, GroupOffset]
+    ) -> list[KafkaError]:
         request = ConsumerGroupTopicPartitions(group, [
-            CKTopicPartition(tp.topic, tp.partition, o.offset, o.metadata or None)
+            CKTopicPartition(tp.topic, tp.partition, o.offset, o.metadata)
             for tp, o in sorted(offsets.items())
         ])
         fut = self._client.alter_consumer_group_offsets([request], request_timeout=self.timeout)[group]
         try:
             result = self._result(fut, f"committing offsets of group {group}")
         except KafkaException as exc:
-            raise GroupOffsetsRefusedError(
-                f"cluster '{self.alias}': committing offsets of group {group} failed: {exc.args[0].str()}"
-            ) from exc
-        failed = [
-            f"{tp.topic}-{tp.partition}: {tp.error}" for tp in result.topic_partitions or () if tp.error
-        ]
-        if failed:
-            raise GroupOffsetsRefusedError(
-                f"cluster '{self.alias}': committing offsets of group {group} failed: {'; '.join(failed[:3])}"
-            )
+            return [exc.args[0]]
+        return [tp.error for tp in result.topic_partitions or () if tp.error]

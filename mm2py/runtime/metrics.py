@@ -27,6 +27,15 @@ _TASK_COUNTERS = {
 }
 
 
+_CHECKPOINT_COUNTERS = {
+    "checkpoints_emitted": "Checkpoint records written to the target's checkpoints topic",
+    "group_syncs": "Offset commits made to consumer groups on the target (sync.group.offsets)",
+    "offsets_synced": "Partition offsets committed to consumer groups on the target",
+    "skipped_active_groups": "Group offset syncs left out because the group had members on the target",
+    "failures": "Checkpoint connector jobs that failed (retried on the next interval)",
+}
+
+
 class WorkerCollector(Collector):
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -57,6 +66,7 @@ class WorkerCollector(Collector):
         yield lag
         yield up
         yield partitions
+        yield from self._checkpoint_metrics()
         codec = CounterMetricFamily(
             "mm2py_codec_operations", "Decompressions and compressions done by this process",
             labels=["operation"],
@@ -65,3 +75,21 @@ class WorkerCollector(Collector):
         codec.add_metric(["decompress"], float(decompressions))
         codec.add_metric(["compress"], float(compressions))
         yield codec
+
+    def _checkpoint_metrics(self) -> Iterator[Metric]:
+        counters = {
+            name: CounterMetricFamily(f"mm2py_checkpoint_{name}", help_, labels=["flow"])
+            for name, help_ in _CHECKPOINT_COUNTERS.items()
+        }
+        groups = GaugeMetricFamily(
+            "mm2py_checkpoint_groups", "Source consumer groups selected for checkpointing", labels=["flow"]
+        )
+        for flow_name, flow in self.worker.flows.items():
+            if flow.checkpoints is None:
+                continue
+            m = flow.checkpoints.metrics
+            for name, family in counters.items():
+                family.add_metric([flow_name], float(getattr(m, name)))
+            groups.add_metric([flow_name], float(m.groups))
+        yield from counters.values()
+        yield groups

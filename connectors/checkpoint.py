@@ -1,0 +1,282 @@
+"""MirrorCheckpoint for one flow: checkpoints of source consumer groups, and group offset sync.
+
+Like MirrorMaker 2's MirrorCheckpointConnector/Task, for a flow ``source->target`` it
+
+* lists the source's consumer groups that ``groups`` / ``groups.exclude`` select, every
+  ``refresh.groups.interval.seconds``;
+* every ``emit.checkpoints.interval.seconds`` reads their committed offsets on the source, keeps
+  the partitions of topics the flow mirrors, translates them (see ``mm2py.engine.checkpoints``) and
+  writes the changed ones as MM2 ``Checkpoint`` records to ``<source>.checkpoints.internal`` on the
+  target (compacted, one partition), naming the renamed target topic;
+* with ``sync.group.offsets.enabled``, every ``sync.group.offsets.interval.seconds`` commits the
+  latest checkpoints to the same groups on the target — only groups without members there, and
+  never moving a partition's committed offset backwards.
+
+Its view of the offset syncs, of the mirror's committed progress and of earlier checkpoints is kept
+by following those topics (``TopicTail``): each is read from the start once, then incrementally.
+Errors (a cluster unreachable...) are logged and the work is retried at the next interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Producer
+
+from mm2py.engine.admin import ClusterAdmin, GroupOffsetsRefusedError, client_config
+from mm2py.engine.checkpoints import CheckpointLog, offsets_to_sync, translate_group
+from mm2py.engine.config import FlowConfig
+from mm2py.engine.controller import Controller
+from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.engine.progress import Position, decode, progress_topic
+from mm2py.engine.topic_tail import TopicTail
+from mm2py.protocol.errors import ProtocolError
+from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
+from mm2py.protocol.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+_RETRY_SECONDS = 5.0
+
+
+@dataclass
+class CheckpointMetrics:
+    checkpoints_emitted: int = 0
+    group_syncs: int = 0  # offset commits made to target groups
+    offsets_synced: int = 0  # partitions committed by those
+    skipped_active_groups: int = 0  # sync rounds that left a group alone because it had members
+    failures: int = 0
+    groups: int = 0  # source groups currently selected
+    last_error: str | None = None
+
+
+def mirror_rule(
+    flow: FlowConfig, source_admin: ClusterAdmin, target_admin: ClusterAdmin
+) -> tuple[Callable[[str], bool], Callable[[str], str]]:
+    """(does the flow mirror this source topic?, its target name), by the controller's own rule."""
+    ctl = Controller(
+        flow.source, flow.target, source_admin, target_admin,
+        topic_filter=flow.topic_filter(), policy=flow.replication_policy(),
+        replicate_heartbeats=flow.heartbeats_replication_enabled,
+    )
+    return ctl.should_replicate, ctl.target_topic
+
+
+class CheckpointConnector:
+    def __init__(
+        self, flow: FlowConfig, *,
+        mirrored: Callable[[str], bool] | None = None, rename: Callable[[str], str] | None = None,
+    ) -> None:
+        self.flow = flow
+        timeout = flow.admin_timeout_ms / 1000
+        src, tgt = flow.source_cluster.bootstrap_servers, flow.target_cluster.bootstrap_servers
+        self.source_admin = ClusterAdmin(flow.source, src, timeout=timeout)
+        self.target_admin = ClusterAdmin(flow.target, tgt, timeout=timeout)
+        if mirrored is None or rename is None:
+            mirrored, rename = mirror_rule(flow, self.source_admin, self.target_admin)
+        self.mirrored, self.rename = mirrored, rename
+        self.topic = flow.checkpoints_topic()
+        self.group_filter = flow.group_filter()
+        self.syncs = OffsetSyncStore()
+        self.progress: dict[TopicPartition, Position] = {}
+        self.log = CheckpointLog()
+        syncs_bootstrap = src if flow.offset_syncs_cluster == flow.source else tgt
+        tag = f"checkpoints-{flow.source}-{flow.target}"
+        self._syncs_tail = TopicTail(syncs_bootstrap, flow.offset_syncs_topic(), self._on_sync, name=tag)
+        self._progress_tail = TopicTail(tgt, progress_topic(flow.source), self._on_progress, name=tag)
+        self._producer = Producer({**client_config(tgt), "acks": "all", "linger.ms": 5})
+        self.groups: list[str] = []
+        self.metrics = CheckpointMetrics()
+        self.state = "UNASSIGNED"
+        self._loaded = False
+
+    # -- configuration ---------------------------------------------------------------------------
+    @property
+    def emits(self) -> bool:
+        return self.flow.emit_checkpoints_enabled and self.flow.emit_checkpoints_interval_seconds >= 0
+
+    @property
+    def syncs_groups(self) -> bool:
+        return self.flow.sync_group_offsets_enabled and self.flow.sync_group_offsets_interval_seconds >= 0
+
+    # -- topic followers -------------------------------------------------------------------------
+    def _on_sync(self, key: bytes | None, value: bytes | None) -> None:
+        try:
+            self.syncs.add(OffsetSync.from_record(key, value))
+        except ProtocolError as exc:
+            log.warning("%s: ignoring a malformed offset sync: %s", self.flow.name, exc)
+
+    def _on_progress(self, key: bytes | None, value: bytes | None) -> None:
+        decoded = decode(key, value)
+        if decoded is None or decoded[0] != self.flow.source:
+            return
+        _, tp, pos = decoded
+        if pos is None:
+            self.progress.pop(tp, None)
+        else:
+            self.progress[tp] = pos
+
+    def _on_checkpoint(self, key: bytes | None, value: bytes | None) -> None:
+        try:
+            self.log.add(Checkpoint.from_record(key, value))
+        except ProtocolError as exc:
+            log.warning("%s: ignoring a malformed checkpoint: %s", self.flow.name, exc)
+
+    # -- the three jobs (blocking; run in a thread) ----------------------------------------------
+    def _load(self) -> None:
+        """Create the checkpoints topic; read the checkpoints written before (once)."""
+        if self.emits:
+            rf = self.flow.checkpoints_topic_replication_factor
+            self.target_admin.ensure_compacted_topic(self.topic, rf)
+        tail = TopicTail(self.flow.target_cluster.bootstrap_servers, self.topic, self._on_checkpoint,
+                         name=f"checkpoints-loader-{self.flow.source}-{self.flow.target}")
+        try:
+            tail.catch_up(self.source_admin.timeout)
+        finally:
+            tail.close()
+        self._loaded = True
+
+    def refresh_groups(self) -> list[str]:
+        groups = [g for g in self.source_admin.list_groups() if self.group_filter.should_replicate(g)]
+        if groups != self.groups:
+            log.info("%s: checkpointing %d consumer groups", self.flow.name, len(groups))
+        self.groups = groups
+        self.metrics.groups = len(groups)
+        return groups
+
+    def checkpoint_round(self, write: bool = True) -> list[Checkpoint]:
+        """Translate the groups' offsets; record (and, if ``write``, emit) the changed checkpoints."""
+        timeout = self.source_admin.timeout
+        # progress first: every sync below a committed position was flushed before it was committed
+        self._progress_tail.catch_up(timeout)
+        if not self._syncs_tail.catch_up(timeout):
+            return []  # no offset syncs yet: nothing can be translated
+        offsets = self.source_admin.group_offsets(self.groups)
+        changed: list[Checkpoint] = []
+        for group, committed in offsets.items():
+            cps = translate_group(
+                group, committed, mirrored=self.mirrored, rename=self.rename,
+                syncs=self.syncs, progress=self.progress,
+            )
+            changed.extend(self.log.changed(cps.values()))
+        if write and changed:
+            self._write(changed)
+        for cp in changed:
+            self.log.add(cp)
+        return changed
+
+    def _write(self, checkpoints: list[Checkpoint]) -> None:
+        errors: list[str] = []
+
+        def on_delivery(err: object, _msg: object) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        for cp in checkpoints:
+            self._producer.produce(
+                self.topic, cp.value_bytes(), cp.key_bytes(), partition=0, on_delivery=on_delivery,
+            )
+        left = self._producer.flush(self.target_admin.timeout)
+        if left or errors:
+            raise RuntimeError(f"writing checkpoints to {self.topic} failed: {errors[:3] or left}")
+        self.metrics.checkpoints_emitted += len(checkpoints)
+
+    def sync_round(self) -> dict[str, int]:
+        """Commit the latest checkpoints to inactive target groups; returns partitions per group."""
+        if not self.emits:
+            self.checkpoint_round(write=False)
+        wanted = {g: cps for g in self.groups if (cps := self.log.get(g))}
+        states = self.target_admin.group_states(wanted)
+        idle = [g for g in wanted if states.get(g) is not None and states[g].inactive]
+        self.metrics.skipped_active_groups += len(wanted) - len(idle)
+        current = self.target_admin.group_offsets(idle)
+        done: dict[str, int] = {}
+        for group in idle:
+            todo = offsets_to_sync(wanted[group], current.get(group, {}))
+            if not todo:
+                continue
+            try:
+                self.target_admin.alter_group_offsets(group, todo)
+            except GroupOffsetsRefusedError as exc:  # a consumer joined meanwhile: try next time
+                log.warning("%s: %s", self.flow.name, exc)
+                self.metrics.skipped_active_groups += 1
+                continue
+            done[group] = len(todo)
+            self.metrics.group_syncs += 1
+            self.metrics.offsets_synced += len(todo)
+        if done:
+            log.info("%s: synced offsets of %d groups on %s", self.flow.name, len(done), self.flow.target)
+        return done
+
+    # -- the loop --------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run the jobs on their intervals until ``stop`` is set; failures are retried next time."""
+        self.state = "RUNNING"
+        jobs: list[tuple[str, float, Callable[[], object]]] = [("refresh groups", self._refresh_interval(),
+                                                               self.refresh_groups)]
+        if self.emits:
+            jobs.append(("emit checkpoints", max(0.1, self.flow.emit_checkpoints_interval_seconds),
+                         self.checkpoint_round))
+        if self.syncs_groups:
+            jobs.append(("sync group offsets", max(0.1, self.flow.sync_group_offsets_interval_seconds),
+                         self.sync_round))
+        due = dict.fromkeys(range(len(jobs)), 0.0)
+        try:
+            while not stop.is_set():
+                if not self._loaded and not await self._attempt("load checkpoints", self._load):
+                    await _sleep_or_stop(stop, _RETRY_SECONDS)
+                    continue
+                now = time.monotonic()
+                for i, (what, interval, job) in enumerate(jobs):
+                    if due[i] > now or stop.is_set():
+                        continue
+                    ok = await self._attempt(what, job)
+                    if interval < 0:  # a one-off job (groups listed once): retried until it worked
+                        interval = float("inf") if ok else _RETRY_SECONDS
+                    due[i] = time.monotonic() + interval
+                await _sleep_or_stop(stop, max(0.05, min(due.values()) - time.monotonic()))
+        finally:
+            await asyncio.to_thread(self.close)
+            self.state = "STOPPED"
+
+    def _refresh_interval(self) -> float:
+        interval = self.flow.refresh_groups_interval_seconds
+        if not self.flow.refresh_groups_enabled or interval < 0:
+            return -1.0  # MM2: groups are listed once at start only
+        return max(0.1, float(interval))
+
+    async def _attempt(self, what: str, job: Callable[[], object]) -> bool:
+        try:
+            await asyncio.to_thread(job)
+            return True
+        except Exception as exc:
+            self.metrics.failures += 1
+            self.metrics.last_error = f"{what}: {type(exc).__name__}: {exc}"
+            log.warning("%s: %s failed (%s); retrying next interval", self.flow.name, what, exc)
+            return False
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._producer.flush(10)
+        for tail in (self._syncs_tail, self._progress_tail):
+            with contextlib.suppress(Exception):
+                tail.close()
+
+    def status(self) -> dict[str, object]:
+        m = self.metrics
+        return {
+            "state": self.state, "groups": m.groups, "checkpoints_emitted": m.checkpoints_emitted,
+            "group_syncs": m.group_syncs, "offsets_synced": m.offsets_synced,
+            "skipped_active_groups": m.skipped_active_groups, "failures": m.failures,
+            "last_error": m.last_error,
+        }
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
