@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from connectors.checkpoint import CheckpointConnector
 from mm2py.engine.admin import ClusterAdmin
 from mm2py.engine.config import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Controller, Plan
@@ -87,6 +88,7 @@ class FlowRunner:
     last_plan: Plan | None = None
     state: str = "UNASSIGNED"
     trace: str | None = None
+    checkpoints: CheckpointConnector | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         from connectors.client_settings import raw_client_settings
@@ -98,6 +100,7 @@ class FlowRunner:
         self._running: dict[int, asyncio.Task[None]] = {}
         self._refresher: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
+        self._checkpointing: asyncio.Task[None] | None = None
         if self.builder is None:
             self.builder = _default_builder(self.commit_interval)
 
@@ -114,6 +117,19 @@ class FlowRunner:
             raise
         self.state = "RUNNING"
         self._refresher = asyncio.create_task(self._refresh_loop())
+        self._start_checkpoints()
+
+    def _start_checkpoints(self) -> None:
+        """MM2's checkpoint connector for this flow, when it emits checkpoints or syncs group offsets."""
+        f = self.flow
+        emits = f.emit_checkpoints_enabled and f.emit_checkpoints_interval_seconds >= 0
+        syncs = f.sync_group_offsets_enabled and f.sync_group_offsets_interval_seconds >= 0
+        if not (emits or syncs):
+            return
+        self.checkpoints = CheckpointConnector(
+            f, mirrored=self.controller.should_replicate, rename=self.controller.target_topic
+        )
+        self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
 
     async def refresh(self) -> Plan:
         """Discover topics now and hand the resulting assignment to the tasks."""
@@ -172,8 +188,9 @@ class FlowRunner:
             self._refresher.cancel()
             with contextlib.suppress(BaseException):
                 await self._refresher
-        if self._running:
-            await asyncio.gather(*self._running.values(), return_exceptions=True)
+        if self._running or self._checkpointing:
+            checkpointing = [self._checkpointing] if self._checkpointing else []
+            await asyncio.gather(*self._running.values(), *checkpointing, return_exceptions=True)
         for runner in self.tasks.values():
             with contextlib.suppress(Exception):
                 await runner.close()
@@ -194,6 +211,7 @@ class FlowRunner:
             "name": self.name, "state": self.state, "trace": self.trace,
             "topics": dict(self.last_plan.topics) if self.last_plan else {},
             "tasks": tasks,
+            "checkpoints": self.checkpoints.status() if self.checkpoints else None,
         }
 
 
