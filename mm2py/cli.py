@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--state-file", default=None,
                      help="keep flows created or changed over REST in this JSON file across restarts")
     run.set_defaults(func=_run)
+    from mm2py.failover import add_parser as add_offsets_parser
+
+    add_offsets_parser(sub)
     return parser
 
 
