@@ -2,8 +2,12 @@
 
 Requests are framed by :mod:`mm2py.protocol.framing`; many may be in flight and responses are
 matched by correlation id. On connect the ApiVersions handshake runs, then the optional
-:class:`Authenticator` (SASL plugs in there), so TLS/SASL never touch the codec: TLS is an
-``ssl.SSLContext`` handed to ``asyncio.open_connection``. Only PLAINTEXT is exercised today.
+:class:`Authenticator` (SASL, :mod:`mm2py.client.sasl`), so TLS/SASL never touch the codec: TLS is
+an ``ssl.SSLContext`` (:mod:`mm2py.client.tls`) handed to ``asyncio.open_connection``.
+
+A refused TLS handshake or SASL authentication raises a :class:`SecurityError`. It is deliberately
+not a retriable :class:`ClientError`: a wrong CA, certificate or password does not heal by itself,
+so callers fail at once with the reason instead of retrying until a time-out.
 """
 
 from __future__ import annotations
@@ -40,6 +44,30 @@ T = TypeVar("T")
 _READ_CHUNK = 256 * 1024
 
 
+class SecurityError(Exception):
+    """TLS or SASL refused the connection. A configuration problem: never retried."""
+
+    retriable = False
+
+
+class TlsError(SecurityError):
+    """The TLS handshake failed (unknown CA, host name mismatch, client certificate refused...)."""
+
+
+class AuthenticationError(SecurityError):
+    """SASL authentication failed (wrong credentials, mechanism not enabled on the broker...)."""
+
+
+#: SSL errors that mean "the connection went away", not "TLS refused us"
+_SSL_DISCONNECTS = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+
+
+def _looks_like_tls(data: bytes) -> bool:
+    """A TLS record (alert or handshake, version 3.x) where a Kafka frame size should be: no Kafka
+    frame is 350 MB or more, so this never mistakes a real response."""
+    return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03
+
+
 class Authenticator(Protocol):
     """Hook run after the ApiVersions handshake (e.g. SASL handshake + authenticate)."""
 
@@ -53,6 +81,8 @@ class SecurityConfig:
     ssl_context: ssl.SSLContext | None = None
     server_hostname: str | None = None
     authenticator: Authenticator | None = None
+    #: what to call the cluster in error messages (e.g. its MM2 alias)
+    name: str = ""
 
     @property
     def protocol(self) -> str:
@@ -132,6 +162,11 @@ class BrokerConnection:
             reader, writer = await asyncio.wait_for(
                 self._factory.open_streams(self.host, self.port), self.config.connect_timeout_s
             )
+        except ssl.SSLError as e:
+            self._closed = True
+            if isinstance(e, _SSL_DISCONNECTS):
+                raise ConnectionLostError(f"cannot connect to {self.host}:{self.port}: {e!r}") from e
+            raise self._tls_error("TLS handshake", e) from e
         except (OSError, TimeoutError) as e:
             self._closed = True
             raise ConnectionLostError(f"cannot connect to {self.host}:{self.port}: {e!r}") from e
@@ -144,6 +179,12 @@ class BrokerConnection:
         except BaseException:
             await self.close()
             raise
+
+    def _tls_error(self, what: str, e: ssl.SSLError) -> TlsError:
+        name = self.config.security.name
+        where = f"cluster '{name}' " if name else ""
+        reason = getattr(e, "verify_message", None) or e.reason or str(e)
+        return TlsError(f"{what} with {where}broker {self.host}:{self.port} failed: {reason} ({e})")
 
     async def _handshake(self) -> None:
         version = SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1]
@@ -203,6 +244,7 @@ class BrokerConnection:
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         reason: BaseException
+        first = True
         try:
             while True:
                 data = await reader.read(_READ_CHUNK)
@@ -210,10 +252,20 @@ class BrokerConnection:
                     self._decoder.feed_eof()
                     reason = ConnectionLostError(f"{self}: connection closed by broker")
                     break
+                if first and self.config.security.ssl_context is None and _looks_like_tls(data):
+                    name = self.config.security.name
+                    reason = TlsError(f"{self}{f' of cluster {name!r}' if name else ''}: the broker answers "
+                                      "with TLS on this port, but the client connects without TLS "
+                                      "(PLAINTEXT / SASL_PLAINTEXT)")
+                    break
+                first = False
                 for frame in self._decoder.feed(data):
                     self._dispatch(frame)
         except ProtocolError as e:
             reason = ConnectionLostError(f"{self}: protocol error: {e}")
+        except ssl.SSLError as e:  # e.g. the broker's alert refusing our client certificate
+            reason = (ConnectionLostError(f"{self}: read failed: {e!r}") if isinstance(e, _SSL_DISCONNECTS)
+                      else self._tls_error("TLS session", e))
         except (OSError, asyncio.IncompleteReadError) as e:
             reason = ConnectionLostError(f"{self}: read failed: {e!r}")
         except asyncio.CancelledError:
