@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .jars import KAFKA_VERSION, HarnessError, java_executable, resolve_jars
+from .security import BrokerSecurity, TlsFiles, broker_properties, generate_tls_files, scram_format_args
 
 LOG4J2 = """\
 status = warn
@@ -50,6 +51,8 @@ class KafkaNode:
     workdir: Path
     process: subprocess.Popen[bytes] | None = None
     pid: int | None = None
+    #: ports of secured client listeners, by protocol (SASL_SSL, SASL_PLAINTEXT, SSL)
+    secured_ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def log_file(self) -> Path:
@@ -81,10 +84,21 @@ class KafkaCluster:
     nodes: list[KafkaNode] = field(default_factory=list)
     cluster_id: str = ""
     version: str = KAFKA_VERSION
+    #: TLS material of a cluster created with secured listeners
+    tls: TlsFiles | None = None
 
     @property
     def bootstrap(self) -> str:
+        """The PLAINTEXT listeners (every cluster has them)."""
         return ",".join(n.address for n in self.nodes)
+
+    def bootstrap_for(self, protocol: str) -> str:
+        """The listeners of one secured protocol (``SASL_SSL``, ``SASL_PLAINTEXT``, ``SSL``)."""
+        if protocol == "PLAINTEXT":
+            return self.bootstrap
+        if any(protocol not in n.secured_ports for n in self.nodes):
+            raise HarnessError(f"{self.name} has no {protocol} listener")
+        return ",".join(f"127.0.0.1:{n.secured_ports[protocol]}" for n in self.nodes)
 
     @property
     def log_files(self) -> list[Path]:
@@ -97,10 +111,10 @@ class KafkaCluster:
         """A JSON-able description, so another process can find (and stop) this cluster."""
         return {
             "name": self.name, "workdir": str(self.workdir), "cluster_id": self.cluster_id,
-            "version": self.version,
+            "version": self.version, "tls": None if self.tls is None else str(self.tls.directory),
             "nodes": [
                 {"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
-                 "workdir": str(n.workdir), "pid": n.pid}
+                 "workdir": str(n.workdir), "pid": n.pid, "secured_ports": n.secured_ports}
                 for n in self.nodes
             ],
         }
@@ -109,12 +123,14 @@ class KafkaCluster:
     def from_state(cls, state: Mapping[str, object]) -> KafkaCluster:
         nodes = state["nodes"]
         assert isinstance(nodes, list)
+        tls = state.get("tls")
         return cls(
             name=str(state["name"]), workdir=Path(str(state["workdir"])),
             cluster_id=str(state["cluster_id"]), version=str(state["version"]),
+            tls=None if tls is None else TlsFiles(Path(str(tls))),
             nodes=[
                 KafkaNode(int(n["node_id"]), int(n["port"]), int(n["controller_port"]),
-                          Path(n["workdir"]), pid=n["pid"])
+                          Path(n["workdir"]), pid=n["pid"], secured_ports=dict(n.get("secured_ports", {})))
                 for n in nodes
             ],
         )
@@ -130,8 +146,12 @@ class KafkaCluster:
         version: str = KAFKA_VERSION,
         broker_config: Mapping[str, str] | None = None,
         ports: list[tuple[int, int]] | None = None,
+        security: BrokerSecurity | None = None,
     ) -> KafkaCluster:
-        """Lay out config and format storage for a new cluster (not started yet)."""
+        """Lay out config and format storage for a new cluster (not started yet).
+
+        With ``security``, every node also gets the secured client listeners it names (see
+        :mod:`mm2py.kafka_local.security`); ``bootstrap_for(protocol)`` gives their addresses."""
         workdir = Path(workdir)
         if workdir.exists():
             shutil.rmtree(workdir)
@@ -141,11 +161,21 @@ class KafkaCluster:
         for i in range(1, nodes + 1):
             port, cport = ports[i - 1] if ports else (free_port(), free_port())
             cluster.nodes.append(KafkaNode(i, port, cport, workdir / f"node-{i}"))
+            if security is not None:
+                cluster.nodes[-1].secured_ports = {p: free_port() for p in security.listeners}
+        if security is not None:
+            cluster.tls = generate_tls_files(workdir / "tls", security.client_key_password)
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in cluster.nodes)
         libs = resolve_jars(version)
         for node in cluster.nodes:
             node.workdir.mkdir()
             props = _server_properties(node, voters, len(cluster.nodes))
+            format_args: list[str] = []
+            if security is not None:
+                assert cluster.tls is not None
+                _add_listeners(props, node.secured_ports)
+                props.update(broker_properties(security, cluster.tls))
+                format_args = scram_format_args(security)
             props.update(broker_config or {})
             (node.workdir / "server.properties").write_text(
                 "".join(f"{k}={v}\n" for k, v in props.items())
@@ -156,7 +186,8 @@ class KafkaCluster:
             _run_tool(
                 libs,
                 ["kafka.tools.StorageTool", "format", "--ignore-formatted",
-                 f"--cluster-id={cluster.cluster_id}", "-c", str(node.workdir / "server.properties")],
+                 f"--cluster-id={cluster.cluster_id}", "-c", str(node.workdir / "server.properties"),
+                 *format_args],
                 node.workdir,
             )
         return cluster
@@ -305,6 +336,14 @@ def _server_properties(node: KafkaNode, voters: str, size: int) -> dict[str, str
     }
 
 
+def _add_listeners(props: dict[str, str], ports: Mapping[str, int]) -> None:
+    """Client listeners named after their protocol, next to PLAINTEXT and CONTROLLER."""
+    for protocol, port in ports.items():
+        props["listeners"] += f",{protocol}://127.0.0.1:{port}"
+        props["advertised.listeners"] += f",{protocol}://127.0.0.1:{port}"
+        props["listener.security.protocol.map"] += f",{protocol}:{protocol}"
+
+
 def _run_tool(libs: Path, args: list[str], cwd: Path) -> str:
     proc = subprocess.run(
         [java_executable(), "-Xmx256m", "-cp", f"{libs}/*", *args],
@@ -335,8 +374,10 @@ def start_all(clusters: Sequence[KafkaCluster], timeout: float = 90.0) -> None:
 
 
 @contextlib.contextmanager
-def running_cluster(name: str, workdir: Path, *, nodes: int = 1) -> Iterator[KafkaCluster]:
-    cluster = KafkaCluster.create(name, workdir, nodes=nodes)
+def running_cluster(
+    name: str, workdir: Path, *, nodes: int = 1, security: BrokerSecurity | None = None
+) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster.create(name, workdir, nodes=nodes, security=security)
     try:
         yield cluster.start()
     finally:

@@ -1,0 +1,179 @@
+"""Secured client listeners for local test clusters: SASL_SSL, SASL_PLAINTEXT and SSL (mTLS).
+
+A secured cluster keeps its PLAINTEXT listener (broker-internal traffic, the harness's readiness
+check, test set-up) and adds one listener per requested protocol, named after the protocol. SASL
+listeners accept PLAIN (users in the listener's JAAS config) and SCRAM-SHA-256/512 (credentials
+written into the KRaft metadata log by ``kafka-storage format --add-scram``). The SSL listener
+requires a client certificate. A throwaway CA, broker certificate and client certificate are
+generated at creation with the ``cryptography`` package (EC P-256, valid for a day).
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SECURED_PROTOCOLS = ("SASL_SSL", "SASL_PLAINTEXT", "SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+_SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """Which secured listeners a test cluster gets, and its SASL users (name -> password)."""
+
+    listeners: tuple[str, ...] = ("SASL_SSL",)
+    plain_users: Mapping[str, str] = field(default_factory=lambda: {"alice": "alice-secret"})
+    scram_users: Mapping[str, str] = field(default_factory=lambda: {"alice": "alice-secret"})
+    #: password protecting the client key file (``client.key``); None leaves it unencrypted
+    client_key_password: str | None = "client-key-secret"
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.listeners if p not in SECURED_PROTOCOLS]
+        if unknown or not self.listeners:
+            raise ValueError(f"secured listeners must be among {SECURED_PROTOCOLS}, got {self.listeners}")
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a secured cluster (all under ``directory``)."""
+
+    directory: Path
+
+    @property
+    def ca(self) -> Path:
+        """The CA certificate that signed the broker and client certificates."""
+        return self.directory / "ca.pem"
+
+    @property
+    def other_ca(self) -> Path:
+        """A CA that signed nothing here (for tests of a wrong trust store)."""
+        return self.directory / "other-ca.pem"
+
+    @property
+    def broker_keystore(self) -> Path:
+        """Broker private key (PKCS#8) followed by its certificate."""
+        return self.directory / "broker.pem"
+
+    @property
+    def client_cert(self) -> Path:
+        return self.directory / "client-cert.pem"
+
+    @property
+    def client_key(self) -> Path:
+        """Client private key (PKCS#8, encrypted when the cluster's ``client_key_password`` is set)."""
+        return self.directory / "client.key"
+
+
+def generate_tls_files(directory: Path, client_key_password: str | None) -> TlsFiles:
+    """A fresh CA, a broker certificate for 127.0.0.1/localhost and a client certificate."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def ca(cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder().subject_name(name(cn)).issuer_name(name(cn))
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                key_encipherment=False, data_encipherment=False, key_agreement=False,
+                encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, hashes.SHA256())
+        )
+        return key, cert
+
+    def leaf(
+        cn: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, server: bool
+    ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder().subject_name(name(cn)).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+                critical=False)
+        )
+        if server:
+            builder = builder.add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            ]), critical=False)
+        return key, builder.sign(ca_key, hashes.SHA256())
+
+    def pem(cert: x509.Certificate) -> bytes:
+        return cert.public_bytes(serialization.Encoding.PEM)
+
+    def pkcs8(key: ec.EllipticCurvePrivateKey, password: str | None = None) -> bytes:
+        enc: serialization.KeySerializationEncryption = (
+            serialization.BestAvailableEncryption(password.encode()) if password
+            else serialization.NoEncryption()
+        )
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
+
+    files = TlsFiles(directory)
+    ca_key, ca_cert = ca("mm2py test CA")
+    _, other_cert = ca("mm2py unrelated CA")
+    broker_key, broker_cert = leaf("broker", ca_key, ca_cert, server=True)
+    client_key, client_cert = leaf("mm2py-client", ca_key, ca_cert, server=False)
+    files.ca.write_bytes(pem(ca_cert))
+    files.other_ca.write_bytes(pem(other_cert))
+    files.broker_keystore.write_bytes(pkcs8(broker_key) + pem(broker_cert))
+    files.client_cert.write_bytes(pem(client_cert))
+    files.client_key.write_bytes(pkcs8(client_key, client_key_password))
+    for path in (files.broker_keystore, files.client_key):
+        path.chmod(0o600)
+    return files
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def broker_properties(security: BrokerSecurity, tls: TlsFiles) -> dict[str, str]:
+    """Listener, SASL and TLS settings to add to a node's ``server.properties``."""
+    props: dict[str, str] = {}
+    users = " ".join(f"user_{u}={_quote(p)}" for u, p in security.plain_users.items())
+    for protocol in security.listeners:
+        listener = protocol.lower()
+        if protocol.startswith("SASL_"):
+            props[f"listener.name.{listener}.plain.sasl.jaas.config"] = f"{_PLAIN_MODULE} required {users};"
+            for mech in ("scram-sha-256", "scram-sha-512"):
+                props[f"listener.name.{listener}.{mech}.sasl.jaas.config"] = f"{_SCRAM_MODULE} required;"
+            props[f"listener.name.{listener}.sasl.enabled.mechanisms"] = ",".join(SASL_MECHANISMS)
+        if protocol == "SSL":
+            props["listener.name.ssl.ssl.client.auth"] = "required"
+    if any(p.endswith("SSL") for p in security.listeners):
+        props.update({
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(tls.broker_keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(tls.ca),
+        })
+    return props
+
+
+def scram_format_args(security: BrokerSecurity) -> list[str]:
+    """``--add-scram`` arguments of ``kafka-storage format`` for every SCRAM user and mechanism."""
+    args: list[str] = []
+    for user, password in security.scram_users.items():
+        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            args += ["--add-scram", f"{mech}=[name={user},password={password}]"]
+    return args
