@@ -123,6 +123,7 @@ def test_spark_rounds_mirror_exactly_resume_exactly_and_pick_up_new_topics(
     assert _assert_identical(east, west, a) + _assert_identical(east, west, b) == 3200
     assert run.flow.state == "STOPPED"
     FlowStatus.model_validate(status)  # what the REST API shows for a flow of either runtime
+    assert status["checkpoints"] is not None  # MM2's checkpoint connector runs on the driver
     assert status["topics"] == {a: f"east.{a}", b: f"east.{b}"}
     assert len(status["tasks"]) == 2 and all(t["state"] == "RUNNING" for t in status["tasks"])
     assert sorted(p for t in status["tasks"] for p in t["partitions"]) == [

@@ -1,0 +1,223 @@
+"""The Spark driver's side of one flow: controller, topic refresh, round planning, task state.
+
+:class:`SparkFlowRunner` is to the Spark runtime what ``FlowRunner`` is to the in-process one: it
+runs the flow's controller (the same :func:`~mm2py.runtime.inprocess.controller_for` and
+:func:`~mm2py.runtime.inprocess.ensure_internal_topics`) and MM2's checkpoint connector on the
+driver, plans each round's work from the source end offsets, and keeps per-task state and
+metrics (:class:`SparkTask`) from the rounds' results. ``status()`` has ``FlowRunner.status()``'s
+shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.checkpoint import CheckpointConnector
+from mm2py.client.cluster import LATEST, ClusterClient
+from mm2py.engine.config import FlowConfig
+from mm2py.engine.controller import Plan
+from mm2py.engine.filters import TopicFilter
+from mm2py.engine.task_api import TaskMetrics
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.inprocess import controller_for, ensure_internal_topics
+from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round
+
+log = logging.getLogger(__name__)
+
+_COUNTERS = ("batches", "records", "bytes", "rebuilt_batches", "sink_failures", "offsets_lost_to_retention",
+             "syncs", "commits", "commit_failures", "skipped_on_resume")
+
+
+@dataclass
+class SparkTask:
+    """The driver's view of one task (the attributes the in-process TaskRunner exposes)."""
+
+    task_id: int
+    partitions: tuple[TopicPartition, ...] = ()
+    state: str = "UNASSIGNED"
+    trace: str | None = None
+    metrics: TaskMetrics = field(default_factory=TaskMetrics)
+    rounds: int = 0
+    failed_rounds: int = 0
+    consecutive_failures: int = 0
+    retry_at: float = 0.0
+    last_round_seconds: float = 0.0
+
+    def absorb(self, result: RoundResult, now: float) -> None:
+        """Fold one round's outcome in: counters add up, lag is the latest, errors are kept."""
+        self.rounds += 1
+        self.last_round_seconds = result.seconds
+        for name in _COUNTERS:
+            setattr(self.metrics, name, getattr(self.metrics, name) + getattr(result.metrics, name))
+        self.metrics.lag.update({tp: lag for tp, lag in result.metrics.lag.items() if tp in self.partitions})
+        if result.error is None:
+            self.state, self.trace, self.consecutive_failures = "RUNNING", None, 0
+            return
+        self.fail(result.error, now)
+
+    def fail(self, error: str, now: float) -> None:
+        self.state, self.trace = "FAILED", error
+        self.failed_rounds += 1
+        self.consecutive_failures += 1
+        self.retry_at = now + min(30.0, 0.5 * 2 ** (self.consecutive_failures - 1))
+
+
+class SparkFlowRunner:
+    """One ``source->target`` flow run by the Spark driver (controller here, tasks on executors)."""
+
+    def __init__(
+        self, flow: FlowConfig, *, round_seconds: float = 10.0, commit_interval: float = 1.0
+    ) -> None:
+        from connectors.client_settings import raw_client_settings
+
+        # a bad client override is a configuration error now, not a failed round later
+        self.settings = raw_client_settings(flow, fetch_max_bytes=flow.fetch_max_bytes)
+        self.flow = flow
+        self.round_seconds = round_seconds
+        self.commit_interval = commit_interval
+        self.controller = controller_for(flow)
+        self.tasks: dict[int, SparkTask] = {}
+        self.last_plan: Plan | None = None
+        self.state = "UNASSIGNED"
+        self.trace: str | None = None
+        self.positions: dict[TopicPartition, int] = {}  # committed, as the last rounds reported
+        self._source: ClusterClient | None = None
+        self.checkpoints: CheckpointConnector | None = None
+        self._stop = asyncio.Event()
+        self._checkpointing: asyncio.Task[None] | None = None
+        self._next_refresh = 0.0
+        self._refresh_lock = asyncio.Lock()
+        self._lock = threading.Lock()  # status() may be read from other threads
+
+    @property
+    def name(self) -> str:
+        return self.flow.name
+
+    async def start(self) -> None:
+        try:
+            await asyncio.to_thread(ensure_internal_topics, self.flow, self.controller)
+            await self.refresh()
+            source = self.flow.source_cluster.bootstrap_servers
+            self._source = ClusterClient(source, self.settings.source_client)
+            await self._source.start()
+        except Exception as exc:
+            self.state, self.trace = "FAILED", f"{type(exc).__name__}: {exc}"
+            raise
+        self.state = "RUNNING"
+        self._start_checkpoints()
+
+    def _start_checkpoints(self) -> None:
+        """MM2's checkpoint connector on the driver, when the flow emits checkpoints or syncs groups
+        (as the in-process runtime does); it follows the syncs and progress the rounds write."""
+        f = self.flow
+        emits = f.emit_checkpoints_enabled and f.emit_checkpoints_interval_seconds >= 0
+        syncs = f.sync_group_offsets_enabled and f.sync_group_offsets_interval_seconds >= 0
+        if not (emits or syncs):
+            return
+        self.checkpoints = CheckpointConnector(
+            f, mirrored=self.controller.should_replicate, rename=self.controller.target_topic
+        )
+        self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
+
+    def refresh_due(self, now: float) -> bool:
+        interval = self.flow.refresh_topics_interval_seconds
+        if interval < 0 or not self.flow.refresh_topics_enabled:
+            return False  # MM2: a negative interval (or refresh.topics.enabled=false) disables it
+        return now >= self._next_refresh
+
+    async def refresh(self) -> Plan:
+        """Discover topics now; the next round runs the new assignment."""
+        async with self._refresh_lock:
+            plan = await asyncio.to_thread(self.controller.refresh)
+            self._next_refresh = time.monotonic() + max(1, self.flow.refresh_topics_interval_seconds)
+            with self._lock:
+                self.last_plan = plan
+                for task_id, parts in plan.assignment.items():
+                    task = self.tasks.setdefault(task_id, SparkTask(task_id))
+                    task.partitions = tuple(sorted(parts))
+                    task.metrics.lag = {tp: v for tp, v in task.metrics.lag.items() if tp in parts}
+                for task_id, task in self.tasks.items():
+                    if task_id not in plan.assignment:
+                        task.partitions, task.state, task.metrics.lag = (), "UNASSIGNED", {}
+                wanted = set(plan.partitions)
+                self.positions = {tp: o for tp, o in self.positions.items() if tp in wanted}
+            return plan
+
+    def set_topic_filter(self, topic_filter: TopicFilter) -> None:
+        self.controller.set_topic_filter(topic_filter)
+
+    async def plan(self, now: float) -> list[RoundWork]:
+        """This round's work for this flow (reads the source end offsets)."""
+        if self.last_plan is None or self._source is None or not self.last_plan.partitions:
+            return []
+        ends = await self._source.list_offsets(
+            self.last_plan.partitions, LATEST, isolation_level=self.settings.fetcher.isolation_level
+        )
+        with self._lock:
+            for task in self.tasks.values():
+                for tp in task.partitions:
+                    if tp in self.positions and tp in ends:
+                        task.metrics.lag[tp] = max(0, ends[tp] - self.positions[tp])
+            hold = {t.task_id for t in self.tasks.values() if t.retry_at > now}
+            assignment = {t.task_id: t.partitions for t in self.tasks.values()}
+            return plan_round(self.flow, assignment, ends, self.positions, budget=self.round_seconds,
+                              commit_interval=self.commit_interval, hold=hold)
+
+    def absorb(self, result: RoundResult, now: float) -> None:
+        with self._lock:
+            task = self.tasks.setdefault(result.task_id, SparkTask(result.task_id))
+            task.absorb(result, now)
+            if result.error is None:
+                self.positions.update(result.positions)
+            else:
+                for tp in result.partitions:  # unknown until a round commits again
+                    self.positions.pop(tp, None)
+        for warning in result.warnings:
+            log.warning("%s task %d (%s): %s", self.name, result.task_id, result.executor, warning)
+        if result.error is not None:
+            log.error("%s task %d: round failed on %s: %s; retrying from the committed progress",
+                      self.name, result.task_id, result.executor, result.error)
+
+    def fail_round(self, work: RoundWork, error: str, now: float) -> None:
+        """The round's Spark job failed before this task reported (executor lost, worker crash)."""
+        with self._lock:
+            self.tasks.setdefault(work.spec.task_id, SparkTask(work.spec.task_id)).fail(error, now)
+            for tp in work.spec.partitions:
+                self.positions.pop(tp, None)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._checkpointing is not None:
+            await asyncio.gather(self._checkpointing, return_exceptions=True)
+        if self._source is not None:
+            with contextlib.suppress(Exception):
+                await self._source.close()
+            self._source = None
+        with self._lock:
+            self.state = "STOPPED"
+            for task in self.tasks.values():
+                if task.state == "RUNNING":
+                    task.state = "STOPPED"
+
+    def status(self) -> dict[str, Any]:
+        """The same shape as the in-process ``FlowRunner.status()``."""
+        with self._lock:
+            tasks = [{
+                "id": task_id, "state": t.state, "trace": t.trace,
+                "partitions": [str(tp) for tp in t.partitions],
+                "batches": t.metrics.batches, "records": t.metrics.records, "bytes": t.metrics.bytes,
+                "rebuilt_batches": t.metrics.rebuilt_batches, "syncs": t.metrics.syncs,
+                "lag": sum(t.metrics.lag.values()),
+            } for task_id, t in sorted(self.tasks.items())]
+            return {
+                "name": self.name, "state": self.state, "trace": self.trace,
+                "topics": dict(self.last_plan.topics) if self.last_plan else {},
+                "tasks": tasks,
+                "checkpoints": self.checkpoints.status() if self.checkpoints else None,
+            }
