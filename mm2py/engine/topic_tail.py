@@ -30,6 +30,9 @@ class TopicTail:
             "enable.partition.eof": True,
             "isolation.level": "read_uncommitted",
             "auto.offset.reset": "earliest",
+            # catching up is a short read to a known end: do not let the fetcher idle at the end
+            "fetch.wait.max.ms": 50,
+            "fetch.error.backoff.ms": 50,
         }))
         self._next: dict[int, int] = {}  # partition -> next offset to read
         self.records = 0
@@ -65,7 +68,8 @@ class TopicTail:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"reading {self.topic} to its end timed out after {timeout:.0f}s")
-            for msg in self._consumer.consume(1000, timeout=min(0.5, left)):
+            # short waits: consume() holds out for a full batch of 1000 until its time-out
+            for msg in self._consumer.consume(1000, timeout=min(0.05, left)):
                 err = msg.error()
                 p = msg.partition() or 0
                 if err is not None:
