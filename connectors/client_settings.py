@@ -4,7 +4,8 @@ MirrorMaker 2 users tune the Java consumer and producer with properties such as
 ``east.consumer.max.partition.fetch.bytes``. The raw fetcher and producer honour the ones that mean
 something for copying whole batches, under their Java names; the rest (serializers, batching,
 ``compression.type``: batches keep the source's codec) are reported once as ignored.
-Invalid values are configuration errors naming the key.
+Invalid values are configuration errors naming the key. Connection security (``security.protocol``,
+``ssl.*``, ``sasl.*``) is read by :mod:`mm2py.engine.security` into each client's ``SecurityConfig``.
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mm2py.client.cluster import ClientConfig
-from mm2py.client.connection import ConnectionConfig
+from mm2py.client.connection import ConnectionConfig, SecurityConfig
 from mm2py.client.fetcher import FetcherConfig
 from mm2py.client.producer import ProducerConfig
 from mm2py.engine.config import FlowConfig
 from mm2py.engine.config_errors import ConfigError
+from mm2py.engine.config_flat import is_connection_key
+from mm2py.engine.security import cluster_security
 from mm2py.protocol.api_fetch import READ_COMMITTED, READ_UNCOMMITTED
 
 log = logging.getLogger(__name__)
 
-#: keys that belong to the connection and are used elsewhere (or by the TLS/SASL layer later)
-_CONNECTION_KEYS = ("bootstrap.servers", "client.id", "security.protocol")
+def _is_connection_key(key: str) -> bool:
+    """Keys used elsewhere: bootstrap servers, client id, and the security settings (engine.security)."""
+    return key == "client.id" or is_connection_key(key)
 
 
 def _int(key: str, low: int = 0) -> Callable[[str], int]:
@@ -95,7 +99,7 @@ def _parse(
         if key in table:
             name, parse = table[key]
             out[name] = parse(value)
-        elif key not in _CONNECTION_KEYS:
+        elif not _is_connection_key(key):
             ignored.append(f"{side}.{key}")
     return out
 
@@ -125,16 +129,23 @@ def raw_client_settings(
         max_in_flight=min(5, producer.get("max_in_flight", 5)),
     )
 
-    def client(request_timeout_ms: int | None) -> ClientConfig:
-        if request_timeout_ms is None:
-            return ClientConfig()
-        return ClientConfig(connection=ConnectionConfig(request_timeout_s=request_timeout_ms / 1000))
+    source_security = cluster_security(flow, "source", "consumer")
+    target_security = cluster_security(flow, "target", "producer")
+    ignored += [f"source.{k}" for k in source_security.ignored]
+    ignored += [f"target.{k}" for k in target_security.ignored]
+
+    def client(request_timeout_ms: int | None, security: SecurityConfig) -> ClientConfig:
+        connection = ConnectionConfig(security=security)
+        if request_timeout_ms is not None:
+            connection = ConnectionConfig(request_timeout_s=request_timeout_ms / 1000, security=security)
+        return ClientConfig(connection=connection)
 
     if ignored:
         log.info("%s: client settings without meaning for raw batch mirroring, ignored: %s",
                  flow.name, ", ".join(sorted(ignored)))
     return RawClientSettings(
         fetcher, producer_config,
-        client(consumer.get("request_timeout_ms")), client(producer.get("request_timeout_ms")),
+        client(consumer.get("request_timeout_ms"), source_security.security_config()),
+        client(producer.get("request_timeout_ms"), target_security.security_config()),
         consumer.get("reset_to_earliest", True), ignored,
     )

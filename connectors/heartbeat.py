@@ -15,7 +15,7 @@ import time
 
 from confluent_kafka import Producer
 
-from mm2py.engine.admin import ClusterAdmin, client_config
+from mm2py.engine.admin import ClusterAdmin, librdkafka_config
 from mm2py.engine.config import FlowConfig
 from mm2py.protocol.mm2_records import Heartbeat
 
@@ -26,9 +26,9 @@ class HeartbeatEmitter:
     def __init__(self, flow: FlowConfig) -> None:
         self.flow = flow
         self.topic = flow.replication_policy().heartbeats_topic()
-        bootstrap = flow.target_cluster.bootstrap_servers
-        self.admin = ClusterAdmin(flow.target, bootstrap, timeout=flow.admin_timeout_ms / 1000)
-        self._producer = Producer({**client_config(bootstrap), "linger.ms": 0, "acks": "all"})
+        self.admin = ClusterAdmin.for_cluster(flow, "target")
+        conf = librdkafka_config(flow, "target", "producer", {"linger.ms": 0, "acks": "all"})
+        self._producer = Producer(conf)
         self.sent = 0
         self.failures = 0
 

@@ -10,9 +10,10 @@ from connectors.mirror_source import MirrorSource
 from connectors.resume import TailReconciler
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.producer import RawProducer
-from mm2py.engine.admin import ClusterAdmin
+from mm2py.engine.admin import ClusterAdmin, librdkafka_security
 from mm2py.engine.config import FlowConfig
 from mm2py.engine.progress import Position, ProgressStore
+from mm2py.engine.security import Side
 from mm2py.engine.sync_writer import OffsetSyncWriter
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskSpec
@@ -30,12 +31,12 @@ class FlowCheckpointer:
 
     def __init__(self, flow: FlowConfig) -> None:
         self.flow = flow
-        admin = ClusterAdmin(flow.target, bootstrap_of(flow, "target"), timeout=flow.admin_timeout_ms / 1000)
-        self.progress = ProgressStore(admin, flow.source)
+        self.progress = ProgressStore(ClusterAdmin.for_cluster(flow, "target"), flow.source)
         self.syncs: OffsetSyncWriter | None = None
         if flow.emit_offset_syncs_enabled:
-            side = "source" if flow.offset_syncs_topic_location == "source" else "target"
-            self.syncs = OffsetSyncWriter(bootstrap_of(flow, side), flow.offset_syncs_topic())
+            side: Side = "source" if flow.offset_syncs_topic_location == "source" else "target"
+            security = librdkafka_security(flow, side, "producer")
+            self.syncs = OffsetSyncWriter(bootstrap_of(flow, side), flow.offset_syncs_topic(), security)
 
     def load(self) -> dict[TopicPartition, Position]:
         return self.progress.load()
@@ -58,7 +59,9 @@ class FlowCheckpointer:
 
 
 async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRunner:
-    """Connect to both clusters and assemble source, sink and checkpointer for ``spec``."""
+    """Connect to both clusters and assemble source, sink and checkpointer for ``spec``.
+
+    Both raw clients carry their cluster's TLS/SASL settings (``raw_client_settings``)."""
     flow: FlowConfig = spec.flow
     per_partition = 1024 * 1024
     fetch_max = min(flow.fetch_max_bytes, max(per_partition, flow.max_inflight_bytes_per_task // 2))

@@ -1,6 +1,10 @@
 """Topic and config administration through confluent-kafka's AdminClient (blocking calls).
 
 The engine calls these from worker threads (``asyncio.to_thread``); none of it is on the data path.
+Every confluent-kafka client of a flow is configured through :func:`librdkafka_config` or
+:meth:`ClusterAdmin.for_cluster` (bootstrap servers plus the cluster's TLS/SASL settings,
+:mod:`mm2py.engine.security`). A refused TLS handshake or SASL authentication fails an admin call
+at once with the broker's reason (:class:`ClusterSecurityError`) instead of waiting for the timeout.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
+from mm2py.engine.config import FlowConfig
+from mm2py.engine.security import Kind, Side, cluster_security
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -28,6 +34,15 @@ _LIBRDKAFKA_LOG = logging.getLogger("mm2py.librdkafka")
 
 class ClusterUnreachableError(RuntimeError):
     """A cluster did not answer within the timeout."""
+
+
+class ClusterSecurityError(ClusterUnreachableError):
+    """The cluster refused our TLS handshake or SASL authentication (not retried)."""
+
+
+#: librdkafka errors that mean TLS or SASL refused us: retrying does not help
+_SECURITY_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+_POLL_S = 0.2
 
 
 class GroupOffsetsRefusedError(RuntimeError):
@@ -67,6 +82,21 @@ def client_config(bootstrap: str, overrides: Mapping[str, Any] | None = None) ->
     return conf
 
 
+def librdkafka_security(flow: FlowConfig, side: Side, kind: Kind = "admin") -> dict[str, str]:
+    """The TLS/SASL properties of one confluent-kafka client of ``flow``'s ``side``."""
+    return cluster_security(flow, side, kind).librdkafka()
+
+
+def librdkafka_config(
+    flow: FlowConfig, side: Side, kind: Kind = "admin", extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A complete confluent-kafka configuration for a client of ``flow``'s ``side``: bootstrap
+    servers, security, our logger, then ``extra`` (e.g. ``{"acks": "all"}``)."""
+    cluster = flow.source_cluster if side == "source" else flow.target_cluster
+    security = librdkafka_security(flow, side, kind)
+    return client_config(cluster.bootstrap_servers, {**security, **(extra or {})})
+
+
 class ClusterAdmin:
     """The admin operations mm2py needs on one cluster, with errors that name the cluster."""
 
@@ -77,24 +107,60 @@ class ClusterAdmin:
         self.alias = alias
         self.bootstrap = bootstrap
         self.timeout = timeout
-        self._client = AdminClient(client_config(bootstrap, overrides))
+        #: connection settings (security) shared by the other clients built with :meth:`client_config`
+        self.overrides: dict[str, Any] = dict(overrides or {})
+        self._refused: str | None = None  # a TLS/SASL refusal reported by librdkafka
+        self._last_error: str | None = None
+        self._client = AdminClient(client_config(bootstrap, {"error_cb": self._on_error, **self.overrides}))
+
+    @classmethod
+    def for_cluster(cls, flow: FlowConfig, side: Side, *, timeout: float | None = None) -> ClusterAdmin:
+        """The admin client of ``flow``'s ``side`` (``admin.timeout.ms`` unless ``timeout`` is given)."""
+        alias = flow.source if side == "source" else flow.target
+        cluster = flow.source_cluster if side == "source" else flow.target_cluster
+        return cls(alias, cluster.bootstrap_servers, librdkafka_security(flow, side, "admin"),
+                   timeout=flow.admin_timeout_ms / 1000 if timeout is None else timeout)
+
+    def client_config(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Configuration for a producer or consumer of the same cluster, with the same security."""
+        return client_config(self.bootstrap, {**self.overrides, **(extra or {})})
+
+    def _on_error(self, err: KafkaError) -> None:
+        self._last_error = err.str()
+        if err.code() in _SECURITY_ERRORS:
+            self._refused = err.str()
 
     def _fail(self, what: str, exc: BaseException) -> ClusterUnreachableError:
+        self._client.poll(0)  # serve error callbacks: the reason may be there
+        if self._refused is not None:
+            return ClusterSecurityError(
+                f"cluster '{self.alias}' ({self.bootstrap}): {what} failed: {self._refused}")
         reason = str(exc) or f"no answer within {self.timeout:.0f}s"
+        if self._last_error and self._last_error not in reason:
+            reason += f" (last broker error: {self._last_error})"
         return ClusterUnreachableError(f"cluster '{self.alias}' ({self.bootstrap}): {what} failed: {reason}")
 
     def _result(self, fut: Future[Any], what: str) -> Any:
-        """A future's result; a time-out becomes an error that names the cluster."""
-        try:
-            return fut.result(timeout=self.timeout)
-        except TimeoutError as exc:
-            raise self._fail(what, exc) from None
+        """A future's result; a time-out or a TLS/SASL refusal becomes an error naming the cluster."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return fut.result(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
+            except TimeoutError as exc:
+                self._client.poll(0)
+                if self._refused is not None or time.monotonic() >= deadline:
+                    raise self._fail(what, exc) from None
 
     def list_topics(self) -> dict[str, TopicInfo]:
-        try:
-            md = self._client.list_topics(timeout=self.timeout)
-        except KafkaException as exc:
-            raise self._fail("listing topics", exc) from exc
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                md = self._client.list_topics(timeout=max(0.01, min(1.0, deadline - time.monotonic())))
+                break
+            except KafkaException as exc:
+                self._client.poll(0)
+                if self._refused is not None or time.monotonic() >= deadline:
+                    raise self._fail("listing topics", exc) from exc
         out = {}
         for name, t in md.topics.items():
             if t.error is not None:

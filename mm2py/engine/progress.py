@@ -21,7 +21,7 @@ from typing import NamedTuple
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
-from mm2py.engine.admin import ClusterAdmin, client_config
+from mm2py.engine.admin import ClusterAdmin
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class ProgressStore:
         self.source_alias = source_alias
         self.topic = progress_topic(source_alias)
         self.replication_factor = replication_factor
-        self._producer_conf = client_config(admin.bootstrap, producer_overrides)
+        self._producer_conf = admin.client_config(producer_overrides)  # the admin's security settings
         self._producer_conf.update({"acks": "all", "linger.ms": 0})
         self._producer: Producer | None = None
         self._committed: dict[TopicPartition, Position] = {}
@@ -98,7 +98,7 @@ class ProgressStore:
 
     def load(self, timeout: float = 30.0) -> dict[TopicPartition, Position]:
         """Where each partition this cluster's tasks ever mirrored stands."""
-        conf = client_config(self.admin.bootstrap, {
+        conf = self.admin.client_config({
             "group.id": f"mm2py-progress-reader-{self.source_alias}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
