@@ -53,8 +53,8 @@ def controller_for(flow: FlowConfig) -> Controller:
     timeout = flow.admin_timeout_ms / 1000
     return Controller(
         flow.source, flow.target,
-        ClusterAdmin(flow.source, flow.source_cluster.bootstrap_servers, timeout=timeout),
-        ClusterAdmin(flow.target, flow.target_cluster.bootstrap_servers, timeout=timeout),
+        ClusterAdmin.for_cluster(flow, "source", timeout=timeout),
+        ClusterAdmin.for_cluster(flow, "target", timeout=timeout),
         topic_filter=flow.topic_filter(),
         policy=flow.replication_policy(),
         tasks_max=flow.tasks_max,
