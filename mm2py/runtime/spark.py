@@ -80,11 +80,21 @@ class SparkWorker:
 
     async def start(self) -> None:
         self._beats = [asyncio.create_task(h.run(self._beats_stop)) for h in self.heartbeats.values()]
-        if self.spark is None:
-            # off the main thread, so pyspark leaves the process's SIGINT handling alone
-            self.spark = await asyncio.to_thread(spark_session, self.master, self.spark_conf)
-            log.info("Spark runtime: master %s", self.spark.sparkContext.master)
-        await asyncio.gather(*(f.start() for f in self.flows.values()))
+        # the session starts while the controllers prepare topics; off the main thread, so that
+        # pyspark leaves the process's SIGINT handling alone
+        session = None if self.spark is not None else asyncio.to_thread(
+            spark_session, self.master, self.spark_conf)
+        flows = asyncio.gather(*(f.start() for f in self.flows.values()))
+        if session is not None:
+            started = await asyncio.gather(session, flows, return_exceptions=True)
+            if not isinstance(started[0], BaseException):
+                self.spark = started[0]
+                log.info("Spark runtime: master %s", self.spark.sparkContext.master)
+            for outcome in started:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+        else:
+            await flows
 
     def flow(self, name: str) -> SparkFlowRunner:
         try:

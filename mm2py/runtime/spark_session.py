@@ -8,6 +8,7 @@ retried by Spark (the driver retries at the next round, from the committed progr
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -71,7 +72,7 @@ def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> d
     if master is not None and is_local(master):
         # executors are Python processes forked here: same interpreter, same mm2py sources
         root = str(Path(__file__).resolve().parents[2])
-        paths = [root, *filter(None, [os.environ.get("PYTHONPATH")])]
+        paths = list(dict.fromkeys([root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
         settings.setdefault("spark.pyspark.python", sys.executable)
         settings.setdefault("spark.executorEnv.PYTHONPATH", os.pathsep.join(paths))
         settings.setdefault("spark.driver.host", "127.0.0.1")
@@ -86,6 +87,8 @@ def spark_session(
     """Start (or join) the SparkSession. ``master=None`` uses spark-submit's master when launched by
     spark-submit, else embedded ``local[2]``."""
     from pyspark.sql import SparkSession  # imported here: pyspark is only needed by this runtime
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one INFO line per gateway connection
 
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = default_master(2)

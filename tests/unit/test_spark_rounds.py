@@ -47,9 +47,10 @@ def test_a_round_ships_tasks_with_unknown_or_stale_positions_only() -> None:
     # one partition behind: only its task goes, with all of its partitions
     again = plan_round(flow, assignment, ends, {A0: 10, A1: 19, B0: 30}, budget=5)
     assert [(w.spec.task_id, w.spec.partitions) for w in again] == [(0, (A0, A1))]
-    # a position past the end (source log truncated or recreated): the task goes and sees the reset
-    assert [w.spec.task_id for w in plan_round(flow, assignment, ends, {A0: 10, A1: 20, B0: 31},
-                                               budget=5)] == [1]
+    # a position past the end (source log truncated or recreated): the task goes, bounded past its
+    # position, so it fetches there and meets the source's reset
+    past = plan_round(flow, assignment, ends, {A0: 10, A1: 20, B0: 31}, budget=5)
+    assert [(w.spec.task_id, dict(w.until)) for w in past] == [(1, {B0: 32})]
     # a task backing off after failures waits
     assert [w.spec.task_id for w in plan_round(flow, assignment, ends, {}, budget=5, hold={0})] == [1]
 
