@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import re
 import sys
 from collections.abc import Sequence
@@ -223,6 +224,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # librdkafka reports every refused connection; the errors that matter are raised and shown once
+    logging.getLogger("mm2py.librdkafka").setLevel(logging.CRITICAL)
     if args.flow.count("->") != 1:
         return _error(f"--flow must look like source->target, got {args.flow!r}")
     source, target = (part.strip() for part in args.flow.split("->"))

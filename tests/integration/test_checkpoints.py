@@ -281,6 +281,19 @@ def test_failover_cli_translates_and_applies(east: KafkaCluster, west: KafkaClus
         member.close()
     assert _target_group(west, checkpointed) == {}
 
+    # the source lost: the checkpoints on the target still answer
+    lost = tmp_path / "lost.json"
+    lost.write_text(cfg.read_text().replace(east.bootstrap, "127.0.0.1:1"))
+    code, out, err = _cli("offsets", "translate", "-c", str(lost), "--flow", "east->west",
+                          "--group", checkpointed, "--json", "--timeout", "2")
+    assert code == 0, err
+    assert {r["partition"]: (r["target_offset"], r["via"]) for r in json.loads(out)} == {
+        p: (o, "checkpoint") for p, o in want.items()}
+    assert "cluster 'east'" in err and "checkpoints on 'west' only" in err
+    code, _, err = _cli("offsets", "translate", "-c", str(lost), "--flow", "east->west",
+                        "--group", direct, "--timeout", "2")
+    assert code == 2 and "unknown group" in err and "'east' is unreachable" in err
+
     # bad input: one line, exit code 2
     for args, needle in [
         (("--flow", "east->nowhere", "--group", direct), "no flow"),
