@@ -84,7 +84,7 @@ class CheckpointConnector:
         self.group_filter = flow.group_filter()
         self.syncs = OffsetSyncStore()
         self.progress: dict[TopicPartition, Position] = {}
-        self.log = CheckpointLog()
+        self.latest = CheckpointLog()  # the latest checkpoint of each group's partitions
         syncs_bootstrap = src if flow.offset_syncs_cluster == flow.source else tgt
         tag = f"checkpoints-{flow.source}-{flow.target}"
         self._syncs_tail = TopicTail(syncs_bootstrap, flow.offset_syncs_topic(), self._on_sync, name=tag)
@@ -96,13 +96,18 @@ class CheckpointConnector:
         self._loaded = False
 
     # -- configuration ---------------------------------------------------------------------------
+    @staticmethod
+    def wanted(flow: FlowConfig) -> bool:
+        """Does ``flow`` need this connector (it emits checkpoints or syncs group offsets)?"""
+        return _emits(flow) or _syncs_groups(flow)
+
     @property
     def emits(self) -> bool:
-        return self.flow.emit_checkpoints_enabled and self.flow.emit_checkpoints_interval_seconds >= 0
+        return _emits(self.flow)
 
     @property
     def syncs_groups(self) -> bool:
-        return self.flow.sync_group_offsets_enabled and self.flow.sync_group_offsets_interval_seconds >= 0
+        return _syncs_groups(self.flow)
 
     # -- topic followers -------------------------------------------------------------------------
     def _on_sync(self, key: bytes | None, value: bytes | None) -> None:
@@ -123,7 +128,7 @@ class CheckpointConnector:
 
     def _on_checkpoint(self, key: bytes | None, value: bytes | None) -> None:
         try:
-            self.log.add(Checkpoint.from_record(key, value))
+            self.latest.add(Checkpoint.from_record(key, value))
         except ProtocolError as exc:
             log.warning("%s: ignoring a malformed checkpoint: %s", self.flow.name, exc)
 
@@ -163,11 +168,11 @@ class CheckpointConnector:
                 group, committed, mirrored=self.mirrored, rename=self.rename,
                 syncs=self.syncs, progress=self.progress,
             )
-            changed.extend(self.log.changed(cps.values()))
+            changed.extend(self.latest.changed(cps.values()))
         if write and changed:
             self._write(changed)
         for cp in changed:
-            self.log.add(cp)
+            self.latest.add(cp)
         return changed
 
     def _write(self, checkpoints: list[Checkpoint]) -> None:
@@ -190,7 +195,7 @@ class CheckpointConnector:
         """Commit the latest checkpoints to inactive target groups; returns partitions per group."""
         if not self.emits:
             self.checkpoint_round(write=False)
-        wanted = {g: cps for g in self.groups if (cps := self.log.get(g))}
+        wanted = {g: cps for g in self.groups if (cps := self.latest.get(g))}
         states = self.target_admin.group_states(wanted)
         idle = [g for g in wanted if states.get(g) is not None and states[g].inactive]
         self.metrics.skipped_active_groups += len(wanted) - len(idle)
@@ -275,6 +280,14 @@ class CheckpointConnector:
             "skipped_active_groups": m.skipped_active_groups, "failures": m.failures,
             "last_error": m.last_error,
         }
+
+
+def _emits(flow: FlowConfig) -> bool:
+    return flow.emit_checkpoints_enabled and flow.emit_checkpoints_interval_seconds >= 0
+
+
+def _syncs_groups(flow: FlowConfig) -> bool:
+    return flow.sync_group_offsets_enabled and flow.sync_group_offsets_interval_seconds >= 0
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
