@@ -121,13 +121,10 @@ class FlowRunner:
 
     def _start_checkpoints(self) -> None:
         """MM2's checkpoint connector for this flow, when it emits checkpoints or syncs group offsets."""
-        f = self.flow
-        emits = f.emit_checkpoints_enabled and f.emit_checkpoints_interval_seconds >= 0
-        syncs = f.sync_group_offsets_enabled and f.sync_group_offsets_interval_seconds >= 0
-        if not (emits or syncs):
+        if not CheckpointConnector.wanted(self.flow):
             return
         self.checkpoints = CheckpointConnector(
-            f, mirrored=self.controller.should_replicate, rename=self.controller.target_topic
+            self.flow, mirrored=self.controller.should_replicate, rename=self.controller.target_topic
         )
         self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
 
