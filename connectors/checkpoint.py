@@ -28,12 +28,13 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
-from mm2py.engine.admin import ClusterAdmin, GroupOffsetsRefusedError, client_config
+from mm2py.engine.admin import ClusterAdmin, GroupOffsetsRefusedError, librdkafka_config
 from mm2py.engine.checkpoints import CheckpointLog, offsets_to_sync, translate_group
 from mm2py.engine.config import FlowConfig
 from mm2py.engine.controller import Controller
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.progress import Position, decode, progress_topic
+from mm2py.engine.security import Side
 from mm2py.engine.topic_tail import TopicTail
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
@@ -73,10 +74,8 @@ class CheckpointConnector:
         mirrored: Callable[[str], bool] | None = None, rename: Callable[[str], str] | None = None,
     ) -> None:
         self.flow = flow
-        timeout = flow.admin_timeout_ms / 1000
-        src, tgt = flow.source_cluster.bootstrap_servers, flow.target_cluster.bootstrap_servers
-        self.source_admin = ClusterAdmin(flow.source, src, timeout=timeout)
-        self.target_admin = ClusterAdmin(flow.target, tgt, timeout=timeout)
+        self.source_admin = ClusterAdmin.for_cluster(flow, "source")
+        self.target_admin = ClusterAdmin.for_cluster(flow, "target")
         if mirrored is None or rename is None:
             mirrored, rename = mirror_rule(flow, self.source_admin, self.target_admin)
         self.mirrored, self.rename = mirrored, rename
@@ -85,11 +84,19 @@ class CheckpointConnector:
         self.syncs = OffsetSyncStore()
         self.progress: dict[TopicPartition, Position] = {}
         self.latest = CheckpointLog()  # the latest checkpoint of each group's partitions
-        syncs_bootstrap = src if flow.offset_syncs_cluster == flow.source else tgt
+        syncs_side: Side = "source" if flow.offset_syncs_cluster == flow.source else "target"
         tag = f"checkpoints-{flow.source}-{flow.target}"
-        self._syncs_tail = TopicTail(syncs_bootstrap, flow.offset_syncs_topic(), self._on_sync, name=tag)
-        self._progress_tail = TopicTail(tgt, progress_topic(flow.source), self._on_progress, name=tag)
-        self._producer = Producer({**client_config(tgt), "acks": "all", "linger.ms": 5})
+        self._syncs_tail = TopicTail(
+            librdkafka_config(flow, syncs_side, "consumer"), flow.offset_syncs_topic(), self._on_sync,
+            name=tag,
+        )
+        self._progress_tail = TopicTail(
+            librdkafka_config(flow, "target", "consumer"), progress_topic(flow.source), self._on_progress,
+            name=tag,
+        )
+        self._producer = Producer(
+            librdkafka_config(flow, "target", "producer", {"acks": "all", "linger.ms": 5})
+        )
         self.groups: list[str] = []
         self.metrics = CheckpointMetrics()
         self.state = "UNASSIGNED"
@@ -138,7 +145,7 @@ class CheckpointConnector:
         if self.emits:
             rf = self.flow.checkpoints_topic_replication_factor
             self.target_admin.ensure_compacted_topic(self.topic, rf)
-        tail = TopicTail(self.flow.target_cluster.bootstrap_servers, self.topic, self._on_checkpoint,
+        tail = TopicTail(librdkafka_config(self.flow, "target", "consumer"), self.topic, self._on_checkpoint,
                          name=f"checkpoints-loader-{self.flow.source}-{self.flow.target}")
         try:
             tail.catch_up(self.source_admin.timeout)

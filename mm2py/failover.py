@@ -24,11 +24,18 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from connectors.checkpoint import mirror_rule
-from mm2py.engine.admin import ClusterAdmin, ClusterUnreachableError, GroupOffset, GroupOffsetsRefusedError
+from mm2py.engine.admin import (
+    ClusterAdmin,
+    ClusterUnreachableError,
+    GroupOffset,
+    GroupOffsetsRefusedError,
+    librdkafka_config,
+)
 from mm2py.engine.checkpoints import CheckpointLog, translate_group
 from mm2py.engine.config import FlowConfig, load_config
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.progress import Position, decode, progress_topic
+from mm2py.engine.security import Side
 from mm2py.engine.topic_tail import TopicTail
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
@@ -61,8 +68,8 @@ class Translation:
     notes: list[str]
 
 
-def _read(bootstrap: str, topic: str, handler: Any, timeout: float) -> None:
-    tail = TopicTail(bootstrap, topic, handler, name="failover-cli")
+def _read(flow: FlowConfig, side: Side, topic: str, handler: Any, timeout: float) -> None:
+    tail = TopicTail(librdkafka_config(flow, side, "consumer"), topic, handler, name="failover-cli")
     try:
         tail.catch_up(timeout)
     except KafkaException as exc:
@@ -82,8 +89,8 @@ def _source_topic(flow: FlowConfig, target_topic: str) -> str:
 def translate(
     flow: FlowConfig, groups: Sequence[str], topic_regex: str | None = None, timeout: float = 30.0
 ) -> Translation:
-    source = ClusterAdmin(flow.source, flow.source_cluster.bootstrap_servers, timeout=timeout)
-    target = ClusterAdmin(flow.target, flow.target_cluster.bootstrap_servers, timeout=timeout)
+    source = ClusterAdmin.for_cluster(flow, "source", timeout=timeout)
+    target = ClusterAdmin.for_cluster(flow, "target", timeout=timeout)
     pattern = re.compile(topic_regex) if topic_regex else None
     wanted = set(groups)
     notes: list[str] = []
@@ -100,7 +107,7 @@ def translate(
 
     target_topics = target.list_topics()  # fails clearly when the target is unreachable
     if flow.checkpoints_topic() in target_topics:
-        _read(flow.target_cluster.bootstrap_servers, flow.checkpoints_topic(), on_checkpoint, timeout)
+        _read(flow, "target", flow.checkpoints_topic(), on_checkpoint, timeout)
     try:
         committed: dict[str, dict[TopicPartition, GroupOffset]] | None = source.group_offsets(groups)
     except ClusterUnreachableError as exc:
@@ -160,10 +167,10 @@ def _translate_directly(
             syncs.add(OffsetSync.from_record(key, value))
 
     # progress first: every sync below a committed position was written before that position
-    _read(flow.target_cluster.bootstrap_servers, progress_topic(flow.source), on_progress, timeout)
-    cluster = flow.source_cluster if flow.offset_syncs_cluster == flow.source else flow.target_cluster
+    _read(flow, "target", progress_topic(flow.source), on_progress, timeout)
+    side: Side = "source" if flow.offset_syncs_cluster == flow.source else "target"
     try:
-        _read(cluster.bootstrap_servers, flow.offset_syncs_topic(), on_sync, timeout)
+        _read(flow, side, flow.offset_syncs_topic(), on_sync, timeout)
     except TimeoutError as exc:
         notes.append(f"offset syncs not read ({exc}); partitions without checkpoints left out")
         return []
@@ -180,7 +187,7 @@ def _translate_directly(
 
 def apply(flow: FlowConfig, rows: Sequence[Row], execute: bool, timeout: float = 30.0) -> dict[str, Any]:
     """Current target offsets of the rows' groups; commits the rows when ``execute``."""
-    target = ClusterAdmin(flow.target, flow.target_cluster.bootstrap_servers, timeout=timeout)
+    target = ClusterAdmin.for_cluster(flow, "target", timeout=timeout)
     groups = sorted({r.group for r in rows})
     for group, state in target.group_states(groups).items():
         if not state.inactive:

@@ -8,12 +8,11 @@ the previous catch-up stopped, so a topic is read from the beginning once and ne
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as CKTopicPartition
-
-from mm2py.engine.admin import client_config
 
 RecordHandler = Callable[[bytes | None, bytes | None], None]
 
@@ -21,10 +20,13 @@ RecordHandler = Callable[[bytes | None, bytes | None], None]
 class TopicTail:
     """Reads ``topic`` from the start, then only new records, handing each to ``handler(key, value)``."""
 
-    def __init__(self, bootstrap: str, topic: str, handler: RecordHandler, *, name: str = "tail") -> None:
+    def __init__(
+        self, client: Mapping[str, Any], topic: str, handler: RecordHandler, *, name: str = "tail"
+    ) -> None:
+        """``client``: the consumer's connection settings (``librdkafka_config``: servers, TLS/SASL)."""
         self.topic = topic
         self.handler = handler
-        self._consumer = Consumer(client_config(bootstrap, {
+        self._consumer = Consumer({**client, **{
             "group.id": f"mm2py-{name}",  # required by librdkafka; never joined nor committed to
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -33,7 +35,7 @@ class TopicTail:
             # catching up is a short read to a known end: do not let the fetcher idle at the end
             "fetch.wait.max.ms": 50,
             "fetch.error.backoff.ms": 50,
-        }))
+        }})
         self._next: dict[int, int] = {}  # partition -> next offset to read
         self.records = 0
         self.caught_up_once = False
