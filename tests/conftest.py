@@ -10,11 +10,12 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from mm2py.client.cluster import ClusterClient
 from mm2py.kafka_local import KafkaCluster, start_all
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -74,6 +75,20 @@ def east(source_cluster: KafkaCluster) -> KafkaCluster:
 @pytest.fixture(scope="session")
 def west(target_cluster: KafkaCluster) -> KafkaCluster:
     return target_cluster
+
+
+@pytest.fixture
+async def src(source_cluster: KafkaCluster) -> AsyncIterator[ClusterClient]:
+    """A raw client of the source cluster."""
+    async with ClusterClient(source_cluster.bootstrap) as c:
+        yield c
+
+
+@pytest.fixture
+async def dst(target_cluster: KafkaCluster) -> AsyncIterator[ClusterClient]:
+    """A raw client of the target cluster."""
+    async with ClusterClient(target_cluster.bootstrap) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
