@@ -19,6 +19,7 @@ LAYERS = {
     "rest_api": 5,
     "mm2py.cli": 5,
     "mm2py.demo": 5,
+    "mm2py.failover": 5,
 }
 
 
