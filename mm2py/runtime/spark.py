@@ -121,8 +121,7 @@ class SparkWorker:
             results = await asyncio.to_thread(self._collect, work)
         except Exception as exc:
             self.failed_jobs += 1
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            self.last_job_error = f"{type(exc).__name__}: {first}"[:1000]
+            self.last_job_error = job_error(exc)
             log.error("Spark round %d failed: %s; its tasks run again from their committed progress",
                       self.rounds, self.last_job_error)
             for w in work:
@@ -198,6 +197,15 @@ class SparkWorker:
                 f"{self.rounds} Spark rounds ({self.failed_jobs} failed)"
             )
         return lines
+
+
+def job_error(exc: BaseException) -> str:
+    """One line saying why a Spark job failed (a Py4JJavaError's first line names only the call)."""
+    lines = [line.strip(" :") for line in str(exc).splitlines()]
+    aborted = next((line for line in lines if "Job aborted" in line), None)
+    if aborted is not None:
+        return aborted.split("most recent failure: ", 1)[-1][:500]
+    return f"{type(exc).__name__}: {next((line for line in lines if line), '')}"[:500]
 
 
 def run_spark(

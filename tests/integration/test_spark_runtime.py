@@ -6,6 +6,8 @@ it in a thread, as ``mm2py run --runtime spark`` would.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -183,3 +185,63 @@ def test_a_failed_round_is_reported_and_run_again_from_the_committed_progress(
         wait_until(lambda: all(t["state"] == "RUNNING" for t in run.flow.status()["tasks"]), 30, 0.1,
                    "the tasks to recover")
     assert _assert_identical(east, west, topic) == 1200
+
+
+def _python_workers() -> list[int]:
+    """pyspark's Python worker processes under this process (children of its pyspark daemon)."""
+    from pathlib import Path
+
+    info: dict[int, tuple[int, str]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        info[int(stat.parent.name)] = (ppid, cmd)
+
+    def mine(pid: int) -> bool:
+        while pid in info and pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = info[pid][0]
+        return False
+
+    daemons = {p for p, (_, cmd) in info.items() if "pyspark.daemon" in cmd and mine(p)}
+    return [p for p, (ppid, _) in info.items() if ppid in daemons]
+
+
+def test_an_executor_killed_mid_round_fails_the_job_and_the_next_round_resumes_exactly(
+    east: KafkaCluster, west: KafkaCluster, spark: Any
+) -> None:
+    topic = create_topic(east.bootstrap, unique("spkkill"), partitions=2)
+    for p, codec in ((0, "lz4"), (1, "zstd")):  # batches of 10 records
+        produce_records(east.bootstrap, topic, make_records(3000, partition=p, tag=f"k{p}"),
+                        compression=codec, linger_ms=0, extra={"batch.num.messages": 10})
+    total = sum(end_offsets(east.bootstrap, topic).values())
+    # one batch per fetch: a round takes seconds, long enough to be killed in the middle
+    one_batch = {"east.consumer.fetch.max.bytes": "1", "east.consumer.max.partition.fetch.bytes": "1"}
+    config = mirror_config({"east": east.bootstrap, "west": west.bootstrap},
+                           {"east->west": {"topics": topic, "tasks.max": 1}}, **one_batch)
+
+    def on_target() -> int:
+        if f"east.{topic}" not in topic_names(west.bootstrap):
+            return 0
+        return sum(end_offsets(west.bootstrap, f"east.{topic}").values())
+
+    with SparkRun(config, spark) as run:
+        wait_until(lambda: on_target() >= 200, 60, 0.05, "the first round to be under way")
+        killed = _python_workers()
+        assert killed and on_target() < total, "the round ended before it could be killed: make it longer"
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: run.worker.failed_jobs >= 1, 30, 0.1, "the failed Spark job to be reported")
+        task = run.flow.tasks[0]
+        assert task.failed_rounds >= 1 and "crashed" in str(task.trace)
+        wait_until(lambda: on_target() >= total, 90, 0.3, "the rounds after the kill")
+        wait_until(lambda: run.flow.status()["tasks"][0]["state"] == "RUNNING", 30, 0.1, "recovery")
+    src = read_all(east.bootstrap, topic)
+    # nothing missing, nothing twice: the retried round resumed from the seeded or committed
+    # position and skipped what the killed round had already delivered
+    assert by_partition(read_all(west.bootstrap, f"east.{topic}")) == by_partition(src)
+    assert len(src) == total == 6000

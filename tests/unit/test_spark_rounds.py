@@ -10,7 +10,7 @@ import pytest
 from mm2py.engine.config import FlowConfig, MirrorMakerConfig
 from mm2py.engine.task_api import TaskMetrics
 from mm2py.protocol.types import TopicPartition as TP
-from mm2py.runtime.spark import SparkTask
+from mm2py.runtime.spark import SparkTask, job_error
 from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round, reached, run_round
 from mm2py.runtime.spark_session import default_master, session_conf
 
@@ -42,11 +42,14 @@ def test_a_round_ships_tasks_with_unknown_or_stale_positions_only() -> None:
         (0, (A0, A1), {A0: 10, A1: 20}), (1, (B0,), {B0: 30}),
     ]
     assert all(w.budget == 5 and w.spec.flow is flow and w.spec.start_positions is None for w in first)
+    assert all(w.seed for w in first)  # positions unknown: commit starts with target ends first
     # caught up: nothing to do
     assert plan_round(flow, assignment, ends, {A0: 10, A1: 20, B0: 30}, budget=5) == []
     # one partition behind: only its task goes, with all of its partitions
     again = plan_round(flow, assignment, ends, {A0: 10, A1: 19, B0: 30}, budget=5)
-    assert [(w.spec.task_id, w.spec.partitions) for w in again] == [(0, (A0, A1))]
+    assert [(w.spec.task_id, w.spec.partitions, w.seed) for w in again] == [(0, (A0, A1), False)]
+    partly = plan_round(flow, assignment, ends, {A0: 10, B0: 30}, budget=5)
+    assert [(w.spec.task_id, w.seed) for w in partly] == [(0, True)]
     # a position past the end (source log truncated or recreated): the task goes, bounded past its
     # position, so it fetches there and meets the source's reset
     past = plan_round(flow, assignment, ends, {A0: 10, A1: 20, B0: 31}, budget=5)
@@ -112,3 +115,15 @@ def test_session_settings_are_quiet_local_and_never_speculative() -> None:
 def test_round_work_names_its_flow() -> None:
     work = RoundWork(plan_round(_flow(), {0: [A0]}, {A0: 1}, {}, budget=1)[0].spec, {A0: 1})
     assert work.flow == "east->west" and work.budget == 10.0
+
+
+def test_a_failed_spark_job_is_told_in_one_line() -> None:
+    text = ("An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+            ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 "
+            "failed 1 times, most recent failure: Lost task 0.0 in stage 0.0 (TID 0) (localhost executor "
+            "driver): org.apache.spark.SparkException: Python worker exited unexpectedly (crashed).\n"
+            "\tat org.apache.spark.api.python.BasePythonRunner...\n")
+    assert job_error(RuntimeError(text)) == (
+        "Lost task 0.0 in stage 0.0 (TID 0) (localhost executor driver): "
+        "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed).")
+    assert job_error(ConnectionError("gateway gone\nmore")) == "ConnectionError: gateway gone"
