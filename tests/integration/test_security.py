@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CKTopicPartition
 from helpers import (
     BackgroundWorker,
     create_topic,
@@ -34,6 +36,7 @@ from mm2py.engine.progress import ProgressStore
 from mm2py.engine.security import parse_security
 from mm2py.kafka_local import BrokerSecurity, KafkaCluster
 from mm2py.protocol.errors_codes import NONE
+from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.record_codec import decode_records
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -170,18 +173,21 @@ async def test_an_untrusted_broker_certificate_fails_clearly(secured: KafkaClust
 
 
 def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, target_cluster: KafkaCluster) -> None:
-    """The whole flow in MM2 names: controller, raw fetch, offset syncs (on the secured source) and
-    progress (on the plain target)."""
+    """The whole flow in MM2 names: controller, raw fetch, offset syncs (on the secured source),
+    progress (on the plain target) and a checkpoint of a group that consumed on the secured source."""
     topic = create_topic(secured.bootstrap, unique("sec-flow"), partitions=2)
     sent = make_records(300, tag="secure")
     sent = [r.__class__(r.key, r.value, r.headers, r.timestamp, i % 2) for i, r in enumerate(sent)]
     produce_records(secured.bootstrap, topic, sent, compression="zstd")
+    group = unique("sec-group")
+    committer = Consumer({"bootstrap.servers": secured.bootstrap, "group.id": group})
+    committer.commit(offsets=[CKTopicPartition(topic, p, 100) for p in (0, 1)], asynchronous=False)
+    committer.close()
     security = {f"east.{k}": v for k, v in sasl_ssl_props(secured).items()}
     config = mirror_config(
         {"east": secured.bootstrap_for("SASL_SSL"), "west": target_cluster.bootstrap},
-        # checkpoints off: the checkpoint connector does not take the security settings yet
-        # (connectors/checkpoint.py, another engineer's; the change it needs is in the TLS/SASL report)
-        {"east->west": {"topics": topic, "offset.lag.max": 10, "emit.checkpoints.enabled": False}},
+        {"east->west": {"topics": topic, "groups": group, "offset.lag.max": 10,
+                        "emit.checkpoints.interval.seconds": 1, "refresh.groups.interval.seconds": 1}},
         **security,
     )
     assert isinstance(config, MirrorMakerConfig)
@@ -194,8 +200,16 @@ def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, target_cluste
             return False
         return len(read_all(target_cluster.bootstrap, mirrored, timeout=5)) >= len(sent)
 
+    def checkpointed() -> list[Checkpoint]:
+        if "east.checkpoints.internal" not in west.list_topics():
+            return []
+        records = read_all(target_cluster.bootstrap, "east.checkpoints.internal", timeout=5)
+        return [c for c in (Checkpoint.from_record(r.key, r.value) for r in records) if c.group == group]
+
     with BackgroundWorker(config):
         wait_until(all_mirrored, timeout=60, what="records mirrored from the secured cluster")
+        wait_until(lambda: len({c.topic_partition for c in checkpointed()}) == 2, timeout=30,
+                   what="checkpoints of a group on the secured cluster")
     got = read_all(target_cluster.bootstrap, mirrored)
     for p in (0, 1):
         want = [r.content() for r in sent if r.partition == p]
@@ -207,3 +221,5 @@ def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, target_cluste
     positions = ProgressStore(ClusterAdmin("west", target_cluster.bootstrap), "east").load()
     assert {tp.partition: p.source for tp, p in positions.items() if tp.topic == topic} == {0: 150, 1: 150}
     assert all(s.upstream_offset < 150 for s in ours)
+    latest = {c.topic_partition: (c.upstream_offset, c.downstream_offset) for c in checkpointed()}
+    assert latest == {TopicPartition(mirrored, p): (100, 100) for p in (0, 1)}
