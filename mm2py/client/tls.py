@@ -14,7 +14,7 @@ import os
 import ssl
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class TlsConfigError(ValueError):
@@ -34,8 +34,8 @@ class TlsSettings:
     cert_file: str | None = None  # certificate chain; may hold the private key too
     cert_pem: str | None = None
     key_file: str | None = None
-    key_pem: str | None = None
-    key_password: str | None = None
+    key_pem: str | None = field(default=None, repr=False)  # a private key: never shown
+    key_password: str | None = field(default=None, repr=False)
     check_hostname: bool = True
 
 
