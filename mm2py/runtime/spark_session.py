@@ -77,7 +77,8 @@ def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> d
         settings.setdefault("spark.executorEnv.PYTHONPATH", os.pathsep.join(paths))
         settings.setdefault("spark.driver.host", "127.0.0.1")
         settings.setdefault("spark.driver.bindAddress", "127.0.0.1")
-        settings.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log4j_file()}")
+    # the driver's JVM (started by pyspark unless spark-submit started it) logs warnings only
+    settings.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log4j_file()}")
     return settings
 
 
