@@ -30,7 +30,7 @@ from rest_api.models import (
 )
 
 #: setting names whose values are not shown back (credentials)
-_SECRET = re.compile(r"password|secret|jaas|token|credential", re.IGNORECASE)
+_SECRET = re.compile(r"password|secret|jaas|token|credential|keystore\.key", re.IGNORECASE)
 
 #: errors of the layers below, as HTTP statuses (the message is the body's ``error``)
 _STATUS: dict[type[Exception], int] = {

@@ -6,6 +6,7 @@ broker logs included, after a run with failures (the path is printed at the end)
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import threading
@@ -21,7 +22,7 @@ from mm2py.kafka_local import KafkaCluster, start_all
 sys.path.insert(0, str(Path(__file__).parent))
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_DIR = ROOT / "test-logs" / time.strftime("%Y%m%d-%H%M%S")
+RUN_DIR = ROOT / "test-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
 class _Clusters:

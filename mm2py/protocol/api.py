@@ -27,8 +27,10 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    SASL_AUTHENTICATE = 36
 
 
 # Versions this client can encode/decode (inclusive ranges).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mm2py.protocol.framing import FLEXIBLE_SINCE, is_flexible
+from mm2py.protocol.framing import is_flexible
 from mm2py.protocol.wire import Buf, Reader, Writer, protocol_guard
 
 SASL_HANDSHAKE = 17
@@ -21,10 +21,6 @@ SASL_VERSIONS: dict[int, tuple[int, int]] = {
     SASL_HANDSHAKE: (1, 1),
     SASL_AUTHENTICATE: (0, 2),
 }
-
-# Header versions of these APIs: SaslHandshake is never flexible, SaslAuthenticate from v2.
-FLEXIBLE_SINCE.setdefault(SASL_HANDSHAKE, 1 << 15)
-FLEXIBLE_SINCE.setdefault(SASL_AUTHENTICATE, 2)
 
 
 @dataclass(frozen=True, slots=True)

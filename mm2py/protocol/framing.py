@@ -35,8 +35,10 @@ FLEXIBLE_SINCE: dict[int, int] = {
     1: 12,  # Fetch
     2: 6,  # ListOffsets
     3: 9,  # Metadata
+    17: 1 << 15,  # SaslHandshake: never flexible
     18: 3,  # ApiVersions
     22: 2,  # InitProducerId
+    36: 2,  # SaslAuthenticate
 }
 API_VERSIONS_KEY = 18
 
