@@ -127,3 +127,18 @@ def test_a_failed_spark_job_is_told_in_one_line() -> None:
         "Lost task 0.0 in stage 0.0 (TID 0) (localhost executor driver): "
         "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed).")
     assert job_error(ConnectionError("gateway gone\nmore")) == "ConnectionError: gateway gone"
+
+
+def test_the_prometheus_collector_reads_spark_tasks_like_in_process_ones() -> None:
+    from types import SimpleNamespace
+
+    from mm2py.runtime.metrics import WorkerCollector
+
+    task = SparkTask(0, (A0,))
+    task.absorb(_result(100, lag=7), now=0)
+    worker = SimpleNamespace(flows={"east->west": SimpleNamespace(tasks={0: task}, checkpoints=None)})
+    samples = {(m.name, s.name): s.value for m in WorkerCollector(worker).collect()  # type: ignore[arg-type]
+               for s in m.samples}
+    assert samples[("mm2py_task_records", "mm2py_task_records_total")] == 100
+    assert samples[("mm2py_task_running", "mm2py_task_running")] == 1
+    assert samples[("mm2py_partition_lag_records", "mm2py_partition_lag_records")] == 7
