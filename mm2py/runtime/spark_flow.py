@@ -115,13 +115,10 @@ class SparkFlowRunner:
     def _start_checkpoints(self) -> None:
         """MM2's checkpoint connector on the driver, when the flow emits checkpoints or syncs groups
         (as the in-process runtime does); it follows the syncs and progress the rounds write."""
-        f = self.flow
-        emits = f.emit_checkpoints_enabled and f.emit_checkpoints_interval_seconds >= 0
-        syncs = f.sync_group_offsets_enabled and f.sync_group_offsets_interval_seconds >= 0
-        if not (emits or syncs):
+        if not CheckpointConnector.wanted(self.flow):
             return
         self.checkpoints = CheckpointConnector(
-            f, mirrored=self.controller.should_replicate, rename=self.controller.target_topic
+            self.flow, mirrored=self.controller.should_replicate, rename=self.controller.target_topic
         )
         self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
 
