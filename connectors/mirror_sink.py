@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from mm2py.client.cluster import LATEST
 from mm2py.client.produce_window import ProduceError
 from mm2py.client.producer import RawProducer
 from mm2py.engine.task_api import Delivered, SinkError
@@ -68,6 +69,11 @@ class MirrorSink:
         if error is not None:
             raise SinkError(f"{type(error).__name__}: {error}", delivered) from error
         return delivered
+
+    async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        targets = {tp: self.target_partition(tp) for tp in partitions}
+        ends = await self.producer.cluster.list_offsets(list(targets.values()), LATEST)
+        return {tp: ends[ttp] for tp, ttp in targets.items()}
 
     async def close(self) -> None:
         await self.producer.cluster.close()

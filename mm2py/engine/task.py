@@ -134,6 +134,13 @@ class TaskRunner:
         stored = await asyncio.to_thread(self.checkpointer.load) if not given else {}
         missing = [tp for tp in new if tp not in given and tp not in stored]
         fresh = await self.source.resolve_start(missing) if missing else {}
+        targets = await self.sink.end_offsets(missing) if missing else {}
+        if missing:
+            # a partition never mirrored before: its start and the target end it maps to are
+            # committed before anything is produced, so a worker killed before its first periodic
+            # commit resumes exactly (the tail reconciler skips what reached the target)
+            seeds = {tp: Position(fresh.get(tp, 0), targets[tp]) for tp in missing}
+            await asyncio.to_thread(self._persist, seeds)
         for tp in new:
             target: int | None = None
             if tp in given:
@@ -155,7 +162,7 @@ class TaskRunner:
                         self.metrics.syncs += len(syncs)
                         self.checkpointer.send_syncs(syncs)
             else:
-                pos = fresh.get(tp, 0)
+                pos, target = fresh.get(tp, 0), targets[tp]
             self._acked[tp] = pos
             self._fetch_pos[tp] = pos
             self._target_next[tp] = target

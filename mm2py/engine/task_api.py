@@ -69,6 +69,10 @@ class BatchSink(Protocol):
         On failure, raise :class:`SinkError` carrying the deliveries that did succeed."""
         ...
 
+    async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Where the next batch of each source partition would land on the target (its end)."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -27,8 +27,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
-from mm2py.engine.progress import Position
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskMetrics, TaskSpec
 from mm2py.protocol.types import TopicPartition
@@ -49,7 +47,6 @@ class RoundWork:
     until: Mapping[TopicPartition, int]  # source end offsets at round start: the round's bound
     budget: float = 10.0  # seconds of mirroring before the round stops early (and commits)
     commit_interval: float = 1.0  # periodic commits inside a long round
-    seed: bool = False  # some partition's committed position is unknown to the driver
 
     @property
     def flow(self) -> str:
@@ -106,8 +103,7 @@ def plan_round(
                 until[tp] = pos + 1 if pos is not None and pos > ends[tp] else ends[tp]
         if any(positions.get(tp) != ends[tp] for tp in until):
             spec = TaskSpec(flow, task_id, tuple(parts))
-            seed = any(tp not in positions for tp in parts)
-            work.append(RoundWork(spec, until, budget, commit_interval, seed))
+            work.append(RoundWork(spec, until, budget, commit_interval))
     return work
 
 
@@ -124,45 +120,9 @@ class _Warnings(logging.Handler):
             del self.messages[:-_MAX_WARNINGS]
 
 
-async def seed_positions(spec: TaskSpec) -> dict[TopicPartition, Position]:
-    """Commit a start position, *with the target end it maps to*, for every partition of ``spec``
-    that has none yet, before anything of it is mirrored; returns what it committed.
-
-    A task commits a new partition's position only at its first periodic commit, and without a
-    stored target offset the tail reconciler cannot tell what already reached the target. A round
-    killed before that first commit would thus be mirrored again from the start. With this seed,
-    the retried round resumes from (start, target end) and the reconciler skips what the killed
-    round delivered."""
-    from connectors.client_settings import raw_client_settings
-    from connectors.mirror_task import FlowCheckpointer
-
-    flow = spec.flow
-    settings = raw_client_settings(flow, fetch_max_bytes=flow.fetch_max_bytes)  # a bad override: now
-    checkpointer = FlowCheckpointer(flow)
-    try:
-        stored = await asyncio.to_thread(checkpointer.load)
-        fresh = [tp for tp in spec.partitions if tp not in stored]
-        if not fresh:
-            return {}
-        policy = flow.replication_policy()
-        renamed = {tp: TopicPartition(policy.format_remote_topic(flow.source, tp.topic), tp.partition)
-                   for tp in fresh}
-        async with ClusterClient(flow.source_cluster.bootstrap_servers, settings.source_client) as source, \
-                ClusterClient(flow.target_cluster.bootstrap_servers, settings.target_client) as target:
-            starts = await source.list_offsets(fresh, EARLIEST if settings.reset_to_earliest else LATEST)
-            ends = await target.list_offsets(renamed.values(), LATEST)
-        seeded = {tp: Position(starts[tp], ends[renamed[tp]]) for tp in fresh}
-        await asyncio.to_thread(checkpointer.commit, seeded)
-        return seeded
-    finally:
-        await asyncio.to_thread(checkpointer.close)
-
-
 async def _mirror(work: RoundWork, result: RoundResult) -> None:
     from connectors.mirror_task import build_task  # runtime composes connectors
 
-    if work.seed:
-        await seed_positions(work.spec)
     started = time.monotonic()
     deadline = started + work.budget
     runner: TaskRunner = await asyncio.wait_for(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ from helpers import (
     BackgroundWorker,
     create_topic,
     end_offsets,
+    make_records,
     mirror_config,
+    produce_records,
     read_all,
     read_syncs,
     unique,
@@ -32,9 +35,10 @@ from mm2py.protocol.types import TopicPartition
 pytestmark = pytest.mark.integration
 
 
-def _worker_process(config: Path, log: Path) -> subprocess.Popen[bytes]:
+def _worker_process(config: Path, log: Path, commit_interval: float = 1) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "mm2py.cli", "run", "-c", str(config), "--commit-interval", "1"],
+        [sys.executable, "-m", "mm2py.cli", "run", "-c", str(config),
+         "--commit-interval", str(commit_interval)],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
@@ -113,6 +117,39 @@ def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_nothing(
                 firsts.append(v)
         assert firsts == sorted(firsts), f"partition {p} out of order"
     assert "stopped; progress committed" in log.read_text()
+
+
+def test_sigkill_before_the_first_commit_duplicates_nothing(
+    east: KafkaCluster, west: KafkaCluster, tmp_path: Path
+) -> None:
+    """A new partition's start is committed with the target end before anything is produced, so a
+    worker killed before its first periodic commit does not mirror the partition again from 0."""
+    topic = create_topic(east.bootstrap, unique("early-kill"), partitions=2)
+    produce_records(east.bootstrap, topic, make_records(4000, tag="early"), compression="lz4")
+    config = tmp_path / "mm2.json"
+    config.write_text(json.dumps({
+        "clusters": {"east": east.bootstrap, "west": west.bootstrap},
+        "flows": {"east->west": {"topics": topic}},
+        **TEST_DEFAULTS,
+    }))
+    log = tmp_path / "worker.log"
+    proc = _worker_process(config, log, commit_interval=3600)  # no periodic commit before the kill
+    try:
+        wait_until(lambda: _total(west.bootstrap, f"east.{topic}") > 0, 120, 0.05, "mirroring under way")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        proc = _worker_process(config, log)
+        wait_until(lambda: _total(west.bootstrap, f"east.{topic}") >= 4000, 120, 0.5,
+                   "mirrored after restart")
+        time.sleep(2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()[-3000:]
+    assert _total(west.bootstrap, f"east.{topic}") == 4000, "records were mirrored twice"
+    def content(bootstrap: str, name: str) -> Counter[tuple[object, ...]]:
+        return Counter((r.partition, r.key, r.value) for r in read_all(bootstrap, name))
+
+    assert content(west.bootstrap, f"east.{topic}") == content(east.bootstrap, topic)
 
 
 def test_offset_syncs_translate_exactly_across_transaction_gaps(

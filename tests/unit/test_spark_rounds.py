@@ -42,14 +42,13 @@ def test_a_round_ships_tasks_with_unknown_or_stale_positions_only() -> None:
         (0, (A0, A1), {A0: 10, A1: 20}), (1, (B0,), {B0: 30}),
     ]
     assert all(w.budget == 5 and w.spec.flow is flow and w.spec.start_positions is None for w in first)
-    assert all(w.seed for w in first)  # positions unknown: commit starts with target ends first
     # caught up: nothing to do
     assert plan_round(flow, assignment, ends, {A0: 10, A1: 20, B0: 30}, budget=5) == []
     # one partition behind: only its task goes, with all of its partitions
     again = plan_round(flow, assignment, ends, {A0: 10, A1: 19, B0: 30}, budget=5)
-    assert [(w.spec.task_id, w.spec.partitions, w.seed) for w in again] == [(0, (A0, A1), False)]
+    assert [(w.spec.task_id, w.spec.partitions) for w in again] == [(0, (A0, A1))]
     partly = plan_round(flow, assignment, ends, {A0: 10, B0: 30}, budget=5)
-    assert [(w.spec.task_id, w.seed) for w in partly] == [(0, True)]
+    assert [w.spec.task_id for w in partly] == [0]
     # a position past the end (source log truncated or recreated): the task goes, bounded past its
     # position, so it fetches there and meets the source's reset
     past = plan_round(flow, assignment, ends, {A0: 10, A1: 20, B0: 31}, budget=5)

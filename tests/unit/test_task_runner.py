@@ -83,6 +83,9 @@ class MemorySink:
                                            None, b.size, b.records_count))
         return delivered
 
+    async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: sum(RecordBatch(x).records_count for x in self.target.get(tp, [])) for tp in partitions}
+
     async def close(self) -> None:
         return None
 
