@@ -50,12 +50,28 @@ def _run(args: argparse.Namespace) -> int:
               "or add flows over HTTP with --rest-port)", file=sys.stderr)
         return 2
 
+    spark_conf = {}
+    for item in args.spark_conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            print(f"mm2py: error: --spark-conf expects KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        spark_conf[key.strip()] = value
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        worker = Worker(config, commit_interval=args.commit_interval, state_file=args.state_file)
+        worker: Worker | SparkWorker
+        if args.runtime == "spark":
+            from mm2py.runtime.spark import SparkWorker
+
+            worker = SparkWorker(config, master=args.spark_master, commit_interval=args.commit_interval,
+                                 spark_conf=spark_conf, round_seconds=args.spark_round_seconds,
+                                 state_file=args.state_file)
+        else:
+            worker = Worker(config, commit_interval=args.commit_interval, state_file=args.state_file)
         rest = None
         if args.rest_port:
             from rest_api.server import RestServer
@@ -90,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="local Kafka clusters for trying mm2py out")
     dev.add_argument("dev_command", choices=["up", "down", "status"])
     dev.set_defaults(func=_dev)
-    run = sub.add_parser("run", help="run the enabled flows of a config file in this process")
+    run = sub.add_parser("run", help="run the enabled flows of a config file (in this process or on Spark)")
     run.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
     run.add_argument("--commit-interval", type=float, default=1.0,
                      help="seconds between progress commits (default 1)")
@@ -103,6 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rest-host", default="127.0.0.1", help="address for --rest-port")
     run.add_argument("--state-file", default=None,
                      help="keep flows created or changed over REST in this JSON file across restarts")
+    run.add_argument("--runtime", choices=["inprocess", "spark"], default="inprocess",
+                     help="where tasks run: in this process (default) or on Spark executors in rounds")
+    run.add_argument("--spark-master", default=None,
+                     help="Spark master URL, e.g. local[4] or spark://host:7077 (default: embedded "
+                          "local[N], N = total tasks.max; spark-submit's master under spark-submit)")
+    run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                     help="extra Spark setting (repeatable)")
+    run.add_argument("--spark-round-seconds", type=float, default=10.0,
+                     help="longest Spark round before a task commits and the next round starts")
     run.set_defaults(func=_run)
     from mm2py.failover import add_parser as add_offsets_parser
 

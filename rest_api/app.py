@@ -8,7 +8,7 @@ flow whose clusters cannot be reached is not left half-created.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -28,6 +28,13 @@ from rest_api.models import (
     FlowStatus,
     FlowUpdate,
 )
+
+if TYPE_CHECKING:
+    from mm2py.runtime.spark import SparkWorker
+    from mm2py.runtime.spark_flow import SparkFlowRunner
+
+    AnyWorker = Worker | SparkWorker
+    AnyRunner = FlowRunner | SparkFlowRunner
 
 #: setting names whose values are not shown back (credentials)
 _SECRET = re.compile(r"password|secret|jaas|token|credential|keystore\.key", re.IGNORECASE)
@@ -59,7 +66,7 @@ def _validation_message(err: dict[str, Any]) -> str:
     return f"invalid {where!r}: {err.get('msg')}"
 
 
-def _status(runner: FlowRunner) -> FlowStatus:
+def _status(runner: AnyRunner) -> FlowStatus:
     return FlowStatus.model_validate(runner.status())
 
 
@@ -75,7 +82,7 @@ def _redacted(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def create_app(worker: Worker) -> FastAPI:
+def create_app(worker: AnyWorker) -> FastAPI:
     app = FastAPI(
         title="mm2py",
         summary="Raw-batch Kafka mirroring: steer the mirror flows of a running worker",

@@ -6,11 +6,14 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import uvicorn
 
-from mm2py.runtime.inprocess import Worker
 from rest_api.app import create_app
+
+if TYPE_CHECKING:
+    from rest_api.app import AnyWorker
 
 
 class _Server(uvicorn.Server):
@@ -22,7 +25,7 @@ class _Server(uvicorn.Server):
 class RestServer:
     """The API of ``worker`` on ``host:port`` (port 0 picks a free one; see ``.port``)."""
 
-    def __init__(self, worker: Worker, host: str = "127.0.0.1", port: int = 8083) -> None:
+    def __init__(self, worker: AnyWorker, host: str = "127.0.0.1", port: int = 8083) -> None:
         # bind now: a port in use is an OSError for the caller, not a SystemExit inside uvicorn
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)

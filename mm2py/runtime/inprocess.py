@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,15 +22,7 @@ from mm2py.engine.filters import TopicFilter
 from mm2py.engine.progress import progress_topic
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskSpec
-from mm2py.runtime.steering import (
-    FILTER_KEYS,
-    FlowExistsError,
-    FlowNotFoundError,
-    OverlayStore,
-    cluster_keys,
-    flow_keys,
-    layered,
-)
+from mm2py.runtime.steering import SteerableWorker
 
 if TYPE_CHECKING:
     from connectors.heartbeat import HeartbeatEmitter
@@ -212,7 +204,7 @@ class FlowRunner:
         }
 
 
-class Worker:
+class Worker(SteerableWorker[FlowRunner]):
     """All enabled flows of one configuration, in this process, plus MM2's heartbeats.
 
     Flows can be added, changed, restarted and removed while the worker runs (the REST API does);
@@ -223,10 +215,7 @@ class Worker:
     def __init__(
         self, config: MirrorMakerConfig, *, commit_interval: float = 1.0, state_file: str | None = None
     ) -> None:
-        self.base_keys = dict(config.source_keys)
-        self.store = OverlayStore(state_file)
-        self.overlay = self.store.load()
-        self.config = layered(self.base_keys, self.overlay) if self.overlay else config
+        self._init_steering(config, state_file)
         self.commit_interval = commit_interval
         self.flows = {f.name: FlowRunner(f, commit_interval) for f in self.config.enabled_flows()}
         # like MM2, every cluster pair emits heartbeats unless told not to, enabled flow or not
@@ -235,8 +224,6 @@ class Worker:
             self._add_heartbeat(f)
         self._beats_stop = asyncio.Event()
         self._beats: dict[str, asyncio.Task[None]] = {}
-        self._steer_lock = asyncio.Lock()
-        self._started = False
 
     def _add_heartbeat(self, flow: FlowConfig) -> None:
         from connectors.heartbeat import HeartbeatEmitter
@@ -260,83 +247,14 @@ class Worker:
             *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
         )
 
-    # -- steering (REST) ---------------------------------------------------------------------------
-    def flow(self, name: str) -> FlowRunner:
-        try:
-            return self.flows[name]
-        except KeyError:
-            running = ", ".join(self.flows) or "none"
-            raise FlowNotFoundError(f"no running flow {name!r} (running: {running})") from None
+    # -- steering (REST): SteerableWorker ----------------------------------------------------------
+    def _new_runner(self, flow: FlowConfig) -> FlowRunner:
+        return FlowRunner(flow, self.commit_interval)
 
-    async def add_flow(
-        self, source: str, target: str, settings: Mapping[str, Any],
-        clusters: Mapping[str, Mapping[str, str]] | None = None,
-    ) -> FlowRunner:
-        """Start ``source->target`` with ``settings`` (MM2 names); new clusters may come with it."""
-        name = f"{source}->{target}"
-        async with self._steer_lock:
-            if name in self.flows:
-                raise FlowExistsError(f"flow {name!r} is already running")
-            keys = cluster_keys(self.config, clusters or {})
-            config = layered(self.base_keys, {**self.overlay, **keys})
-            config.flow(source, target)  # names an unknown cluster clearly
-            keys.update(flow_keys(name, {**settings, "enabled": True}))
-            config = layered(self.base_keys, {**self.overlay, **keys})
-            runner = FlowRunner(config.flows[name], self.commit_interval)
-            if self._started:
-                try:
-                    await runner.start()
-                except BaseException:
-                    await runner.stop()
-                    raise
-            self._commit_overlay({**self.overlay, **keys}, config)
-            self.flows[name] = runner
-            self._add_heartbeat(runner.flow)
-            if self._started:
-                self._start_heartbeats()
-            return runner
-
-    async def update_flow(self, name: str, settings: Mapping[str, Any]) -> FlowRunner:
-        """Change settings of a running flow: topic lists in place, anything else by a restart."""
-        async with self._steer_lock:
-            runner = self.flow(name)
-            keys = flow_keys(name, settings)
-            config = layered(self.base_keys, {**self.overlay, **keys})
-            flow = config.flows[name]
-            self._commit_overlay({**self.overlay, **keys}, config)
-            if set(settings) <= FILTER_KEYS:
-                runner.flow = flow
-                runner.set_topic_filter(flow.topic_filter())
-                await runner.refresh()
-                return runner
-            return await self._replace(runner, flow)
-
-    async def restart_flow(self, name: str) -> FlowRunner:
-        """Stop the flow (its tasks commit their progress) and start it again, e.g. after a failure."""
-        async with self._steer_lock:
-            runner = self.flow(name)
-            return await self._replace(runner, runner.flow)
-
-    async def remove_flow(self, name: str) -> None:
-        """Stop the flow and disable it; its progress stays on the target for a later restart."""
-        async with self._steer_lock:
-            runner = self.flow(name)
-            keys = {f"{name}.enabled": "false"}
-            self._commit_overlay({**self.overlay, **keys}, layered(self.base_keys, {**self.overlay, **keys}))
-            del self.flows[name]
-            await runner.stop()
-
-    async def _replace(self, runner: FlowRunner, flow: FlowConfig) -> FlowRunner:
-        await runner.stop()
-        fresh = FlowRunner(flow, self.commit_interval)
-        self.flows[flow.name] = fresh
+    def _flow_added(self, flow: FlowConfig) -> None:
+        self._add_heartbeat(flow)
         if self._started:
-            await fresh.start()
-        return fresh
-
-    def _commit_overlay(self, overlay: dict[str, Any], config: MirrorMakerConfig) -> None:
-        self.store.save(overlay)
-        self.overlay, self.config = overlay, config
+            self._start_heartbeats()
 
     async def run(self, stop: asyncio.Event, status_interval: float = 30.0) -> None:
         await self.start()

@@ -6,12 +6,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mm2py.protocol.compression import CodecCounters
 from mm2py.runtime.inprocess import Worker
+
+if TYPE_CHECKING:
+    from mm2py.runtime.spark import SparkWorker
 
 _TASK_COUNTERS = {
     "batches": "Record batches delivered to the target",
@@ -37,7 +41,7 @@ _CHECKPOINT_COUNTERS = {
 
 
 class WorkerCollector(Collector):
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker | SparkWorker) -> None:
         self.worker = worker
 
     def collect(self) -> Iterator[Metric]:

@@ -22,22 +22,26 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mm2py.engine.config import MirrorMakerConfig
+from mm2py.engine.config import FlowConfig, MirrorMakerConfig
 from mm2py.runtime.spark_flow import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark_round import RoundResult, RoundWork, run_round
 from mm2py.runtime.spark_session import default_master, spark_session
-from mm2py.runtime.steering import FlowNotFoundError
+from mm2py.runtime.steering import SteerableWorker
+
+if TYPE_CHECKING:
+    from connectors.heartbeat import HeartbeatEmitter
 
 __all__ = ["SparkFlowRunner", "SparkTask", "SparkWorker", "run_spark"]
 
 log = logging.getLogger(__name__)
 
 
-class SparkWorker:
+class SparkWorker(SteerableWorker[SparkFlowRunner]):
     """All enabled flows of one configuration: controllers and heartbeats on the driver, tasks on
-    Spark executors, one Spark job per round for all flows."""
+    Spark executors, one Spark job per round for all flows. Flows can be added, changed, restarted
+    and removed while it runs (REST), as with the in-process ``Worker``."""
 
     def __init__(
         self,
@@ -49,19 +53,15 @@ class SparkWorker:
         round_seconds: float = 10.0,
         idle_seconds: float = 0.5,
         commit_interval: float = 1.0,
+        state_file: str | None = None,
     ) -> None:
-        from connectors.heartbeat import HeartbeatEmitter
-
-        self.config = config
-        self.flows = {
-            f.name: SparkFlowRunner(f, round_seconds=round_seconds, commit_interval=commit_interval)
-            for f in config.enabled_flows()
-        }
-        self.heartbeats = {
-            f.name: HeartbeatEmitter(f)
-            for f in config.heartbeat_flows()
-            if f.emit_heartbeats_enabled and f.emit_heartbeats_interval_seconds >= 0
-        }
+        config = self._init_steering(config, state_file)
+        self.round_seconds = round_seconds
+        self.commit_interval = commit_interval
+        self.flows = {f.name: self._new_runner(f) for f in config.enabled_flows()}
+        self.heartbeats: dict[str, HeartbeatEmitter] = {}
+        for f in config.heartbeat_flows():
+            self._add_heartbeat(f)
         if master is None and spark is None:
             import os
 
@@ -76,10 +76,30 @@ class SparkWorker:
         self.failed_jobs = 0
         self.last_job_error: str | None = None
         self._beats_stop = asyncio.Event()
-        self._beats: list[asyncio.Task[None]] = []
+        self._beats: dict[str, asyncio.Task[None]] = {}
+
+    def _new_runner(self, flow: FlowConfig) -> SparkFlowRunner:
+        return SparkFlowRunner(flow, round_seconds=self.round_seconds, commit_interval=self.commit_interval)
+
+    def _add_heartbeat(self, flow: FlowConfig) -> None:
+        from connectors.heartbeat import HeartbeatEmitter
+
+        if flow.emit_heartbeats_enabled and flow.emit_heartbeats_interval_seconds >= 0:
+            self.heartbeats.setdefault(flow.name, HeartbeatEmitter(flow))
+
+    def _start_heartbeats(self) -> None:
+        for name, h in self.heartbeats.items():
+            if name not in self._beats:
+                self._beats[name] = asyncio.create_task(h.run(self._beats_stop))
+
+    def _flow_added(self, flow: FlowConfig) -> None:
+        self._add_heartbeat(flow)
+        if self._started:
+            self._start_heartbeats()
 
     async def start(self) -> None:
-        self._beats = [asyncio.create_task(h.run(self._beats_stop)) for h in self.heartbeats.values()]
+        self._started = True
+        self._start_heartbeats()
         # the session starts while the controllers prepare topics; off the main thread, so that
         # pyspark leaves the process's SIGINT handling alone
         session = None if self.spark is not None else asyncio.to_thread(
@@ -96,18 +116,11 @@ class SparkWorker:
         else:
             await flows
 
-    def flow(self, name: str) -> SparkFlowRunner:
-        try:
-            return self.flows[name]
-        except KeyError:
-            running = ", ".join(self.flows) or "none"
-            raise FlowNotFoundError(f"no running flow {name!r} (running: {running})") from None
-
     async def run_round(self) -> list[RoundResult]:
         """Refresh what is due, plan, run one Spark job and fold in its results."""
         now = time.monotonic()
         work: list[RoundWork] = []
-        for flow in self.flows.values():
+        for flow in list(self.flows.values()):  # REST may add or remove flows meanwhile
             try:
                 if flow.refresh_due(now):
                     await flow.refresh()
@@ -178,7 +191,9 @@ class SparkWorker:
 
     async def stop(self) -> None:
         self._beats_stop.set()
-        await asyncio.gather(*(f.stop() for f in self.flows.values()), *self._beats, return_exceptions=True)
+        await asyncio.gather(
+            *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
+        )
         if self._owns_spark and self.spark is not None:
             spark, self.spark = self.spark, None
             await asyncio.to_thread(spark.stop)

@@ -251,3 +251,69 @@ def test_an_executor_killed_mid_round_fails_the_job_and_the_next_round_resumes_e
     # position and skipped what the killed round had already delivered
     assert by_partition(read_all(west.bootstrap, f"east.{topic}")) == by_partition(src)
     assert len(src) == total == 6000
+
+
+def test_rest_api_steers_the_spark_runtime(east: KafkaCluster, west: KafkaCluster, spark: Any) -> None:
+    """Flows created, widened and removed over HTTP while the Spark worker runs rounds."""
+    import asyncio
+
+    import httpx
+
+    from rest_api.server import RestServer
+
+    prefix = unique("spk-rest")
+    a = create_topic(east.bootstrap, f"{prefix}-a", partitions=2)
+    b = create_topic(east.bootstrap, f"{prefix}-b", partitions=1)
+    produce_records(east.bootstrap, a, make_records(300, tag="a"), compression="zstd")
+    produce_records(east.bootstrap, b, make_records(200, tag="b"), compression="lz4")
+    config = mirror_config({"east": east.bootstrap, "west": west.bootstrap}, {})
+    worker = SparkWorker(config, spark=spark, round_seconds=5, idle_seconds=0.2, commit_interval=0.5)
+    assert worker.flows == {}
+    halt = threading.Event()
+    ready = threading.Event()
+    url: list[str] = []
+    errors: list[BaseException] = []
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        server = RestServer(worker, "127.0.0.1", 0)
+        await server.start()
+        url.append(server.url)
+        running = asyncio.create_task(worker.run(stop, status_interval=3600))
+        ready.set()
+        while not halt.is_set() and not running.done():
+            await asyncio.sleep(0.1)
+        stop.set()
+        await running
+        await server.stop()
+
+    def main() -> None:
+        try:
+            asyncio.run(serve())
+        except BaseException as exc:
+            errors.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(60) and not errors, errors
+        with httpx.Client(base_url=url[0], timeout=120) as http:
+            r = http.post("/flows", json={"source": "east", "target": "west", "topics": [a],
+                                         "settings": {"tasks.max": 2}})
+            assert r.status_code == 201, r.text
+            assert set(r.json()["topics"]) == {a}
+            wait_until(lambda: _same(east, west, a), 60, 0.5, "created flow mirrored by Spark rounds")
+            assert f"east.{b}" not in topic_names(west.bootstrap)
+            r = http.patch("/flows/east/west", json={"topics": [a, b]})
+            assert r.status_code == 200 and set(r.json()["topics"]) == {a, b}, r.text
+            wait_until(lambda: _same(east, west, b), 60, 0.5, "newly allowed topic mirrored")
+            status = http.get("/flows/east/west").json()
+            assert sum(t["records"] for t in status["tasks"]) == 500
+            assert http.delete("/flows/east/west").status_code == 204
+            assert http.get("/flows").json() == {"flows": []}
+    finally:
+        halt.set()
+        thread.join(60)
+    assert not errors, errors
+    assert _assert_identical(east, west, a) == 300 and _assert_identical(east, west, b) == 200

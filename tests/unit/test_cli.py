@@ -48,3 +48,13 @@ def test_bad_client_override_is_a_config_error(tmp_path: Path) -> None:
     out = _run("run", "-c", str(cfg))
     assert out.returncode == 2
     assert "isolation.level" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_spark_settings_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    cfg = tmp_path / "mm2.yaml"
+    cfg.write_text("clusters: {east: '127.0.0.1:1', west: '127.0.0.1:1'}\nflows: {east->west: {}}\n")
+    out = _run("run", "-c", str(cfg), "--runtime", "spark", "--spark-conf", "spark.ui.enabled")
+    assert out.returncode == 2
+    assert "--spark-conf expects KEY=VALUE, got 'spark.ui.enabled'" in out.stderr
+    out = _run("run", "-c", str(cfg), "--runtime", "flink")
+    assert out.returncode == 2 and "invalid choice: 'flink'" in out.stderr
