@@ -46,6 +46,14 @@ class FailoverError(Exception):
     """A request the tool cannot carry out; the message is shown as it is."""
 
 
+class UnknownGroupError(FailoverError):
+    """Neither a checkpoint on the target nor a committed offset on the source names the group."""
+
+
+class GroupActiveError(FailoverError):
+    """The group has members on the target: its offsets are not moved under running consumers."""
+
+
 @dataclass(frozen=True)
 class Row:
     group: str
@@ -122,7 +130,7 @@ def translate(
         if not cps and not have:
             where = f"no committed offsets on '{flow.source}'" if committed is not None else (
                 f"'{flow.source}' is unreachable")
-            raise FailoverError(f"unknown group {group!r}: no checkpoints on '{flow.target}' and {where}")
+            raise UnknownGroupError(f"unknown group {group!r}: no checkpoints on '{flow.target}' and {where}")
         for ttp, cp in sorted(cps.items()):
             topic = _source_topic(flow, ttp.topic)
             if pattern and not pattern.fullmatch(topic):
@@ -191,7 +199,7 @@ def apply(flow: FlowConfig, rows: Sequence[Row], execute: bool, timeout: float =
     groups = sorted({r.group for r in rows})
     for group, state in target.group_states(groups).items():
         if not state.inactive:
-            raise FailoverError(
+            raise GroupActiveError(
                 f"group {group!r} is active on '{flow.target}' ({state.members} members, {state.state}); "
                 "stop its consumers there first"
             )

@@ -7,6 +7,7 @@ flow whose clusters cannot be reached is not left half-created.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from mm2py.engine.admin import ClusterUnreachableError
 from mm2py.engine.config_errors import ConfigError
+from mm2py.failover import FailoverError, GroupActiveError, UnknownGroupError, apply, translate
 from mm2py.runtime.inprocess import FlowRunner, Worker
 from mm2py.runtime.metrics import WorkerCollector
 from mm2py.runtime.steering import ClusterConflictError, FlowExistsError, FlowNotFoundError
@@ -27,6 +29,9 @@ from rest_api.models import (
     FlowList,
     FlowStatus,
     FlowUpdate,
+    GroupOffsets,
+    OffsetsRequest,
+    TranslatedOffset,
 )
 
 if TYPE_CHECKING:
@@ -46,6 +51,9 @@ _STATUS: dict[type[Exception], int] = {
     FlowExistsError: 409,
     ClusterConflictError: 409,
     ClusterUnreachableError: 503,
+    UnknownGroupError: 404,
+    GroupActiveError: 409,
+    FailoverError: 400,
 }
 
 _ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
@@ -99,7 +107,7 @@ def create_app(worker: AnyWorker) -> FastAPI:
         return _error(422, message, details=details)
 
     async def known_error(_: Request, exc: Exception) -> JSONResponse:
-        status = next(code for kind, code in _STATUS.items() if isinstance(exc, kind))
+        status = next(code for kind, code in _STATUS.items() if isinstance(exc, kind))  # subclasses first
         return _error(status, str(exc), key=getattr(exc, "key", None))
 
     for kind in _STATUS:
@@ -150,6 +158,39 @@ def create_app(worker: AnyWorker) -> FastAPI:
     async def delete_flow(source: str, target: str) -> Response:
         await worker.remove_flow(f"{source}->{target}")
         return Response(status_code=204)
+
+    def translated(source: str, target: str, group: str, topic_regex: str | None) -> tuple[Any, Any]:
+        flow = worker.config.flow(source, target)  # any configured pair: the source may be gone
+        if topic_regex is not None:
+            try:
+                re.compile(topic_regex)
+            except re.error as exc:
+                raise ConfigError(f"invalid topic_regex {topic_regex!r}: {exc}", "topic_regex") from None
+        return flow, translate(flow, [group], topic_regex, timeout=flow.admin_timeout_ms / 1000)
+
+    def rows_of(translation: Any) -> list[TranslatedOffset]:
+        return [TranslatedOffset.model_validate(vars(r)) for r in translation.rows]
+
+    @app.get("/flows/{source}/{target}/groups/{group}/offsets")
+    async def group_offsets(
+        source: str, target: str, group: str, topic_regex: str | None = None
+    ) -> GroupOffsets:
+        """Where ``group`` resumes on the target: checkpoints first, offset syncs for the rest."""
+        _, translation = await asyncio.to_thread(translated, source, target, group, topic_regex)
+        return GroupOffsets(rows=rows_of(translation), notes=translation.notes)
+
+    @app.post("/flows/{source}/{target}/groups/{group}/offsets")
+    async def move_group(source: str, target: str, group: str, body: OffsetsRequest) -> GroupOffsets:
+        """Commit the translated offsets to ``group`` on the target (failover); a dry run by default."""
+
+        def run() -> GroupOffsets:
+            flow, translation = translated(source, target, group, body.topic_regex)
+            before = apply(flow, translation.rows, body.execute, timeout=flow.admin_timeout_ms / 1000)
+            previous = {str(tp): o.offset for tp, o in before.get(group, {}).items()}
+            return GroupOffsets(rows=rows_of(translation), notes=translation.notes,
+                                executed=body.execute, previous=previous)
+
+        return await asyncio.to_thread(run)
 
     @app.get("/metrics")
     async def metrics() -> Response:

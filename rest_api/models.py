@@ -104,3 +104,32 @@ class ErrorBody(BaseModel):
     error: str
     key: str | None = None
     details: list[dict[str, Any]] | None = None
+
+
+class OffsetsRequest(BaseModel):
+    """Move a consumer group to the flow's target: a dry run unless ``execute``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    execute: bool = False
+    topic_regex: str | None = None
+
+
+class TranslatedOffset(BaseModel):
+    group: str
+    topic: str
+    partition: int
+    source_offset: int
+    target_topic: str
+    target_offset: int
+    via: str
+    metadata: str = ""
+
+
+class GroupOffsets(BaseModel):
+    """Where a source group resumes on the target, and (for a move) what the target had before."""
+
+    rows: list[TranslatedOffset]
+    notes: list[str]
+    executed: bool = False
+    previous: dict[str, int] | None = None  # "topic-partition" -> the target group's offset before

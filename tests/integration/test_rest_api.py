@@ -246,3 +246,63 @@ def test_cli_refuses_a_port_in_use(east: KafkaCluster, west: KafkaCluster, tmp_p
         )
     assert proc.returncode == 2
     assert f"REST API cannot listen on 127.0.0.1:{port}" in proc.stderr
+
+
+def test_a_consumer_group_is_moved_to_the_target_over_http(
+    api: httpx.Client, east: KafkaCluster, west: KafkaCluster
+) -> None:
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CKTopicPartition
+
+    topic = _seed(east, unique("failover"), 100, partitions=1)
+    group = unique("billing")
+    r = api.post("/flows", json={"source": "east", "target": "west", "topics": [topic],
+                                 "settings": {"emit.checkpoints.interval.seconds": 1,
+                                              "refresh.groups.interval.seconds": 1}})
+    assert r.status_code == 201, r.text
+    wait_until(lambda: _count(west.bootstrap, f"east.{topic}") == 100, 60, what="mirrored")
+    consumer = Consumer({"bootstrap.servers": east.bootstrap, "group.id": group})
+    consumer.commit(offsets=[CKTopicPartition(topic, 0, 60)], asynchronous=False)
+    consumer.close()
+
+    def translated() -> list[dict[str, Any]]:
+        got = api.get(f"/flows/east/west/groups/{group}/offsets")
+        return list(got.json()["rows"]) if got.status_code == 200 else []
+
+    wait_until(lambda: bool(translated()), 60, what="the group translated")
+    (row,) = translated()
+    assert (row["topic"], row["source_offset"], row["target_topic"], row["target_offset"]) == (
+        topic, 60, f"east.{topic}", 60)
+
+    dry = api.post(f"/flows/east/west/groups/{group}/offsets", json={})
+    assert dry.status_code == 200 and dry.json()["executed"] is False and dry.json()["previous"] == {}
+    west_admin = AdminClientFor(west)
+    assert west_admin.committed(group, f"east.{topic}") is None  # the dry run moved nothing
+
+    moved = api.post(f"/flows/east/west/groups/{group}/offsets", json={"execute": True})
+    assert moved.status_code == 200 and moved.json()["executed"] is True, moved.text
+    assert west_admin.committed(group, f"east.{topic}") == 60
+
+    unknown = api.get(f"/flows/east/west/groups/{unique('nobody')}/offsets")
+    assert unknown.status_code == 404 and "unknown group" in unknown.json()["error"]
+    bad = api.get(f"/flows/east/west/groups/{group}/offsets", params={"topic_regex": "(["})
+    assert bad.status_code == 400 and bad.json()["key"] == "topic_regex"
+    assert api.post(f"/flows/east/west/groups/{group}/offsets", json={"exec": True}).status_code == 422
+
+
+class AdminClientFor:
+    """Committed offsets of a group on a cluster (confluent-kafka)."""
+
+    def __init__(self, cluster: KafkaCluster) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    def committed(self, group: str, topic: str) -> int | None:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        from confluent_kafka import TopicPartition as CKTopicPartition
+
+        request = [ConsumerGroupTopicPartitions(group, [CKTopicPartition(topic, 0)])]
+        result = self.admin.list_consumer_group_offsets(request)[group].result(30)
+        offset = result.topic_partitions[0].offset
+        return None if offset < 0 else int(offset)
