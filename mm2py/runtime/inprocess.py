@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from connectors.checkpoint import CheckpointConnector
 from mm2py.engine.admin import ClusterAdmin
@@ -22,10 +22,7 @@ from mm2py.engine.filters import TopicFilter
 from mm2py.engine.progress import progress_topic
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskSpec
-from mm2py.runtime.steering import SteerableWorker
-
-if TYPE_CHECKING:
-    from connectors.heartbeat import HeartbeatEmitter
+from mm2py.runtime.worker_base import WorkerBase
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +201,7 @@ class FlowRunner:
         }
 
 
-class Worker(SteerableWorker[FlowRunner]):
+class Worker(WorkerBase[FlowRunner]):
     """All enabled flows of one configuration, in this process, plus MM2's heartbeats.
 
     Flows can be added, changed, restarted and removed while the worker runs (the REST API does);
@@ -218,23 +215,7 @@ class Worker(SteerableWorker[FlowRunner]):
         self._init_steering(config, state_file)
         self.commit_interval = commit_interval
         self.flows = {f.name: FlowRunner(f, commit_interval) for f in self.config.enabled_flows()}
-        # like MM2, every cluster pair emits heartbeats unless told not to, enabled flow or not
-        self.heartbeats: dict[str, HeartbeatEmitter] = {}
-        for f in self.config.heartbeat_flows():
-            self._add_heartbeat(f)
-        self._beats_stop = asyncio.Event()
-        self._beats: dict[str, asyncio.Task[None]] = {}
-
-    def _add_heartbeat(self, flow: FlowConfig) -> None:
-        from connectors.heartbeat import HeartbeatEmitter
-
-        if flow.emit_heartbeats_enabled and flow.emit_heartbeats_interval_seconds >= 0:
-            self.heartbeats.setdefault(flow.name, HeartbeatEmitter(flow))
-
-    def _start_heartbeats(self) -> None:
-        for name, h in self.heartbeats.items():
-            if name not in self._beats:
-                self._beats[name] = asyncio.create_task(h.run(self._beats_stop))
+        self._init_heartbeats(self.config)
 
     async def start(self) -> None:
         self._started = True
@@ -247,14 +228,8 @@ class Worker(SteerableWorker[FlowRunner]):
             *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
         )
 
-    # -- steering (REST): SteerableWorker ----------------------------------------------------------
     def _new_runner(self, flow: FlowConfig) -> FlowRunner:
         return FlowRunner(flow, self.commit_interval)
-
-    def _flow_added(self, flow: FlowConfig) -> None:
-        self._add_heartbeat(flow)
-        if self._started:
-            self._start_heartbeats()
 
     async def run(self, stop: asyncio.Event, status_interval: float = 30.0) -> None:
         await self.start()
@@ -266,17 +241,3 @@ class Worker(SteerableWorker[FlowRunner]):
                     log.info("%s", line)
         finally:
             await self.stop()
-
-    def status_lines(self) -> list[str]:
-        """One line per flow: what runs and how far it got."""
-        lines = []
-        for name, flow in self.flows.items():
-            st = flow.status()
-            tasks = st["tasks"]
-            states = sorted({t["state"] for t in tasks}) or ["no tasks"]
-            lines.append(
-                f"{name}: {len(st['topics'])} topics, {sum(len(t['partitions']) for t in tasks)} partitions, "
-                f"{sum(t['records'] for t in tasks):,} records / {sum(t['bytes'] for t in tasks):,} bytes "
-                f"mirrored, {sum(t['lag'] for t in tasks):,} behind, tasks {'/'.join(states)}"
-            )
-        return lines

@@ -22,23 +22,20 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mm2py.engine.config import FlowConfig, MirrorMakerConfig
 from mm2py.runtime.spark_flow import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark_round import RoundResult, RoundWork, run_round
 from mm2py.runtime.spark_session import default_master, spark_session
-from mm2py.runtime.steering import SteerableWorker
-
-if TYPE_CHECKING:
-    from connectors.heartbeat import HeartbeatEmitter
+from mm2py.runtime.worker_base import WorkerBase
 
 __all__ = ["SparkFlowRunner", "SparkTask", "SparkWorker", "run_spark"]
 
 log = logging.getLogger(__name__)
 
 
-class SparkWorker(SteerableWorker[SparkFlowRunner]):
+class SparkWorker(WorkerBase[SparkFlowRunner]):
     """All enabled flows of one configuration: controllers and heartbeats on the driver, tasks on
     Spark executors, one Spark job per round for all flows. Flows can be added, changed, restarted
     and removed while it runs (REST), as with the in-process ``Worker``."""
@@ -59,9 +56,7 @@ class SparkWorker(SteerableWorker[SparkFlowRunner]):
         self.round_seconds = round_seconds
         self.commit_interval = commit_interval
         self.flows = {f.name: self._new_runner(f) for f in config.enabled_flows()}
-        self.heartbeats: dict[str, HeartbeatEmitter] = {}
-        for f in config.heartbeat_flows():
-            self._add_heartbeat(f)
+        self._init_heartbeats(config)
         if master is None and spark is None:
             import os
 
@@ -75,27 +70,9 @@ class SparkWorker(SteerableWorker[SparkFlowRunner]):
         self.rounds = 0
         self.failed_jobs = 0
         self.last_job_error: str | None = None
-        self._beats_stop = asyncio.Event()
-        self._beats: dict[str, asyncio.Task[None]] = {}
 
     def _new_runner(self, flow: FlowConfig) -> SparkFlowRunner:
         return SparkFlowRunner(flow, round_seconds=self.round_seconds, commit_interval=self.commit_interval)
-
-    def _add_heartbeat(self, flow: FlowConfig) -> None:
-        from connectors.heartbeat import HeartbeatEmitter
-
-        if flow.emit_heartbeats_enabled and flow.emit_heartbeats_interval_seconds >= 0:
-            self.heartbeats.setdefault(flow.name, HeartbeatEmitter(flow))
-
-    def _start_heartbeats(self) -> None:
-        for name, h in self.heartbeats.items():
-            if name not in self._beats:
-                self._beats[name] = asyncio.create_task(h.run(self._beats_stop))
-
-    def _flow_added(self, flow: FlowConfig) -> None:
-        self._add_heartbeat(flow)
-        if self._started:
-            self._start_heartbeats()
 
     async def start(self) -> None:
         self._started = True
@@ -198,20 +175,8 @@ class SparkWorker(SteerableWorker[SparkFlowRunner]):
             spark, self.spark = self.spark, None
             await asyncio.to_thread(spark.stop)
 
-    def status_lines(self) -> list[str]:
-        """One line per flow: what runs and how far it got."""
-        lines = []
-        for name, flow in self.flows.items():
-            st = flow.status()
-            tasks = st["tasks"]
-            states = sorted({t["state"] for t in tasks}) or ["no tasks"]
-            lines.append(
-                f"{name}: {len(st['topics'])} topics, {sum(len(t['partitions']) for t in tasks)} partitions, "
-                f"{sum(t['records'] for t in tasks):,} records / {sum(t['bytes'] for t in tasks):,} bytes "
-                f"mirrored, {sum(t['lag'] for t in tasks):,} behind, tasks {'/'.join(states)}, "
-                f"{self.rounds} Spark rounds ({self.failed_jobs} failed)"
-            )
-        return lines
+    def _status_suffix(self) -> str:
+        return f", {self.rounds} Spark rounds ({self.failed_jobs} failed)"
 
 
 def job_error(exc: BaseException) -> str:

@@ -9,17 +9,15 @@ worker writes it after every accepted change and reads it back at start.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 
-from mm2py.engine.config import FlowConfig, MirrorMakerConfig
+from mm2py.engine.config import MirrorMakerConfig
 from mm2py.engine.config_errors import ConfigError
-from mm2py.engine.filters import TopicFilter
 
 __all__ = [
     "FILTER_KEYS",
@@ -27,7 +25,6 @@ __all__ = [
     "FlowExistsError",
     "FlowNotFoundError",
     "OverlayStore",
-    "SteerableWorker",
     "cluster_keys",
     "flow_keys",
     "layered",
@@ -140,120 +137,3 @@ class OverlayStore:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-
-class FlowHandle(Protocol):
-    """What a runtime's per-flow runner offers for steering (``FlowRunner``, ``SparkFlowRunner``)."""
-
-    flow: FlowConfig
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    async def refresh(self) -> Any: ...
-
-    def set_topic_filter(self, topic_filter: TopicFilter) -> None: ...
-
-
-R = TypeVar("R", bound=FlowHandle)
-
-
-class SteerableWorker(Generic[R]):
-    """Adding, changing, restarting and removing flows of a running worker (both runtimes).
-
-    A runtime calls :meth:`_init_steering` first and implements :meth:`_new_runner`; changes are
-    serialised by one lock and written to the state file before they take effect.
-    """
-
-    flows: dict[str, R]
-    config: MirrorMakerConfig
-    _started: bool
-
-    def _init_steering(self, config: MirrorMakerConfig, state_file: str | None) -> MirrorMakerConfig:
-        self.base_keys = dict(config.source_keys)
-        self.store = OverlayStore(state_file)
-        self.overlay = self.store.load()
-        self.config = layered(self.base_keys, self.overlay) if self.overlay else config
-        self._steer_lock = asyncio.Lock()
-        self._started = False
-        return self.config
-
-    def _new_runner(self, flow: FlowConfig) -> R:
-        raise NotImplementedError
-
-    def _flow_added(self, flow: FlowConfig) -> None:
-        """Hook: a flow was added while running (e.g. to start its heartbeats)."""
-
-    def flow(self, name: str) -> R:
-        try:
-            return self.flows[name]
-        except KeyError:
-            running = ", ".join(self.flows) or "none"
-            raise FlowNotFoundError(f"no running flow {name!r} (running: {running})") from None
-
-    async def add_flow(
-        self, source: str, target: str, settings: Mapping[str, Any],
-        clusters: Mapping[str, Mapping[str, str]] | None = None,
-    ) -> R:
-        """Start ``source->target`` with ``settings`` (MM2 names); new clusters may come with it."""
-        name = f"{source}->{target}"
-        async with self._steer_lock:
-            if name in self.flows:
-                raise FlowExistsError(f"flow {name!r} is already running")
-            keys = cluster_keys(self.config, clusters or {})
-            layered(self.base_keys, {**self.overlay, **keys}).flow(source, target)  # unknown cluster?
-            keys.update(flow_keys(name, {**settings, "enabled": True}))
-            config = layered(self.base_keys, {**self.overlay, **keys})
-            runner = self._new_runner(config.flows[name])
-            if self._started:
-                try:
-                    await runner.start()
-                except BaseException:
-                    await runner.stop()
-                    raise
-            self._commit_overlay({**self.overlay, **keys}, config)
-            self.flows[name] = runner
-            self._flow_added(runner.flow)
-            return runner
-
-    async def update_flow(self, name: str, settings: Mapping[str, Any]) -> R:
-        """Change settings of a running flow: topic lists in place, anything else by a restart."""
-        async with self._steer_lock:
-            runner = self.flow(name)
-            keys = flow_keys(name, settings)
-            config = layered(self.base_keys, {**self.overlay, **keys})
-            flow = config.flows[name]
-            self._commit_overlay({**self.overlay, **keys}, config)
-            if set(settings) <= FILTER_KEYS:
-                runner.flow = flow
-                runner.set_topic_filter(flow.topic_filter())
-                await runner.refresh()
-                return runner
-            return await self._replace(runner, flow)
-
-    async def restart_flow(self, name: str) -> R:
-        """Stop the flow (its tasks commit their progress) and start it again, e.g. after a failure."""
-        async with self._steer_lock:
-            runner = self.flow(name)
-            return await self._replace(runner, runner.flow)
-
-    async def remove_flow(self, name: str) -> None:
-        """Stop the flow and disable it; its progress stays on the target for a later restart."""
-        async with self._steer_lock:
-            runner = self.flow(name)
-            keys = {f"{name}.enabled": "false"}
-            self._commit_overlay({**self.overlay, **keys}, layered(self.base_keys, {**self.overlay, **keys}))
-            del self.flows[name]
-            await runner.stop()
-
-    async def _replace(self, runner: R, flow: FlowConfig) -> R:
-        await runner.stop()
-        fresh = self._new_runner(flow)
-        self.flows[flow.name] = fresh
-        if self._started:
-            await fresh.start()
-        return fresh
-
-    def _commit_overlay(self, overlay: dict[str, Any], config: MirrorMakerConfig) -> None:
-        self.store.save(overlay)
-        self.overlay, self.config = overlay, config

@@ -1,0 +1,187 @@
+"""The part of a worker both runtimes share: steering flows at run time, heartbeats, status lines.
+
+The in-process ``Worker`` and the ``SparkWorker`` differ in where tasks run; what a flow is, how it
+is added, changed, restarted or removed while running (changes as MM2 keys layered over the
+configuration, :mod:`.steering`), and MM2's heartbeats are the same for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any, Generic, Protocol, TypeVar
+
+from connectors.heartbeat import HeartbeatEmitter
+from mm2py.engine.config import FlowConfig, MirrorMakerConfig
+from mm2py.engine.filters import TopicFilter
+from mm2py.runtime.steering import (
+    FILTER_KEYS,
+    FlowExistsError,
+    FlowNotFoundError,
+    OverlayStore,
+    cluster_keys,
+    flow_keys,
+    layered,
+)
+
+__all__ = ["FlowHandle", "WorkerBase"]
+
+
+class FlowHandle(Protocol):
+    """What a runtime's per-flow runner offers for steering (``FlowRunner``, ``SparkFlowRunner``)."""
+
+    flow: FlowConfig
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def refresh(self) -> Any: ...
+
+    def set_topic_filter(self, topic_filter: TopicFilter) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+R = TypeVar("R", bound=FlowHandle)
+
+
+class WorkerBase(Generic[R]):
+    """What both runtimes' workers share: steering flows while running (add, change, restart,
+    remove; REST), MM2's heartbeats, and the periodic status lines.
+
+    A runtime calls :meth:`_init_steering` and :meth:`_init_heartbeats` and implements
+    :meth:`_new_runner`; changes are serialised by one lock and written to the state file before
+    they take effect.
+    """
+
+    flows: dict[str, R]
+    config: MirrorMakerConfig
+    _started: bool
+
+    def _init_steering(self, config: MirrorMakerConfig, state_file: str | None) -> MirrorMakerConfig:
+        self.base_keys = dict(config.source_keys)
+        self.store = OverlayStore(state_file)
+        self.overlay = self.store.load()
+        self.config = layered(self.base_keys, self.overlay) if self.overlay else config
+        self._steer_lock = asyncio.Lock()
+        self._started = False
+        return self.config
+
+    def _new_runner(self, flow: FlowConfig) -> R:
+        raise NotImplementedError
+
+    # -- heartbeats: like MM2, every cluster pair emits them unless told not to, enabled flow or not
+    def _init_heartbeats(self, config: MirrorMakerConfig) -> None:
+        self.heartbeats: dict[str, HeartbeatEmitter] = {}
+        for f in config.heartbeat_flows():
+            self._add_heartbeat(f)
+        self._beats_stop = asyncio.Event()
+        self._beats: dict[str, asyncio.Task[None]] = {}
+
+    def _add_heartbeat(self, flow: FlowConfig) -> None:
+        if flow.emit_heartbeats_enabled and flow.emit_heartbeats_interval_seconds >= 0:
+            self.heartbeats.setdefault(flow.name, HeartbeatEmitter(flow))
+
+    def _start_heartbeats(self) -> None:
+        for name, h in self.heartbeats.items():
+            if name not in self._beats:
+                self._beats[name] = asyncio.create_task(h.run(self._beats_stop))
+
+    def _flow_added(self, flow: FlowConfig) -> None:
+        self._add_heartbeat(flow)
+        if self._started:
+            self._start_heartbeats()
+
+    # -- status -----------------------------------------------------------------------------------
+    def _status_suffix(self) -> str:
+        return ""
+
+    def status_lines(self) -> list[str]:
+        """One line per flow: what runs and how far it got."""
+        lines = []
+        for name, flow in self.flows.items():
+            st = flow.status()
+            tasks = st["tasks"]
+            states = sorted({t["state"] for t in tasks}) or ["no tasks"]
+            lines.append(
+                f"{name}: {len(st['topics'])} topics, {sum(len(t['partitions']) for t in tasks)} partitions, "
+                f"{sum(t['records'] for t in tasks):,} records / {sum(t['bytes'] for t in tasks):,} bytes "
+                f"mirrored, {sum(t['lag'] for t in tasks):,} behind, tasks {'/'.join(states)}"
+                f"{self._status_suffix()}"
+            )
+        return lines
+
+    def flow(self, name: str) -> R:
+        try:
+            return self.flows[name]
+        except KeyError:
+            running = ", ".join(self.flows) or "none"
+            raise FlowNotFoundError(f"no running flow {name!r} (running: {running})") from None
+
+    async def add_flow(
+        self, source: str, target: str, settings: Mapping[str, Any],
+        clusters: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> R:
+        """Start ``source->target`` with ``settings`` (MM2 names); new clusters may come with it."""
+        name = f"{source}->{target}"
+        async with self._steer_lock:
+            if name in self.flows:
+                raise FlowExistsError(f"flow {name!r} is already running")
+            keys = cluster_keys(self.config, clusters or {})
+            layered(self.base_keys, {**self.overlay, **keys}).flow(source, target)  # unknown cluster?
+            keys.update(flow_keys(name, {**settings, "enabled": True}))
+            config = layered(self.base_keys, {**self.overlay, **keys})
+            runner = self._new_runner(config.flows[name])
+            if self._started:
+                try:
+                    await runner.start()
+                except BaseException:
+                    await runner.stop()
+                    raise
+            self._commit_overlay({**self.overlay, **keys}, config)
+            self.flows[name] = runner
+            self._flow_added(runner.flow)
+            return runner
+
+    async def update_flow(self, name: str, settings: Mapping[str, Any]) -> R:
+        """Change settings of a running flow: topic lists in place, anything else by a restart."""
+        async with self._steer_lock:
+            runner = self.flow(name)
+            keys = flow_keys(name, settings)
+            config = layered(self.base_keys, {**self.overlay, **keys})
+            flow = config.flows[name]
+            self._commit_overlay({**self.overlay, **keys}, config)
+            if set(settings) <= FILTER_KEYS:
+                runner.flow = flow
+                runner.set_topic_filter(flow.topic_filter())
+                await runner.refresh()
+                return runner
+            return await self._replace(runner, flow)
+
+    async def restart_flow(self, name: str) -> R:
+        """Stop the flow (its tasks commit their progress) and start it again, e.g. after a failure."""
+        async with self._steer_lock:
+            runner = self.flow(name)
+            return await self._replace(runner, runner.flow)
+
+    async def remove_flow(self, name: str) -> None:
+        """Stop the flow and disable it; its progress stays on the target for a later restart."""
+        async with self._steer_lock:
+            runner = self.flow(name)
+            keys = {f"{name}.enabled": "false"}
+            self._commit_overlay({**self.overlay, **keys}, layered(self.base_keys, {**self.overlay, **keys}))
+            del self.flows[name]
+            await runner.stop()
+
+    async def _replace(self, runner: R, flow: FlowConfig) -> R:
+        await runner.stop()
+        fresh = self._new_runner(flow)
+        self.flows[flow.name] = fresh
+        if self._started:
+            await fresh.start()
+        return fresh
+
+    def _commit_overlay(self, overlay: dict[str, Any], config: MirrorMakerConfig) -> None:
+        self.store.save(overlay)
+        self.overlay, self.config = overlay, config
