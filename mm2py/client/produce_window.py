@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from mm2py.client.cluster import topic_namer
-from mm2py.client.types import NoLeaderError, TopicPartition
+from mm2py.client.types import ClientError, NoLeaderError, TopicPartition
 from mm2py.protocol.api import ApiKey, ProducePartitionResponse, ProduceResponse, decode_produce_response
 from mm2py.protocol.batch_edit import for_produce, increment_sequence
 from mm2py.protocol.errors_codes import (
@@ -71,7 +71,12 @@ async def produce_windowed(
     if missing:
         raise ProduceError(f"no leader for {missing[:3]}", offsets, NoLeaderError(str(missing[:3])))
     leaders = {tp: cluster.leader_of(tp) for tp in tps}
-    conns = {node: await cluster.connection(node) for node in set(leaders.values()) if node is not None}
+    try:
+        conns = {node: await cluster.connection(node) for node in set(leaders.values()) if node is not None}
+    except ClientError as exc:
+        # a leader that cannot be reached is most likely gone: the next attempt asks for metadata
+        cluster.invalidate(topics)
+        raise ProduceError(f"cannot reach a partition leader: {exc}", offsets, exc) from exc
     pid, epoch = await producer.ensure_producer_id()
     next_seq = {tp: producer.sequence(tp) for tp in tps}
     seqs: list[dict[TopicPartition, int]] = []

@@ -1,0 +1,131 @@
+"""Leadership changes under a running mirror (a 3-broker cluster): nothing lost, nothing twice, in order.
+
+The target's partition leader is killed while batches are being produced to it (NOT_LEADER, a new
+leader, the idempotent producer's sequences carried over), and the source's while batches are being
+fetched from it (the fetcher follows the new leader).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from helpers import (
+    BackgroundWorker,
+    by_partition,
+    create_topic,
+    end_offsets,
+    make_records,
+    mirror_config,
+    produce_records,
+    read_all,
+    unique,
+    wait_until,
+)
+
+from mm2py.kafka_local import KafkaCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def trio(three_node_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
+    yield three_node_cluster
+    three_node_cluster.start()  # bring a killed node back for the next test
+
+
+def _leader(bootstrap: str, topic: str, partition: int) -> int:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return int(md.topics[topic].partitions[partition].leader)
+
+
+def _count(bootstrap: str, topic: str) -> int:
+    try:
+        return sum(end_offsets(bootstrap, topic).values())
+    except Exception:  # the topic is not there yet, or a leader is being elected
+        return -1
+
+
+class Stream:
+    """Produces ``batches`` lz4 batches of 500 records, spread over the partitions, ~0.1 s apart."""
+
+    def __init__(self, bootstrap: str, topic: str, batches: int = 40) -> None:
+        self.bootstrap, self.topic, self.batches = bootstrap, topic, batches
+        self.total = batches * 500
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            for i in range(self.batches):
+                records = make_records(500, partition=i % PARTITIONS, tag=f"s{i}")
+                produce_records(self.bootstrap, self.topic, records, compression="lz4")
+                time.sleep(0.1)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def __enter__(self) -> Stream:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thread.join(120)
+        if self.error is not None:
+            raise self.error
+
+
+def _assert_exact(src: str, topic: str, dst: str, target: str) -> None:
+    sent, got = read_all(src, topic), read_all(dst, target)
+    assert len(got) == len(sent), f"{len(got) - len(sent):+d} records on the target"
+    assert by_partition(got) == by_partition(sent)  # same records, same order, per partition
+
+
+def _config(clusters: dict[str, str], flow: str, topic: str, **settings: Any) -> Any:
+    return mirror_config(clusters, {flow: {"topics": topic, "tasks.max": 2, "admin.timeout.ms": 10_000}},
+                         **settings)
+
+
+def test_target_leader_lost_mid_stream(east: KafkaCluster, trio: KafkaCluster) -> None:
+    topic = create_topic(east.bootstrap, unique("lead-dst"), partitions=PARTITIONS)
+    target = f"east.{topic}"
+    config = _config({"east": east.bootstrap, "trio": trio.bootstrap}, "east->trio", topic,
+                     **{"replication.factor": 3, "checkpoints.topic.replication.factor": 3})
+    with BackgroundWorker(config) as bg, Stream(east.bootstrap, topic) as stream:
+        wait_until(lambda: _count(trio.bootstrap, target) >= stream.total // 4, 90, 0.1, "mirroring")
+        killed = _leader(trio.bootstrap, target, 0)
+        trio.kill_node(killed)
+        assert not stream.done.is_set(), "the stream ended before the leader was killed"
+        stream.thread.join(120)
+        wait_until(lambda: _count(trio.bootstrap, target) >= stream.total, 120, 0.5, "all mirrored")
+        assert _leader(trio.bootstrap, target, 0) not in (killed, -1)
+        time.sleep(1)
+        tasks = bg.worker.flows["east->trio"].tasks.values()
+        assert all(t.state == "RUNNING" for t in tasks), [t.trace for t in tasks]
+    _assert_exact(east.bootstrap, topic, trio.bootstrap, target)
+
+
+def test_source_leader_lost_mid_stream(trio: KafkaCluster, west: KafkaCluster) -> None:
+    topic = create_topic(trio.bootstrap, unique("lead-src"), partitions=PARTITIONS, replication_factor=3)
+    target = f"trio.{topic}"
+    config = _config({"trio": trio.bootstrap, "west": west.bootstrap}, "trio->west", topic,
+                     **{"offset-syncs.topic.replication.factor": 3})
+    with BackgroundWorker(config) as bg, Stream(trio.bootstrap, topic) as stream:
+        wait_until(lambda: _count(west.bootstrap, target) >= stream.total // 4, 90, 0.1, "mirroring")
+        killed = _leader(trio.bootstrap, topic, 0)
+        trio.kill_node(killed)
+        assert not stream.done.is_set(), "the stream ended before the leader was killed"
+        stream.thread.join(120)
+        wait_until(lambda: _count(west.bootstrap, target) >= stream.total, 120, 0.5, "all mirrored")
+        time.sleep(1)
+        tasks = bg.worker.flows["trio->west"].tasks.values()
+        assert all(t.state == "RUNNING" for t in tasks), [t.trace for t in tasks]
+    _assert_exact(trio.bootstrap, topic, west.bootstrap, target)
