@@ -36,7 +36,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_support import cpu_seconds, create_topic, peak_rss_mib, total_cpu
+from bench_support import (
+    WanPorts,
+    cpu_seconds,
+    create_topic,
+    peak_rss_mib,
+    start_latency_proxy,
+    stop_process,
+    total_cpu,
+)
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from mm2py.kafka_local import KafkaCluster
@@ -155,11 +163,13 @@ class OffsetProbe:
 # ------------------------------------------------------------------------------------- peers
 @dataclass
 class Setup:
-    source: str
+    source: str  # what the peers bootstrap from (through the latency proxy with --rtt-ms)
     target: str
     topic: str
     workdir: Path
     args: argparse.Namespace
+    target_direct: str = ""  # the target as the script's own probes reach it (no added latency)
+    proxy_pid: int | None = None
 
 
 def properties(items: dict[str, object]) -> str:
@@ -273,6 +283,7 @@ class Result:
     startup_cpu: float | None = None
     rss_mib: float | None = None
     broker_cpu: float | None = None
+    proxy_cpu: float | None = None
     error: str = ""
     stored: BatchSummary | None = None
 
@@ -302,10 +313,11 @@ def run_peer(peer: str, index: int, s: Setup, source_ends: dict[int, int], broke
     src, dst = f"src{index}", f"dst{index}"
     res = Result(peer, f"{src}.{s.topic}")
     cmd = COMMANDS[peer](s, src, dst)
-    probe = OffsetProbe(s.target)
+    probe = OffsetProbe(s.target_direct or s.target)
     expected = sum(source_ends.values())
+    proxies = [s.proxy_pid] if s.proxy_pid else []
     try:
-        broker_cpu0 = total_cpu(brokers)
+        broker_cpu0, proxy_cpu0 = total_cpu(brokers), total_cpu(proxies)
         start = time.monotonic()
         with peer_process(cmd, s.workdir / f"{peer}.out") as proc:
             while True:
@@ -321,6 +333,7 @@ def run_peer(peer: str, index: int, s: Setup, source_ends: dict[int, int], broke
                     res.seconds = elapsed
                     res.cpu, res.rss_mib = tree_cpu(proc.pid), tree_rss_mib(proc.pid)
                     res.broker_cpu = total_cpu(brokers) - broker_cpu0 if brokers else None
+                    res.proxy_cpu = total_cpu(proxies) - proxy_cpu0 if proxies else None
                     break
                 if elapsed > s.args.timeout:
                     res.error = f"timeout: {sum(ends.values()):,}/{expected:,} records after {elapsed:.0f}s"
@@ -342,7 +355,7 @@ def fmt(value: float | None, spec: str) -> str:
 def print_report(results: list[Result], source: BatchSummary, expected: int) -> None:
     gb = source.bytes / 1e9
     head = ("peer", "records", "dupes", "seconds", "startup s", "rec/s", "MB/s", "CPU s",
-            "startup CPU s", "CPU s/GB", "peak RSS MiB", "brokers CPU s")
+            "startup CPU s", "CPU s/GB", "peak RSS MiB", "brokers CPU s", "proxy CPU s")
     rows = []
     for r in results:
         ok = r.seconds is not None
@@ -353,8 +366,10 @@ def print_report(results: list[Result], source: BatchSummary, expected: int) -> 
             fmt(source.bytes / 1e6 / r.seconds if ok and r.seconds else None, ".1f"),
             fmt(r.cpu, ".1f"), fmt(r.startup_cpu, ".1f"),
             fmt(r.cpu / gb if r.cpu is not None and gb else None, ".1f"),
-            fmt(r.rss_mib, ".0f"), fmt(r.broker_cpu, ".1f"),
+            fmt(r.rss_mib, ".0f"), fmt(r.broker_cpu, ".1f"), fmt(r.proxy_cpu, ".1f"),
         ))
+    if all(r.proxy_cpu is None for r in results):  # no latency proxy: drop its column
+        head, rows = head[:-1], [row[:-1] for row in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
     for i, row in enumerate([head, *rows]):
         print("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths,
@@ -398,12 +413,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--mm2-prop", action="append", default=[], metavar="KEY=VALUE",
                     help="extra mm2.properties line for MM2 (repeatable); {src}/{dst} stand for its "
                     "cluster aliases, e.g. '{dst}.producer.linger.ms=20'")
+    ap.add_argument("--rtt-ms", type=float, default=0.0,
+                    help="add this round-trip time between the peers and one cluster (a latency proxy "
+                    "process in front of it; 0 = direct, no proxy)")
+    ap.add_argument("--rtt-side", default="source", choices=["source", "target"],
+                    help="the cluster behind the latency proxy: source (the mirror consumes across the "
+                    "WAN, the usual deployment) or target (it produces across the WAN)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per peer")
     ap.add_argument("--poll", type=float, default=0.1, help="seconds between end-offset polls")
     ap.add_argument("--workdir", type=Path, help="keep configs and logs here (default: a temp dir)")
     args = ap.parse_args(argv)
     if bool(args.source) != bool(args.target):
         ap.error("give both --source and --target, or neither")
+    if args.rtt_ms and args.source:
+        ap.error("--rtt-ms needs the clusters this script starts")
     args.records = args.records or (100_000 if args.quick else 1_000_000)
     args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     if unknown := set(args.peers) - set(PEERS):
@@ -417,47 +440,66 @@ def main(argv: list[str]) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
     clusters: list[KafkaCluster] = []
+    proxy = None
     ok = False
     try:
         if args.source:
             source, target, brokers = args.source, args.target, []
+            direct = {"source": source, "target": target}
         else:
             print(f"starting two single-node Kafka clusters in {workdir} ...", flush=True)
+            wan = WanPorts() if args.rtt_ms else None
             for name in ("source", "target"):
-                cluster = KafkaCluster.create(name, workdir / name)
+                behind = wan is not None and name == args.rtt_side
+                cluster = KafkaCluster.create(
+                    name, workdir / name, broker_config=wan.broker_config() if wan and behind else None,
+                    ports=[(wan.client, wan.controller)] if wan and behind else None)
                 clusters.append(cluster)
                 cluster.start(timeout=120)
             src_c, dst_c = clusters
             source, target = src_c.bootstrap, dst_c.bootstrap
+            direct = {"source": source, "target": target}
+            if wan is not None:
+                proxy = start_latency_proxy(wan.proxy, wan.client, args.rtt_ms, workdir / "latency_proxy.out")
+                direct[args.rtt_side] = f"127.0.0.1:{wan.direct}"
+                if args.rtt_side == "source":
+                    source = f"127.0.0.1:{wan.proxy}"
+                else:
+                    target = f"127.0.0.1:{wan.proxy}"
+                print(f"{args.rtt_side} behind a latency proxy: +{args.rtt_ms:g} ms round trip", flush=True)
             brokers = [n.pid for c in (src_c, dst_c) for n in c.nodes if n.pid]
         load = os.getloadavg()
         topic = f"bench-{uuid.uuid4().hex[:8]}"
-        create_topic(source, topic, args.partitions)
-        took = seed(source, topic, args)
-        stored = scan_batches(source, topic)
-        probe = OffsetProbe(source)
+        create_topic(direct["source"], topic, args.partitions)
+        took = seed(direct["source"], topic, args)
+        stored = scan_batches(direct["source"], topic)
+        probe = OffsetProbe(direct["source"])
         source_ends = probe.ends(topic) or {}
         probe.close()
         expected = sum(source_ends.values())
         print(f"seeded {topic}: {stored.line()} ({args.record_size} B values, produced in {took:.1f}s)")
-        setup = Setup(source, target, topic, workdir, args)
+        setup = Setup(source, target, topic, workdir, args, target_direct=direct["target"],
+                      proxy_pid=proxy.pid if proxy else None)
         results = []
         for i, peer in enumerate(args.peers, start=1):
             print(f"running {peer} ...", flush=True)
             res = run_peer(peer, i, setup, source_ends, brokers)
             if res.seconds is not None:
-                res.stored = scan_batches(target, res.target_topic)
+                res.stored = scan_batches(direct["target"], res.target_topic)
             print(f"  {peer}: {fmt(res.seconds, '.1f')} s {res.error}", flush=True)
             results.append(res)
         print(f"\n{expected:,} records, {stored.bytes / 1e6:.1f} MB stored ({args.codec}), "
               f"{args.partitions} partitions, tasks.max={args.tasks}, mm2py runtime {args.runtime}, "
-              f"{os.cpu_count()} CPUs, "
+              + (f"{args.rtt_side} cluster +{args.rtt_ms:g} ms RTT (latency proxy), " if args.rtt_ms else "")
+              + f"{os.cpu_count()} CPUs, "
               f"load average before the run {load[0]:.2f} (other processes compete for the CPUs)\n")
         print_report(results, stored, expected)
         ok = all(r.seconds is not None and r.records == expected for r in results)
         return 0 if ok else 1
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if proxy is not None:
+            stop_process(proxy)
         for c in reversed(clusters):
             c.stop()
         if ok and not args.workdir:
