@@ -9,7 +9,8 @@ own process, copying that backlog to a fresh target topic, and measures:
 * ``CPU s``     - utime+stime of the mirror process (``/proc/<pid>/stat``) when it caught up;
 * ``startup CPU s`` - the part of it spent before the first record reached the target;
 * ``peak RSS``  - ``VmHWM`` of the mirror process;
-* ``brokers CPU s`` - CPU both brokers spent meanwhile (only for clusters this script started).
+* ``brokers CPU s`` - CPU both brokers spent meanwhile (only for clusters this script started);
+* ``proxy CPU s`` - CPU of the latency proxy meanwhile (only with ``--rtt-ms``).
 
 Peers: ``mm2py`` (``python -m mm2py.cli run``), ``mm2`` (Apache Kafka MirrorMaker 2, dedicated
 mode, its defaults except the target codec), ``mm2-tuned`` (the same with the producer batching of
@@ -17,6 +18,7 @@ the record copy: ``batch.size`` = ``--batch-kib``, ``linger.ms=20``) and ``recor
 confluent-kafka consumer+producer loop: decompress, per-record objects, recompress). Usage::
 
     python benchmarks/mirror_bench.py [--quick] [--records N] [--peers mm2py,mm2,record-copy]
+    python benchmarks/mirror_bench.py --rtt-ms 40 [--rtt-side target]   # one cluster across a WAN-like RTT
 """
 
 from __future__ import annotations
@@ -354,9 +356,9 @@ def fmt(value: float | None, spec: str) -> str:
 
 def print_report(results: list[Result], source: BatchSummary, expected: int) -> None:
     gb = source.bytes / 1e9
-    head = ("peer", "records", "dupes", "seconds", "startup s", "rec/s", "MB/s", "CPU s",
+    head: tuple[str, ...] = ("peer", "records", "dupes", "seconds", "startup s", "rec/s", "MB/s", "CPU s",
             "startup CPU s", "CPU s/GB", "peak RSS MiB", "brokers CPU s", "proxy CPU s")
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in results:
         ok = r.seconds is not None
         rows.append((
