@@ -89,43 +89,36 @@ def _assert_exact(src: str, topic: str, dst: str, target: str) -> None:
     assert by_partition(got) == by_partition(sent)  # same records, same order, per partition
 
 
-def _config(clusters: dict[str, str], flow: str, topic: str, **settings: Any) -> Any:
-    return mirror_config(clusters, {flow: {"topics": topic, "tasks.max": 2, "admin.timeout.ms": 10_000}},
-                         **settings)
+def _mirror_through_a_leader_kill(
+    src: KafkaCluster, dst: KafkaCluster, trio: KafkaCluster, topic: str, **settings: Any
+) -> None:
+    """Mirror a stream from ``src`` to ``dst`` and kill, a quarter of the way in, the trio node that
+    leads partition 0 of the mirrored topic on whichever side the trio is."""
+    names = {"src": src.bootstrap, "dst": dst.bootstrap}
+    target = f"src.{topic}"
+    watched = (topic if src is trio else target, 0)
+    config = mirror_config(names, {"src->dst": {"topics": topic, "tasks.max": 2, "admin.timeout.ms": 10_000}},
+                           **settings)
+    with BackgroundWorker(config) as bg, Stream(src.bootstrap, topic) as stream:
+        wait_until(lambda: _count(dst.bootstrap, target) >= stream.total // 4, 90, 0.1, "mirroring")
+        killed = _leader(trio.bootstrap, *watched)
+        trio.kill_node(killed)
+        assert not stream.done.is_set(), "the stream ended before the leader was killed"
+        stream.thread.join(120)
+        wait_until(lambda: _count(dst.bootstrap, target) >= stream.total, 120, 0.5, "all mirrored")
+        assert _leader(trio.bootstrap, *watched) not in (killed, -1)
+        time.sleep(1)
+        tasks = bg.worker.flows["src->dst"].tasks.values()
+        assert all(t.state == "RUNNING" for t in tasks), [t.trace for t in tasks]
+    _assert_exact(src.bootstrap, topic, dst.bootstrap, target)
 
 
 def test_target_leader_lost_mid_stream(east: KafkaCluster, trio: KafkaCluster) -> None:
     topic = create_topic(east.bootstrap, unique("lead-dst"), partitions=PARTITIONS)
-    target = f"east.{topic}"
-    config = _config({"east": east.bootstrap, "trio": trio.bootstrap}, "east->trio", topic,
-                     **{"replication.factor": 3, "checkpoints.topic.replication.factor": 3})
-    with BackgroundWorker(config) as bg, Stream(east.bootstrap, topic) as stream:
-        wait_until(lambda: _count(trio.bootstrap, target) >= stream.total // 4, 90, 0.1, "mirroring")
-        killed = _leader(trio.bootstrap, target, 0)
-        trio.kill_node(killed)
-        assert not stream.done.is_set(), "the stream ended before the leader was killed"
-        stream.thread.join(120)
-        wait_until(lambda: _count(trio.bootstrap, target) >= stream.total, 120, 0.5, "all mirrored")
-        assert _leader(trio.bootstrap, target, 0) not in (killed, -1)
-        time.sleep(1)
-        tasks = bg.worker.flows["east->trio"].tasks.values()
-        assert all(t.state == "RUNNING" for t in tasks), [t.trace for t in tasks]
-    _assert_exact(east.bootstrap, topic, trio.bootstrap, target)
+    _mirror_through_a_leader_kill(east, trio, trio, topic,
+                                  **{"replication.factor": 3, "checkpoints.topic.replication.factor": 3})
 
 
 def test_source_leader_lost_mid_stream(trio: KafkaCluster, west: KafkaCluster) -> None:
     topic = create_topic(trio.bootstrap, unique("lead-src"), partitions=PARTITIONS, replication_factor=3)
-    target = f"trio.{topic}"
-    config = _config({"trio": trio.bootstrap, "west": west.bootstrap}, "trio->west", topic,
-                     **{"offset-syncs.topic.replication.factor": 3})
-    with BackgroundWorker(config) as bg, Stream(trio.bootstrap, topic) as stream:
-        wait_until(lambda: _count(west.bootstrap, target) >= stream.total // 4, 90, 0.1, "mirroring")
-        killed = _leader(trio.bootstrap, topic, 0)
-        trio.kill_node(killed)
-        assert not stream.done.is_set(), "the stream ended before the leader was killed"
-        stream.thread.join(120)
-        wait_until(lambda: _count(west.bootstrap, target) >= stream.total, 120, 0.5, "all mirrored")
-        time.sleep(1)
-        tasks = bg.worker.flows["trio->west"].tasks.values()
-        assert all(t.state == "RUNNING" for t in tasks), [t.trace for t in tasks]
-    _assert_exact(trio.bootstrap, topic, west.bootstrap, target)
+    _mirror_through_a_leader_kill(trio, west, trio, topic, **{"offset-syncs.topic.replication.factor": 3})
