@@ -33,6 +33,7 @@ from mm2py.engine.admin import (
 )
 from mm2py.engine.checkpoints import CheckpointLog, translate_group
 from mm2py.engine.config import FlowConfig, load_config
+from mm2py.engine.config_errors import ConfigError
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.progress import Position, decode, progress_topic
 from mm2py.engine.security import Side
@@ -40,6 +41,16 @@ from mm2py.engine.topic_tail import TopicTail
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
+
+
+def check_topic_regex(regex: str | None, name: str) -> None:
+    """A bad topic regular expression is a ConfigError naming the option it came from."""
+    if regex is None:
+        return
+    try:
+        re.compile(regex)
+    except re.error as exc:
+        raise ConfigError(f"invalid {name} {regex!r}: {exc}", name) from None
 
 
 class FailoverError(Exception):
@@ -245,11 +256,7 @@ def run(args: argparse.Namespace) -> int:
         return _error(f"--flow must look like source->target, got {args.flow!r}")
     source, target = (part.strip() for part in args.flow.split("->"))
     flow = load_config(args.config).flow(source, target)
-    if args.topic_regex:
-        try:
-            re.compile(args.topic_regex)
-        except re.error as exc:
-            return _error(f"invalid --topic-regex {args.topic_regex!r}: {exc}")
+    check_topic_regex(args.topic_regex, "--topic-regex")
     try:
         result = translate(flow, list(dict.fromkeys(args.group)), args.topic_regex, args.timeout)
         current = None

@@ -18,7 +18,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from mm2py.engine.admin import ClusterUnreachableError
 from mm2py.engine.config_errors import ConfigError
-from mm2py.failover import FailoverError, GroupActiveError, UnknownGroupError, apply, translate
+from mm2py.failover import (
+    FailoverError,
+    GroupActiveError,
+    UnknownGroupError,
+    apply,
+    check_topic_regex,
+    translate,
+)
 from mm2py.runtime.inprocess import FlowRunner, Worker
 from mm2py.runtime.metrics import WorkerCollector
 from mm2py.runtime.steering import ClusterConflictError, FlowExistsError, FlowNotFoundError
@@ -161,11 +168,7 @@ def create_app(worker: AnyWorker) -> FastAPI:
 
     def translated(source: str, target: str, group: str, topic_regex: str | None) -> tuple[Any, Any]:
         flow = worker.config.flow(source, target)  # any configured pair: the source may be gone
-        if topic_regex is not None:
-            try:
-                re.compile(topic_regex)
-            except re.error as exc:
-                raise ConfigError(f"invalid topic_regex {topic_regex!r}: {exc}", "topic_regex") from None
+        check_topic_regex(topic_regex, "topic_regex")
         return flow, translate(flow, [group], topic_regex, timeout=flow.admin_timeout_ms / 1000)
 
     def rows_of(translation: Any) -> list[TranslatedOffset]:
