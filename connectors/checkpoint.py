@@ -108,6 +108,14 @@ class CheckpointConnector:
         """Does ``flow`` need this connector (it emits checkpoints or syncs group offsets)?"""
         return _emits(flow) or _syncs_groups(flow)
 
+    @classmethod
+    def for_flow(cls, flow: FlowConfig, controller: Controller) -> CheckpointConnector | None:
+        """The connector of a running flow, deciding what is mirrored as its controller does; None
+        when the flow neither emits checkpoints nor syncs group offsets."""
+        if not cls.wanted(flow):
+            return None
+        return cls(flow, mirrored=controller.should_replicate, rename=controller.target_topic)
+
     @property
     def emits(self) -> bool:
         return _emits(self.flow)

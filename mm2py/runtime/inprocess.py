@@ -110,12 +110,9 @@ class FlowRunner:
 
     def _start_checkpoints(self) -> None:
         """MM2's checkpoint connector for this flow, when it emits checkpoints or syncs group offsets."""
-        if not CheckpointConnector.wanted(self.flow):
-            return
-        self.checkpoints = CheckpointConnector(
-            self.flow, mirrored=self.controller.should_replicate, rename=self.controller.target_topic
-        )
-        self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
+        self.checkpoints = CheckpointConnector.for_flow(self.flow, self.controller)
+        if self.checkpoints is not None:
+            self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
 
     async def refresh(self) -> Plan:
         """Discover topics now and hand the resulting assignment to the tasks."""

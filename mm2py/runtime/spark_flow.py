@@ -115,12 +115,9 @@ class SparkFlowRunner:
     def _start_checkpoints(self) -> None:
         """MM2's checkpoint connector on the driver, when the flow emits checkpoints or syncs groups
         (as the in-process runtime does); it follows the syncs and progress the rounds write."""
-        if not CheckpointConnector.wanted(self.flow):
-            return
-        self.checkpoints = CheckpointConnector(
-            self.flow, mirrored=self.controller.should_replicate, rename=self.controller.target_topic
-        )
-        self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
+        self.checkpoints = CheckpointConnector.for_flow(self.flow, self.controller)
+        if self.checkpoints is not None:
+            self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
 
     def refresh_due(self, now: float) -> bool:
         interval = self.flow.refresh_topics_interval_seconds
