@@ -110,13 +110,16 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         try:
             results = await asyncio.to_thread(self._collect, work)
         except Exception as exc:
-            self.failed_jobs += 1
-            self.last_job_error = job_error(exc)
+            error = job_error(exc)
             log.error("Spark round %d failed: %s; its tasks run again from their committed progress",
-                      self.rounds, self.last_job_error)
+                      self.rounds, error)
             for w in work:
                 if w.flow in self.flows:
-                    self.flows[w.flow].fail_round(w, self.last_job_error, time.monotonic())
+                    self.flows[w.flow].fail_round(w, error, time.monotonic())
+            # counted last: a reader (status, metrics, another thread) that sees the failed job
+            # also sees its tasks marked failed
+            self.last_job_error = error
+            self.failed_jobs += 1
             return []
         done = time.monotonic()
         for result in results:
