@@ -197,7 +197,7 @@ def mm2py_command(s: Setup, src: str, dst: str) -> list[str]:
 #: mm2py on the Spark runtime until SIGTERM (what ``mm2py run --runtime spark`` will do)
 SPARK_RUNNER = """
 import logging, signal, sys, threading
-from mm2py.engine.config import load_config
+from mm2py.config.models import load_config
 from mm2py.runtime.spark import run_spark
 logging.basicConfig(level=logging.WARNING)
 logging.getLogger("mm2py.librdkafka").setLevel(logging.ERROR)

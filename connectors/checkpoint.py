@@ -28,17 +28,17 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
-from mm2py.engine.admin import ClusterAdmin, GroupOffsetsRefusedError, librdkafka_config
+from mm2py.config.models import FlowConfig
+from mm2py.config.security import Side
 from mm2py.engine.checkpoints import CheckpointLog, offsets_to_sync, translate_group
-from mm2py.engine.config import FlowConfig
 from mm2py.engine.controller import Controller
 from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.engine.progress import Position, decode, progress_topic
-from mm2py.engine.security import Side
-from mm2py.engine.topic_tail import TopicTail
+from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, fold, progress_topic
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin, GroupOffsetsRefusedError, librdkafka_config
+from mm2py.stores.topic_tail import TopicTail
 
 log = logging.getLogger(__name__)
 
@@ -132,14 +132,10 @@ class CheckpointConnector:
             log.warning("%s: ignoring a malformed offset sync: %s", self.flow.name, exc)
 
     def _on_progress(self, key: bytes | None, value: bytes | None) -> None:
-        decoded = decode(key, value)
-        if decoded is None or decoded[0] != self.flow.source:
-            return
-        _, tp, pos = decoded
-        if pos is None:
-            self.progress.pop(tp, None)
-        else:
-            self.progress[tp] = pos
+        try:
+            fold(self.progress, self.flow.source, key, value)
+        except MalformedOffsetRecordError as exc:
+            log.warning("%s: ignoring a malformed progress record: %s", self.flow.name, exc)
 
     def _on_checkpoint(self, key: bytes | None, value: bytes | None) -> None:
         try:

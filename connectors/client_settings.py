@@ -5,7 +5,7 @@ MirrorMaker 2 users tune the Java consumer and producer with properties such as
 something for copying whole batches, under their Java names; the rest (serializers, batching,
 ``compression.type``: batches keep the source's codec) are reported once as ignored.
 Invalid values are configuration errors naming the key. Connection security (``security.protocol``,
-``ssl.*``, ``sasl.*``) is read by :mod:`mm2py.engine.security` into each client's ``SecurityConfig``.
+``ssl.*``, ``sasl.*``) is read by :mod:`mm2py.config.security` into each client's ``SecurityConfig``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from mm2py.client.cluster import ClientConfig
 from mm2py.client.connection import ConnectionConfig, SecurityConfig
 from mm2py.client.fetcher import FetcherConfig
 from mm2py.client.producer import ProducerConfig
-from mm2py.engine.config import FlowConfig
-from mm2py.engine.config_errors import ConfigError
-from mm2py.engine.config_flat import is_connection_key
-from mm2py.engine.security import cluster_security
+from mm2py.config.errors import ConfigError
+from mm2py.config.flat import is_connection_key
+from mm2py.config.models import FlowConfig
+from mm2py.config.security import cluster_security
 from mm2py.protocol.api_fetch import READ_COMMITTED, READ_UNCOMMITTED
 
 log = logging.getLogger(__name__)

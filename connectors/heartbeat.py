@@ -15,9 +15,9 @@ import time
 
 from confluent_kafka import Producer
 
-from mm2py.engine.admin import ClusterAdmin, librdkafka_config
-from mm2py.engine.config import FlowConfig
+from mm2py.config.models import FlowConfig
 from mm2py.protocol.mm2_records import Heartbeat
+from mm2py.stores.admin import ClusterAdmin, librdkafka_config
 
 log = logging.getLogger(__name__)
 

@@ -10,15 +10,16 @@ from connectors.mirror_source import MirrorSource
 from connectors.resume import TailReconciler
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.producer import RawProducer
-from mm2py.engine.admin import ClusterAdmin, librdkafka_security
-from mm2py.engine.config import FlowConfig
-from mm2py.engine.progress import Position, ProgressStore
-from mm2py.engine.security import Side
-from mm2py.engine.sync_writer import OffsetSyncWriter
+from mm2py.config.models import FlowConfig
+from mm2py.config.security import Side
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskSpec
+from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin, librdkafka_security
+from mm2py.stores.positions import PositionStore
+from mm2py.stores.sync_writer import OffsetSyncWriter
 
 
 def bootstrap_of(flow: FlowConfig, side: str) -> str:
@@ -26,12 +27,12 @@ def bootstrap_of(flow: FlowConfig, side: str) -> str:
     return cluster.bootstrap_servers
 
 
-class FlowCheckpointer:
+class FlowProgressKeeper:
     """Progress in ``mm2-offsets.<source>.internal`` and offset syncs where the flow says."""
 
     def __init__(self, flow: FlowConfig) -> None:
         self.flow = flow
-        self.progress = ProgressStore(ClusterAdmin.for_cluster(flow, "target"), flow.source)
+        self.progress = PositionStore(ClusterAdmin.for_cluster(flow, "target"), flow.source)
         self.syncs: OffsetSyncWriter | None = None
         if flow.emit_offset_syncs_enabled:
             side: Side = "source" if flow.offset_syncs_topic_location == "source" else "target"
@@ -78,7 +79,7 @@ async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRun
 
     sink = MirrorSink(RawProducer(target_client, settings.producer), rename)
     return TaskRunner(
-        spec, source, sink, FlowCheckpointer(flow),
+        spec, source, sink, FlowProgressKeeper(flow),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,
         reconcile=TailReconciler(source, target_client, rename),
     )

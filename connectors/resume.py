@@ -19,10 +19,10 @@ from collections.abc import Callable
 from connectors.mirror_source import MirrorSource
 from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
-from mm2py.engine.progress import Position
 from mm2py.engine.task_api import Delivered
 from mm2py.protocol.api_fetch import READ_UNCOMMITTED
 from mm2py.protocol.batch_edit import rebuild_contiguous
+from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.records import ATTR_TRANSACTIONAL, RecordBatch
 from mm2py.protocol.types import TopicPartition
 

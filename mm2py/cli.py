@@ -36,7 +36,7 @@ def _run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
-    from mm2py.engine.config import load_config
+    from mm2py.config.models import load_config
     from mm2py.runtime.inprocess import Worker
 
     logging.basicConfig(
@@ -143,9 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a clear one-line error, not a traceback, for users
-        from mm2py.engine.admin import ClusterUnreachableError
-        from mm2py.engine.config_errors import ConfigError
+        from mm2py.config.errors import ConfigError
         from mm2py.kafka_local import HarnessError
+        from mm2py.stores.admin import ClusterUnreachableError
 
         if isinstance(exc, HarnessError | ConfigError | ClusterUnreachableError | OSError):
             print(f"mm2py: error: {exc}", file=sys.stderr)

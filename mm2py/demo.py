@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from mm2py.engine.config import MirrorMakerConfig
+from mm2py.config.models import MirrorMakerConfig
 from mm2py.kafka_local import dev
 from mm2py.runtime.inprocess import Worker
 from rest_api.server import RestServer

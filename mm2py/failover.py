@@ -24,23 +24,23 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from connectors.checkpoint import mirror_rule
-from mm2py.engine.admin import (
+from mm2py.config.errors import ConfigError
+from mm2py.config.models import FlowConfig, load_config
+from mm2py.config.security import Side
+from mm2py.engine.checkpoints import CheckpointLog, translate_group
+from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, fold, progress_topic
+from mm2py.protocol.errors import ProtocolError
+from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
+from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import (
     ClusterAdmin,
     ClusterUnreachableError,
     GroupOffset,
     GroupOffsetsRefusedError,
     librdkafka_config,
 )
-from mm2py.engine.checkpoints import CheckpointLog, translate_group
-from mm2py.engine.config import FlowConfig, load_config
-from mm2py.engine.config_errors import ConfigError
-from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.engine.progress import Position, decode, progress_topic
-from mm2py.engine.security import Side
-from mm2py.engine.topic_tail import TopicTail
-from mm2py.protocol.errors import ProtocolError
-from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
-from mm2py.protocol.types import TopicPartition
+from mm2py.stores.topic_tail import TopicTail
 
 
 def check_topic_regex(regex: str | None, name: str) -> None:
@@ -172,12 +172,8 @@ def _translate_directly(
     progress: dict[TopicPartition, Position] = {}
 
     def on_progress(key: bytes | None, value: bytes | None) -> None:
-        decoded = decode(key, value)
-        if decoded is not None and decoded[0] == flow.source:
-            if decoded[2] is None:
-                progress.pop(decoded[1], None)
-            else:
-                progress[decoded[1]] = decoded[2]
+        with contextlib.suppress(MalformedOffsetRecordError):  # not ours to judge; skipped as MM2 would
+            fold(progress, flow.source, key, value)
 
     syncs = OffsetSyncStore()
 

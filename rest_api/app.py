@@ -16,8 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from mm2py.engine.admin import ClusterUnreachableError
-from mm2py.engine.config_errors import ConfigError
+from mm2py.config.errors import ConfigError
 from mm2py.failover import (
     FailoverError,
     GroupActiveError,
@@ -29,6 +28,7 @@ from mm2py.failover import (
 from mm2py.runtime.inprocess import FlowRunner, Worker
 from mm2py.runtime.metrics import WorkerCollector
 from mm2py.runtime.steering import ClusterConflictError, FlowExistsError, FlowNotFoundError
+from mm2py.stores.admin import ClusterUnreachableError
 from rest_api.models import (
     ClusterInfo,
     ErrorBody,

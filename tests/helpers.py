@@ -221,7 +221,7 @@ def mirror_config(
     clusters: Mapping[str, str], flows: Mapping[str, Mapping[str, object]], **settings: object
 ) -> object:
     """A MirrorMakerConfig for the test clusters (single-node replication factors)."""
-    from mm2py.engine.config import MirrorMakerConfig
+    from mm2py.config.models import MirrorMakerConfig
 
     doc: dict[str, object] = {"clusters": dict(clusters), "flows": {k: dict(v) for k, v in flows.items()}}
     doc.update(TEST_DEFAULTS)

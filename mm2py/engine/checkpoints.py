@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from mm2py.engine.admin import GroupOffset
 from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.engine.progress import Position
+from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import GroupOffset
 
 
 def translate_offset(

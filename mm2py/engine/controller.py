@@ -14,13 +14,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka.admin import NewTopic
-
-from mm2py.engine.admin import ClusterAdmin
+from mm2py.config.filters import ConfigPropertyFilter, TopicFilter
+from mm2py.config.policy import ReplicationPolicy, is_cycle
 from mm2py.engine.assignment import assign
-from mm2py.engine.filters import ConfigPropertyFilter, TopicFilter
-from mm2py.engine.policy import ReplicationPolicy, is_cycle
 from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin, TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +114,9 @@ class Controller:
 
         missing = [s for s, t in selected.items() if t not in target_topics]
         created = self.target_admin.create_topics(
-            NewTopic(
+            TopicSpec(
                 selected[s], source_topics[s].partitions, self.replication_factor,
-                config={**configs.get(s, {}), **TARGET_FIXED_CONFIGS},
+                {**configs.get(s, {}), **TARGET_FIXED_CONFIGS},
             )
             for s in missing
         )

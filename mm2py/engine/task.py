@@ -22,17 +22,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
-from mm2py.engine.progress import Position
 from mm2py.engine.task_api import (
     BatchSink,
     BatchSource,
-    Checkpointer,
     Polled,
+    ProgressKeeper,
     Reconciler,
     SinkError,
     TaskMetrics,
     TaskSpec,
 )
+from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -48,7 +48,7 @@ class TaskRunner:
         spec: TaskSpec,
         source: BatchSource,
         sink: BatchSink,
-        checkpointer: Checkpointer,
+        progress: ProgressKeeper,
         *,
         offset_lag_max: int = 100,
         commit_interval: float = 1.0,
@@ -59,7 +59,7 @@ class TaskRunner:
         self.spec = spec
         self.source = source
         self.sink = sink
-        self.checkpointer = checkpointer
+        self.progress = progress
         self.planner = OffsetSyncPlanner(offset_lag_max=offset_lag_max)
         self.commit_interval = commit_interval
         self.retry_backoff = retry_backoff
@@ -131,7 +131,7 @@ class TaskRunner:
         if not new:
             return
         given = dict(self.spec.start_positions or {})
-        stored = await asyncio.to_thread(self.checkpointer.load) if not given else {}
+        stored = await asyncio.to_thread(self.progress.load) if not given else {}
         missing = [tp for tp in new if tp not in given and tp not in stored]
         fresh = await self.source.resolve_start(missing) if missing else {}
         targets = await self.sink.end_offsets(missing) if missing else {}
@@ -160,7 +160,7 @@ class TaskRunner:
                     ]
                     if syncs:
                         self.metrics.syncs += len(syncs)
-                        self.checkpointer.send_syncs(syncs)
+                        self.progress.send_syncs(syncs)
             else:
                 pos, target = fresh.get(tp, 0), targets[tp]
             self._acked[tp] = pos
@@ -310,7 +310,7 @@ class TaskRunner:
                 self._acked[tp] = max(self._acked[tp], end)
         if syncs:
             self.metrics.syncs += len(syncs)
-            self.checkpointer.send_syncs(syncs)
+            self.progress.send_syncs(syncs)
         if not ok:
             for tp in self._fetch_pos:
                 self._fetch_pos[tp] = self._acked[tp]
@@ -339,13 +339,13 @@ class TaskRunner:
 
     def _persist(self, positions: Mapping[TopicPartition, Position]) -> None:
         """Flush offset syncs, then commit ``positions`` (blocking: run in a thread)."""
-        self.checkpointer.flush_syncs()
-        self.checkpointer.commit(positions)
+        self.progress.flush_syncs()
+        self.progress.commit(positions)
 
     async def close(self) -> None:
         await self.source.close()
         await self.sink.close()
-        await asyncio.to_thread(self.checkpointer.close)
+        await asyncio.to_thread(self.progress.close)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -1,8 +1,8 @@
-"""The contract between a mirror task and its parts: work description, source, sink, checkpointer.
+"""The contract between a mirror task and its parts: work description, source, sink, progress keeper.
 
 Plain data (:class:`TaskSpec`, :class:`Polled`, :class:`Delivered`) and protocols implemented by
 ``connectors/`` (:class:`BatchSource`, :class:`BatchSink`) and by the progress/offset-sync writers
-(:class:`Checkpointer`). :mod:`mm2py.engine.task` runs the pipeline over them.
+(:class:`ProgressKeeper`). :mod:`mm2py.engine.task` runs the pipeline over them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mm2py.engine.progress import Position
+from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -21,7 +21,7 @@ from mm2py.protocol.types import TopicPartition
 class TaskSpec:
     """Everything a runtime needs to start one task, as picklable data."""
 
-    flow: Any  # mm2py.engine.config.FlowConfig (kept loose to avoid an import cycle)
+    flow: Any  # mm2py.config.models.FlowConfig (kept loose to avoid an import cycle)
     task_id: int
     partitions: tuple[TopicPartition, ...]
     start_positions: Mapping[TopicPartition, int] | None = None
@@ -82,7 +82,7 @@ class SinkError(Exception):
         self.delivered = delivered
 
 
-class Checkpointer(Protocol):
+class ProgressKeeper(Protocol):
     """Persists positions and offset syncs (blocking calls, run in a thread)."""
 
     def load(self) -> dict[TopicPartition, Position]: ...

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.checkpoint import CheckpointConnector
-from mm2py.engine.admin import ClusterAdmin
-from mm2py.engine.config import FlowConfig, MirrorMakerConfig
+from mm2py.config.filters import TopicFilter
+from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Controller, Plan
-from mm2py.engine.filters import TopicFilter
-from mm2py.engine.progress import progress_topic
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskSpec
+from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.runtime.worker_base import WorkerBase
+from mm2py.stores.admin import ClusterAdmin
 
 log = logging.getLogger(__name__)
 

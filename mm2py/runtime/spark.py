@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from mm2py.engine.config import FlowConfig, MirrorMakerConfig
+from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.runtime.spark_flow import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark_round import RoundResult, RoundWork, run_round
 from mm2py.runtime.spark_session import default_master, spark_session

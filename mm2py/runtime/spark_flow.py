@@ -20,9 +20,9 @@ from typing import Any
 
 from connectors.checkpoint import CheckpointConnector
 from mm2py.client.cluster import LATEST, ClusterClient
-from mm2py.engine.config import FlowConfig
+from mm2py.config.filters import TopicFilter
+from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Plan
-from mm2py.engine.filters import TopicFilter
 from mm2py.engine.task_api import TaskMetrics
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.inprocess import controller_for, ensure_internal_topics

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mm2py.engine.config import MirrorMakerConfig
-from mm2py.engine.config_errors import ConfigError
+from mm2py.config.errors import ConfigError
+from mm2py.config.models import MirrorMakerConfig
 
 __all__ = [
     "FILTER_KEYS",

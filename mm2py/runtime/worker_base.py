@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from connectors.heartbeat import HeartbeatEmitter
-from mm2py.engine.config import FlowConfig, MirrorMakerConfig
-from mm2py.engine.filters import TopicFilter
+from mm2py.config.filters import TopicFilter
+from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.runtime.steering import (
     FILTER_KEYS,
     FlowExistsError,

@@ -16,11 +16,11 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from helpers import BackgroundWorker, create_topic, end_offsets, mirror_config, read_all, unique, wait_until
 
-from mm2py.engine.admin import ClusterAdmin, GroupOffset
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.metrics import WorkerCollector
+from mm2py.stores.admin import ClusterAdmin, GroupOffset
 
 pytestmark = pytest.mark.integration
 

@@ -215,7 +215,7 @@ def test_active_active_flows_never_mirror_back(east: KafkaCluster, west: KafkaCl
 def test_source_partitions_added_and_topic_configs_synced(east: KafkaCluster, west: KafkaCluster) -> None:
     from confluent_kafka.admin import ConfigResource
 
-    from mm2py.engine.admin import ClusterAdmin
+    from mm2py.stores.admin import ClusterAdmin
 
     topic = create_topic(east.bootstrap, unique("cfg"), partitions=2,
                          config={"retention.ms": "123456789", "max.message.bytes": "2000000"})
@@ -347,7 +347,7 @@ def test_a_partition_moving_between_tasks_is_handed_over_without_duplicates(
                    60, 0.5, "both topics")
         owner = {tp.topic: tid for tid, r in flow.tasks.items() for tp in r.partitions}
         assert owner == {first: 0, second: 1}
-        from mm2py.engine.admin import ClusterAdmin
+        from mm2py.stores.admin import ClusterAdmin
 
         admin = ClusterAdmin("east", east.bootstrap)
         admin._client.delete_topics([first])[first].result(30)

@@ -203,8 +203,9 @@ def test_restart_behind_the_target_skips_what_is_already_there(
     east: KafkaCluster, west: KafkaCluster
 ) -> None:
     """A position committed long before the crash (across transaction gaps) still duplicates nothing."""
-    from mm2py.engine.admin import ClusterAdmin
-    from mm2py.engine.progress import Position, ProgressStore
+    from mm2py.protocol.connect_offsets import Position
+    from mm2py.stores.admin import ClusterAdmin
+    from mm2py.stores.positions import PositionStore
 
     topic = create_topic(east.bootstrap, unique("behind"), partitions=1)
     tx = Producer({"bootstrap.servers": east.bootstrap, "transactional.id": unique("tx")})
@@ -227,7 +228,7 @@ def test_restart_behind_the_target_skips_what_is_already_there(
                    60, 0.5, "mirrored")
     end = end_offsets(west.bootstrap, target_topic)[0]
     # rewind the committed position to the first batch boundary: (source 0, target 0)
-    store = ProgressStore(ClusterAdmin("west", west.bootstrap), "east")
+    store = PositionStore(ClusterAdmin("west", west.bootstrap), "east")
     store.commit({TopicPartition(topic, 0): Position(0, 0)})
     store.close()
     with BackgroundWorker(config) as bg:

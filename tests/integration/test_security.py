@@ -30,16 +30,16 @@ from mm2py.client.cluster import ClientConfig, ClusterClient
 from mm2py.client.connection import AuthenticationError, ConnectionConfig, TlsError
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.client.producer import ProducerConfig, RawProducer
-from mm2py.engine.admin import ClusterAdmin, ClusterSecurityError
-from mm2py.engine.config import MirrorMakerConfig
-from mm2py.engine.progress import ProgressStore
-from mm2py.engine.security import parse_security
+from mm2py.config.models import MirrorMakerConfig
+from mm2py.config.security import parse_security
 from mm2py.kafka_local import BrokerSecurity, KafkaCluster
 from mm2py.protocol.errors_codes import NONE
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.record_codec import decode_records
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin, ClusterSecurityError
+from mm2py.stores.positions import PositionStore
 
 pytestmark = pytest.mark.integration
 
@@ -222,7 +222,7 @@ def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, target_cluste
     syncs = read_syncs(secured.bootstrap, "mm2-offset-syncs.west.internal")
     ours = [s for s in syncs if s.topic_partition.topic == topic]
     assert {s.topic_partition.partition for s in ours} == {0, 1}
-    positions = ProgressStore(ClusterAdmin("west", target_cluster.bootstrap), "east").load()
+    positions = PositionStore(ClusterAdmin("west", target_cluster.bootstrap), "east").load()
     assert {tp.partition: p.source for tp, p in positions.items() if tp.topic == topic} == {0: 150, 1: 150}
     assert all(s.upstream_offset < 150 for s in ours)
     # every checkpoint written was behind or exact, never ahead

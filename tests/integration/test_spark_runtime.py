@@ -27,11 +27,11 @@ from helpers import (
     wait_until,
 )
 
-from mm2py.engine.admin import ClusterAdmin
-from mm2py.engine.progress import ProgressStore
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark import SparkWorker
+from mm2py.stores.admin import ClusterAdmin
+from mm2py.stores.positions import PositionStore
 from rest_api.models import FlowStatus
 
 pytestmark = pytest.mark.integration
@@ -144,7 +144,7 @@ def test_spark_rounds_mirror_exactly_resume_exactly_and_pick_up_new_topics(
     synced = {s.topic_partition for s in read_syncs(east.bootstrap, "mm2-offset-syncs.west.internal")}
     want = {TopicPartition(t, p) for t in (a, b) for p in (0, 1)}
     assert want <= synced
-    committed = ProgressStore(ClusterAdmin("west", west.bootstrap), "east").load()
+    committed = PositionStore(ClusterAdmin("west", west.bootstrap), "east").load()
     for t in (a, b):
         target_ends = end_offsets(west.bootstrap, f"east.{t}")
         for p, end in end_offsets(east.bootstrap, t).items():

@@ -5,7 +5,6 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mm2py.engine.admin import GroupOffset, GroupState
 from mm2py.engine.checkpoints import (
     CheckpointLog,
     is_newer,
@@ -14,9 +13,10 @@ from mm2py.engine.checkpoints import (
     translate_offset,
 )
 from mm2py.engine.offset_syncs import OffsetSyncPlanner, OffsetSyncStore
-from mm2py.engine.progress import Position
+from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import GroupOffset, GroupState
 
 TP = TopicPartition("orders", 0)
 

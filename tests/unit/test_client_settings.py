@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from connectors.client_settings import raw_client_settings
-from mm2py.engine.config import MirrorMakerConfig
-from mm2py.engine.config_errors import ConfigError
+from mm2py.config.errors import ConfigError
+from mm2py.config.models import MirrorMakerConfig
 from mm2py.protocol.api_fetch import READ_UNCOMMITTED
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from mm2py.engine.config import FlowConfig, MirrorMakerConfig, load_config
-from mm2py.engine.config_errors import ConfigError
-from mm2py.engine.config_properties import parse_properties
-from mm2py.engine.policy import IdentityReplicationPolicy
+from mm2py.config.errors import ConfigError
+from mm2py.config.models import FlowConfig, MirrorMakerConfig, load_config
+from mm2py.config.policy import IdentityReplicationPolicy
+from mm2py.config.properties import parse_properties
 
 DATA = Path(__file__).parent / "data"
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from mm2py.cli import build_parser
-from mm2py.engine.config import load_config
+from mm2py.config.models import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").rglob("*.properties")) + sorted((ROOT / "examples").rglob("*.yaml"))

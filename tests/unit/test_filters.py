@@ -4,8 +4,8 @@ import pickle
 
 import pytest
 
-from mm2py.engine.config_errors import ConfigError
-from mm2py.engine.filters import (
+from mm2py.config.errors import ConfigError
+from mm2py.config.filters import (
     ConfigPropertyFilter,
     GroupFilter,
     PatternList,

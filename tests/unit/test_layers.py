@@ -1,4 +1,6 @@
-"""Imports only point down: protocol -> client -> engine -> connectors -> runtime -> interfaces."""
+"""Imports only point down: errors -> protocol -> client -> config -> stores -> engine -> connectors
+-> runtime -> interfaces. No import cycle between modules (``TYPE_CHECKING`` imports included), no
+Kafka client library below the stores, no Spark module importing the in-process runtime."""
 
 from __future__ import annotations
 
@@ -11,15 +13,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS = {
-    "mm2py.protocol": 0,
-    "mm2py.client": 1,
-    "mm2py.engine": 2,
-    "connectors": 3,
-    "mm2py.runtime": 4,
-    "rest_api": 5,
-    "mm2py.cli": 5,
-    "mm2py.demo": 5,
-    "mm2py.failover": 5,
+    "mm2py.errors": 0,
+    "mm2py.protocol": 1,
+    "mm2py.client": 2,
+    "mm2py.config": 3,
+    "mm2py.stores": 4,
+    "mm2py.engine": 5,
+    "connectors": 6,
+    "mm2py.runtime": 7,
+    "rest_api": 8,
+    "mm2py.cli": 8,
+    "mm2py.demo": 8,
+    "mm2py.failover": 8,
 }
 
 
@@ -61,6 +66,41 @@ def test_imports_only_point_down(module: str, path: Path) -> None:
     assert not upward, f"{module} (layer {own}) imports higher layers: {upward}"
 
 
+def _module_graph() -> dict[str, set[str]]:
+    """Each production module and the production modules it imports (any import, anywhere)."""
+    modules = {name for name, _ in _modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in _modules():
+        deps = set()
+        for imported in _imports(path):
+            # ``from pkg import mod`` names a module too; keep the longest known prefix
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name and not name.startswith(imported + ".") and imported != "mm2py":
+                deps.add(imported)
+        graph[name] = deps
+    return graph
+
+
+def test_a_cycle_would_be_found() -> None:
+    """The cycle check itself: the graph it walks has the edges the sources state."""
+    graph = _module_graph()
+    assert "mm2py.protocol.records" in graph["mm2py.protocol.batch_edit"]
+    assert "mm2py.engine.task_api" in graph["mm2py.engine.task"]
+
+
+def test_kafka_client_libraries_only_in_stores_and_above() -> None:
+    for module, path in _modules():
+        level = _layer(module)
+        if level is not None and level < LAYERS["mm2py.stores"]:
+            bad = [n for n in _imports(path) if n.split(".")[0] == "confluent_kafka"]
+            assert not bad, f"{module} imports {bad}"
+    engine = [m for m, p in _modules() if m.startswith("mm2py.engine")
+              and any(n.split(".")[0] == "confluent_kafka" for n in _imports(p))]
+    assert not engine, f"engine modules import confluent_kafka: {engine}"
+
+
+
 def test_protocol_layer_does_no_io() -> None:
     for module, path in _modules():
         if _layer(module) == 0:
@@ -69,7 +109,7 @@ def test_protocol_layer_does_no_io() -> None:
 
 
 def test_a_task_spec_is_plain_picklable_data() -> None:
-    from mm2py.engine.config import MirrorMakerConfig
+    from mm2py.config.models import MirrorMakerConfig
     from mm2py.engine.task_api import TaskSpec
     from mm2py.protocol.types import TopicPartition
 

@@ -4,7 +4,7 @@ import pickle
 
 import pytest
 
-from mm2py.engine.policy import (
+from mm2py.config.policy import (
     DefaultReplicationPolicy,
     IdentityReplicationPolicy,
     ReplicationPolicy,

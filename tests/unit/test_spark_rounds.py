@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mm2py.engine.config import FlowConfig, MirrorMakerConfig
+from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.task_api import TaskMetrics
 from mm2py.protocol.types import TopicPartition as TP
 from mm2py.runtime.spark import SparkTask, job_error

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mm2py.engine.config import MirrorMakerConfig
-from mm2py.engine.config_errors import ConfigError
+from mm2py.config.errors import ConfigError
+from mm2py.config.models import MirrorMakerConfig
 from mm2py.runtime.steering import ClusterConflictError, OverlayStore, cluster_keys, flow_keys, layered
 
 BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstrap.servers": "w:1",

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.engine.progress import Position
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import Delivered, Polled, SinkError, TaskSpec
+from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.record_codec import Record, build_batch

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mm2py.engine.config_errors import ConfigError, did_you_mean
-from mm2py.engine.filters import split_list
+from mm2py.config.errors import ConfigError, did_you_mean
+from mm2py.config.filters import split_list
 
 __all__ = ["CLIENT_KINDS", "FlatConfig", "classify", "is_connection_key", "to_client_value"]
 

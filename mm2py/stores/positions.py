@@ -1,79 +1,33 @@
-"""Where each source partition's mirroring stands, kept in a compacted topic on the target.
+"""Where each source partition's mirroring stands: :class:`PositionStore`, a compacted topic on the target.
 
-Records use Kafka Connect's offset-storage layout as MM2's MirrorSourceTask writes it: key
-``["MirrorSourceConnector",{"cluster":"<source>","partition":N,"topic":"<topic>"}]`` and value
-``{"offset":O}`` where ``O`` is the last source offset delivered to the target. A restarted task
-resumes at ``O + 1``. Topic: ``mm2-offsets.<source>.internal``.
-
-A position is only written after the target acknowledged every batch below it (at-least-once).
-mm2py adds ``"mm2py.target.offset"``: the target partition's end after that last batch. MM2 reads
-only ``offset``, so the records stay MM2-compatible; mm2py uses the extra field on restart to
-recognise batches that reached the target after the last commit (see ``connectors/resume.py``).
+The records are Kafka Connect's source-offset records as MM2 writes them
+(:mod:`mm2py.protocol.connect_offsets`). A position is only written after the target acknowledged
+every batch below it (at-least-once); its target offset lets a restart recognise batches that
+reached the target after the last commit (see ``connectors/resume.py``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
-from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
-from mm2py.engine.admin import ClusterAdmin
+from mm2py.protocol.connect_offsets import (
+    MalformedOffsetRecordError,
+    Position,
+    encode_key,
+    encode_value,
+    fold,
+    progress_topic,
+)
 from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin
 
 log = logging.getLogger(__name__)
 
-CONNECTOR_NAME = "MirrorSourceConnector"
-TARGET_FIELD = "mm2py.target.offset"
-
-
-class Position(NamedTuple):
-    """Where a source partition stands: next source offset, and the target end it maps to."""
-
-    source: int
-    target: int | None = None
-
-
-def progress_topic(source_alias: str) -> str:
-    return f"mm2-offsets.{source_alias}.internal"
-
-
-def encode_key(source_alias: str, tp: TopicPartition) -> bytes:
-    part = {"cluster": source_alias, "partition": tp.partition, "topic": tp.topic}
-    return json.dumps([CONNECTOR_NAME, part], separators=(",", ":"), sort_keys=True).encode()
-
-
-def encode_value(last_offset: int, target_next: int | None = None) -> bytes:
-    value: dict[str, int] = {"offset": last_offset}
-    if target_next is not None:
-        value[TARGET_FIELD] = target_next
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def decode(key: bytes | None, value: bytes | None) -> tuple[str, TopicPartition, Position | None] | None:
-    """(cluster, partition, position or None for a tombstone); None for foreign records."""
-    if key is None:
-        return None
-    try:
-        name, part = json.loads(key)
-        if name != CONNECTOR_NAME:
-            return None
-        tp = TopicPartition(str(part["topic"]), int(part["partition"]))
-        cluster = str(part["cluster"])
-        if value is None:
-            return cluster, tp, None
-        doc = json.loads(value)
-        target = doc.get(TARGET_FIELD)
-        return cluster, tp, Position(int(doc["offset"]) + 1, None if target is None else int(target))
-    except (ValueError, KeyError, TypeError):
-        log.warning("ignoring a malformed progress record with key %r", key[:200])
-        return None
-
-
-class ProgressStore:
+class PositionStore:
     """Loads and commits source positions (next offset to fetch) for one source cluster."""
 
     def __init__(
@@ -128,13 +82,10 @@ class ProgressStore:
                         pending.discard(msg.partition())
                         continue
                     raise KafkaException(err)
-                decoded = decode(msg.key(), msg.value())
-                if decoded is not None and decoded[0] == self.source_alias:
-                    _, tp, pos = decoded
-                    if pos is None:
-                        positions.pop(tp, None)
-                    else:
-                        positions[tp] = pos
+                try:
+                    fold(positions, self.source_alias, msg.key(), msg.value())
+                except MalformedOffsetRecordError as exc:
+                    log.warning("%s: ignoring a malformed progress record: %s", self.topic, exc)
                 if (msg.offset() or 0) + 1 >= ends[msg.partition()]:
                     pending.discard(msg.partition())
         finally:

@@ -31,10 +31,8 @@ from pydantic import (
     field_validator,
 )
 
-from mm2py.engine.config_errors import ConfigError, did_you_mean
-from mm2py.engine.config_flat import CLIENT_KINDS, FlatConfig, classify
-from mm2py.engine.config_loader import flatten_document, read_flat_config
-from mm2py.engine.filters import (
+from mm2py.config.errors import ConfigError, did_you_mean
+from mm2py.config.filters import (
     CONFIG_PROPERTIES_EXCLUDE_DEFAULT,
     GROUPS_DEFAULT,
     GROUPS_EXCLUDE_DEFAULT,
@@ -46,7 +44,9 @@ from mm2py.engine.filters import (
     TopicFilter,
     split_list,
 )
-from mm2py.engine.policy import DEFAULT_POLICY_CLASS, ReplicationPolicy, policy_from_config
+from mm2py.config.flat import CLIENT_KINDS, FlatConfig, classify
+from mm2py.config.loader import flatten_document, read_flat_config
+from mm2py.config.policy import DEFAULT_POLICY_CLASS, ReplicationPolicy, policy_from_config
 
 __all__ = ["ClusterConfig", "FlowConfig", "FlowSettings", "MirrorMakerConfig", "load_config"]
 

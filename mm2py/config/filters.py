@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mm2py.engine.config_errors import ConfigError
+from mm2py.config.errors import ConfigError
 
 __all__ = [
     "CONFIG_PROPERTIES_EXCLUDE_DEFAULT",

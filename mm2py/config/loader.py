@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from mm2py.engine.config_errors import ConfigError
-from mm2py.engine.config_properties import decode_properties_bytes, parse_properties
+from mm2py.config.errors import ConfigError
+from mm2py.config.properties import decode_properties_bytes, parse_properties
 
 __all__ = ["flatten_document", "read_flat_config"]
 

@@ -18,7 +18,7 @@ when the bytes are not valid UTF-8.
 
 from __future__ import annotations
 
-from mm2py.engine.config_errors import ConfigError
+from mm2py.config.errors import ConfigError
 
 __all__ = ["decode_properties_bytes", "parse_properties"]
 

@@ -3,7 +3,7 @@
 The engine calls these from worker threads (``asyncio.to_thread``); none of it is on the data path.
 Every confluent-kafka client of a flow is configured through :func:`librdkafka_config` or
 :meth:`ClusterAdmin.for_cluster` (bootstrap servers plus the cluster's TLS/SASL settings,
-:mod:`mm2py.engine.security`). A refused TLS handshake or SASL authentication fails an admin call
+:mod:`mm2py.config.security`). A refused TLS handshake or SASL authentication fails an admin call
 at once with the broker's reason (:class:`ClusterSecurityError`) instead of waiting for the timeout.
 """
 
@@ -13,15 +13,15 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
-from mm2py.engine.config import FlowConfig
-from mm2py.engine.security import Kind, Side, cluster_security
+from mm2py.config.models import FlowConfig
+from mm2py.config.security import Kind, Side, cluster_security
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,16 @@ _POLL_S = 0.2
 
 class GroupOffsetsRefusedError(RuntimeError):
     """The broker did not accept a group offset commit (e.g. the group has active members)."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to create: name, partitions, replication factor (-1: the broker's default), configs."""
+
+    name: str
+    partitions: int
+    replication_factor: int = -1
+    config: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -188,13 +198,13 @@ class ClusterAdmin:
             }
         return out
 
-    def create_topics(self, topics: Iterable[NewTopic]) -> list[str]:
+    def create_topics(self, topics: Iterable[TopicSpec]) -> list[str]:
         """Create topics; ones that already exist are fine. Returns the names created."""
-        topics = list(topics)
-        if not topics:
+        new = [NewTopic(t.name, t.partitions, t.replication_factor, config=dict(t.config)) for t in topics]
+        if not new:
             return []
         created = []
-        futures = self._client.create_topics(topics, request_timeout=self.timeout)
+        futures = self._client.create_topics(new, request_timeout=self.timeout)
         for name, fut in futures.items():
             try:
                 self._result(fut, f"creating topic {name}")
@@ -206,9 +216,7 @@ class ClusterAdmin:
         return created
 
     def ensure_compacted_topic(self, name: str, replication_factor: int = -1) -> None:
-        self.create_topics([NewTopic(
-            name, 1, replication_factor, config={"cleanup.policy": "compact"},
-        )])
+        self.create_topics([TopicSpec(name, 1, replication_factor, {"cleanup.policy": "compact"})])
 
     def add_partitions(self, counts: Mapping[str, int]) -> None:
         if not counts:

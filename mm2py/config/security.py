@@ -30,8 +30,8 @@ from typing import Literal
 from mm2py.client.connection import SecurityConfig
 from mm2py.client.sasl import SaslAuthenticator
 from mm2py.client.tls import TlsConfigError, TlsSettings, ssl_context
-from mm2py.engine.config import FlowConfig
-from mm2py.engine.config_errors import ConfigError
+from mm2py.config.errors import ConfigError
+from mm2py.config.models import FlowConfig
 from mm2py.protocol.sasl_mechanisms import MECHANISMS, PLAIN
 
 __all__ = ["ClusterSecurity", "cluster_security", "parse_jaas_config", "parse_security"]

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Producer
 
-from mm2py.engine.admin import client_config
 from mm2py.protocol.mm2_records import OffsetSync
+from mm2py.stores.admin import client_config
 
 log = logging.getLogger(__name__)
 
