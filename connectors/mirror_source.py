@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.client.types import ClientError
-from mm2py.engine.task_api import Polled
+from mm2py.engine.task_api import Polled, TaskError
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE, BrokerError
 from mm2py.protocol.types import TopicPartition
@@ -24,7 +24,7 @@ from mm2py.protocol.types import TopicPartition
 log = logging.getLogger(__name__)
 
 
-class SourceError(RuntimeError):
+class SourceError(TaskError):
     """The source cluster answered with an error the task cannot recover from."""
 
 

@@ -143,11 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a clear one-line error, not a traceback, for users
-        from mm2py.config.errors import ConfigError
-        from mm2py.kafka_local import HarnessError
-        from mm2py.stores.admin import ClusterUnreachableError
+        from mm2py.errors import Mm2pyError
 
-        if isinstance(exc, HarnessError | ConfigError | ClusterUnreachableError | OSError):
+        if isinstance(exc, Mm2pyError | OSError):
             print(f"mm2py: error: {exc}", file=sys.stderr)
             return 2
         raise

@@ -29,6 +29,7 @@ from mm2py.config.models import FlowConfig, load_config
 from mm2py.config.security import Side
 from mm2py.engine.checkpoints import CheckpointLog, translate_group
 from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.errors import Mm2pyError
 from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, fold, progress_topic
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
@@ -53,7 +54,7 @@ def check_topic_regex(regex: str | None, name: str) -> None:
         raise ConfigError(f"invalid {name} {regex!r}: {exc}", name) from None
 
 
-class FailoverError(Exception):
+class FailoverError(Mm2pyError):
     """A request the tool cannot carry out; the message is shown as it is."""
 
 

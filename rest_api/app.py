@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from mm2py.config.errors import ConfigError
+from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.failover import (
     FailoverError,
     GroupActiveError,
@@ -28,7 +29,6 @@ from mm2py.failover import (
 from mm2py.runtime.inprocess import FlowRunner, Worker
 from mm2py.runtime.metrics import WorkerCollector
 from mm2py.runtime.steering import ClusterConflictError, FlowExistsError, FlowNotFoundError
-from mm2py.stores.admin import ClusterUnreachableError
 from rest_api.models import (
     ClusterInfo,
     ErrorBody,
@@ -57,14 +57,16 @@ _STATUS: dict[type[Exception], int] = {
     FlowNotFoundError: 404,
     FlowExistsError: 409,
     ClusterConflictError: 409,
+    SecurityError: 401,  # the cluster refused our TLS/SASL: a setting to fix, not an outage
     ClusterUnreachableError: 503,
     UnknownGroupError: 404,
     GroupActiveError: 409,
     FailoverError: 400,
+    Mm2pyError: 500,  # any other error of ours: its message, not a stack trace
 }
 
 _ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 409: {"model": ErrorBody},
-           422: {"model": ErrorBody}, 503: {"model": ErrorBody}}
+           401: {"model": ErrorBody}, 422: {"model": ErrorBody}, 503: {"model": ErrorBody}}
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:

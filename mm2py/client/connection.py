@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from mm2py.client.types import ConnectionLostError, RequestTimeoutError
+from mm2py.errors import SecurityError
 from mm2py.protocol.api import (
     SUPPORTED_VERSIONS,
     ApiKey,
@@ -42,12 +43,6 @@ from mm2py.protocol.wire import Buf
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _READ_CHUNK = 256 * 1024
-
-
-class SecurityError(Exception):
-    """TLS or SASL refused the connection. A configuration problem: never retried."""
-
-    retriable = False
 
 
 class TlsError(SecurityError):

@@ -43,7 +43,7 @@ Outcome = ProducePartitionResponse | BaseException
 _STATE_LOST = frozenset({UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH})
 
 
-class ProduceError(Exception):
+class ProduceError(ClientError):
     """A produce call that did not deliver everything; ``offsets`` holds what was acknowledged
     (a prefix per partition, -1 for the rest, in input order)."""
 

@@ -16,13 +16,18 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from mm2py.errors import ConfigError
 
-class TlsConfigError(ValueError):
+
+class TlsConfigError(ConfigError):
     """Certificates or keys that cannot be loaded. ``part`` says which: ``"ca"`` or ``"client"``."""
 
     def __init__(self, message: str, part: str) -> None:
         super().__init__(message)
         self.part = part
+
+    def __reduce__(self) -> tuple[type[TlsConfigError], tuple[str, str]]:
+        return (type(self), (str(self), self.part))
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mm2py.errors import Mm2pyError
 from mm2py.protocol.errors_codes import BrokerError
 from mm2py.protocol.types import TopicPartition
 
@@ -15,7 +16,7 @@ __all__ = [
 ]
 
 
-class ClientError(Exception):
+class ClientError(Mm2pyError):
     """A failure of the client machinery (not a broker error code)."""
 
     retriable: bool = False

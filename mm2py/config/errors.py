@@ -1,20 +1,13 @@
-"""The configuration error type shared by config loading and runtime-replaceable filters."""
+"""Configuration errors: :class:`ConfigError` (from the project's error tree) and did-you-mean hints."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
 
+from mm2py.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A configuration key or value is unknown or invalid. ``key`` names the offending key."""
-
-    def __init__(self, message: str, key: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
-
-    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str | None]]:
-        return (type(self), (str(self), self.key))
+__all__ = ["ConfigError", "did_you_mean"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:

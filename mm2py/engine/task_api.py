@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mm2py.errors import Mm2pyError
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
@@ -76,7 +77,14 @@ class BatchSink(Protocol):
     async def close(self) -> None: ...
 
 
-class SinkError(Exception):
+class TaskError(Mm2pyError):
+    """A mirror task cannot go on; the task is marked FAILED with this as its trace."""
+
+
+class SinkError(TaskError):
+    """Producing to the target failed; ``delivered`` is what was acknowledged before the failure."""
+
+
     def __init__(self, message: str, delivered: list[Delivered]) -> None:
         super().__init__(message)
         self.delivered = delivered

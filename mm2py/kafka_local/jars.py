@@ -8,11 +8,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from mm2py.errors import Mm2pyError
+
 KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).with_name("pom.xml")
 
 
-class HarnessError(RuntimeError):
+class HarnessError(Mm2pyError):
     """The local Kafka harness could not do what was asked (missing tool, broker failed to start...)."""
 
 

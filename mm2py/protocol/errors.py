@@ -6,8 +6,10 @@ input, never ``IndexError``/``struct.error``/``ValueError`` leaking from the par
 
 from __future__ import annotations
 
+from mm2py.errors import Mm2pyError
 
-class ProtocolError(Exception):
+
+class ProtocolError(Mm2pyError):
     """Bytes that do not follow the Kafka protocol."""
 
 
@@ -22,10 +24,3 @@ class CorruptBatchError(ProtocolError):
 class UnsupportedError(ProtocolError):
     """Well-formed input that this implementation does not handle (e.g. magic < 2)."""
 
-
-class KafkaApiError(ProtocolError):
-    """A broker answered with a non-zero error code."""
-
-    def __init__(self, code: int, message: str = "") -> None:
-        self.code = code
-        super().__init__(f"Kafka error {code}{': ' + message if message else ''}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode as _KioErrorCode
 
-from mm2py.protocol.errors import KafkaApiError
+from mm2py.errors import Mm2pyError
 
 UNKNOWN_SERVER_ERROR = -1
 NONE = 0
@@ -94,13 +94,15 @@ def invalidates_metadata(code: int) -> bool:
     return error_info(code).invalidates_metadata
 
 
-class BrokerError(KafkaApiError):
-    """A non-zero error code returned by a broker, with its table entry."""
+class BrokerError(Mm2pyError):
+    """A non-zero error code returned by a broker, with its table entry (well-formed bytes: not a
+    :class:`~mm2py.protocol.errors.ProtocolError`)."""
 
     def __init__(self, code: int, message: str = "") -> None:
+        self.code = code
         self.info = error_info(code)
         detail = self.info.name + (f": {message}" if message else "")
-        super().__init__(code, detail)
+        super().__init__(f"Kafka error {code}: {detail}")
 
     @property
     def retriable(self) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig
+from mm2py.errors import Mm2pyError
 
 __all__ = [
     "FILTER_KEYS",
@@ -34,16 +35,20 @@ __all__ = [
 FILTER_KEYS = frozenset({"topics", "topics.exclude"})
 
 
-class FlowNotFoundError(LookupError):
-    pass
+class SteeringError(Mm2pyError):
+    """A run-time change that cannot be made as asked."""
 
 
-class FlowExistsError(ValueError):
-    pass
+class FlowNotFoundError(SteeringError, LookupError):
+    """No running flow has that name."""
 
 
-class ClusterConflictError(ValueError):
-    pass
+class FlowExistsError(SteeringError, ValueError):
+    """A flow of that name runs already."""
+
+
+class ClusterConflictError(SteeringError, ValueError):
+    """A cluster alias given again with other connection settings than the running ones."""
 
 
 def _value(key: str, value: Any) -> str:

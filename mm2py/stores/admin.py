@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 
 from mm2py.config.models import FlowConfig
 from mm2py.config.security import Kind, Side, cluster_security
+from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -32,12 +33,12 @@ _RETRIABLE_GROUP_ERRORS = frozenset({
 _LIBRDKAFKA_LOG = logging.getLogger("mm2py.librdkafka")
 
 
-class ClusterUnreachableError(RuntimeError):
-    """A cluster did not answer within the timeout."""
+class StoreError(Mm2pyError):
+    """A Kafka-backed store could not do what it was asked (a write refused, a read timed out)."""
 
 
-class ClusterSecurityError(ClusterUnreachableError):
-    """The cluster refused our TLS handshake or SASL authentication (not retried)."""
+class ClusterSecurityError(SecurityError):
+    """The cluster refused our TLS handshake or SASL authentication (librdkafka's reason; not retried)."""
 
 
 #: librdkafka errors that mean TLS or SASL refused us: retrying does not help
@@ -45,7 +46,7 @@ _SECURITY_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
 _POLL_S = 0.2
 
 
-class GroupOffsetsRefusedError(RuntimeError):
+class GroupOffsetsRefusedError(StoreError):
     """The broker did not accept a group offset commit (e.g. the group has active members)."""
 
 
@@ -140,7 +141,7 @@ class ClusterAdmin:
         if err.code() in _SECURITY_ERRORS:
             self._refused = err.str()
 
-    def _fail(self, what: str, exc: BaseException) -> ClusterUnreachableError:
+    def _fail(self, what: str, exc: BaseException) -> ClusterUnreachableError | ClusterSecurityError:
         self._client.poll(0)  # serve error callbacks: the reason may be there
         if self._refused is not None:
             return ClusterSecurityError(
