@@ -75,6 +75,12 @@ class TaskRunner:
         self._assignment_applied = asyncio.Event()
         self._last_commit = clock()
         self._round_end: dict[TopicPartition, int] = {}
+        #: positions handed over by the previous holder of a partition (Spark leases): trusted as
+        #: they are, so the partition needs neither the progress topic nor the tail reconciler
+        self._seeds: dict[TopicPartition, Position] = {}
+        #: partitions whose last produce failed with batches unacknowledged: their outcome is
+        #: unknown until a later produce of the same partition succeeds (same producer state)
+        self._in_doubt: set[TopicPartition] = set()
 
     # -- assignment ----------------------------------------------------------------------------
     @property
@@ -84,6 +90,19 @@ class TaskRunner:
     def positions(self) -> dict[TopicPartition, int]:
         """Acknowledged positions (next source offset not yet on the target)."""
         return dict(self._acked)
+
+    def committed_positions(self) -> dict[TopicPartition, Position]:
+        """Each partition's acknowledged position with the target end it maps to."""
+        return self._positions(self._acked)
+
+    @property
+    def in_doubt(self) -> frozenset[TopicPartition]:
+        """Partitions a successor must not resume from a handed-over position (see ``_in_doubt``)."""
+        return frozenset(self._in_doubt)
+
+    def seed(self, positions: Mapping[TopicPartition, Position]) -> None:
+        """Start these partitions, when assigned, exactly at ``positions`` (a clean hand-over)."""
+        self._seeds.update(positions)
 
     def assign(self, partitions: Sequence[TopicPartition]) -> None:
         """Change the assignment; partitions kept keep their positions (no restart)."""
@@ -131,8 +150,10 @@ class TaskRunner:
         if not new:
             return
         given = dict(self.spec.start_positions or {})
-        stored = await asyncio.to_thread(self.progress.load) if not given else {}
-        missing = [tp for tp in new if tp not in given and tp not in stored]
+        seeded = {tp: self._seeds.pop(tp) for tp in new if tp in self._seeds}
+        unknown = [tp for tp in new if tp not in given and tp not in seeded]
+        stored = await asyncio.to_thread(self.progress.load) if unknown and not given else {}
+        missing = [tp for tp in unknown if tp not in stored]
         fresh = await self.source.resolve_start(missing) if missing else {}
         targets = await self.sink.end_offsets(missing) if missing else {}
         if missing:
@@ -143,7 +164,9 @@ class TaskRunner:
             await asyncio.to_thread(self._persist, seeds)
         for tp in new:
             target: int | None = None
-            if tp in given:
+            if tp in seeded:
+                pos, target = seeded[tp]
+            elif tp in given:
                 pos = given[tp]
             elif tp in stored:
                 pos, target = stored[tp]
@@ -286,6 +309,7 @@ class TaskRunner:
             ok = True
         except SinkError as exc:
             delivered, ok = exc.delivered, False
+            self._in_doubt.update(tp for tp, _ in work)
             self.metrics.sink_failures += 1
             log.warning("task %s: produce failed, retrying from the last acknowledged batch: %s",
                         self.spec.task_id, exc)
@@ -303,6 +327,8 @@ class TaskRunner:
             syncs.extend(self.planner.on_batch(
                 d.source, d.source_first, d.source_last, d.target_first, d.record_offsets
             ))
+        if ok:
+            self._in_doubt.difference_update(tp for tp, _ in work)
         # a filtered stretch (aborted or control batches) after a partition's last delivered batch
         for tp, batches in work:
             end = self._round_end.pop(tp, None)

@@ -23,7 +23,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,23 +153,31 @@ async def _mirror(work: RoundWork, result: RoundResult) -> None:
             await asyncio.wait_for(runner.close(), 30)
 
 
-def run_round(work: RoundWork) -> RoundResult:
-    """Run one round of one task on this process (an executor); never raises."""
-    result = RoundResult(work.flow, work.spec.task_id, tuple(work.spec.partitions),
-                         executor=f"{socket.gethostname()}:{os.getpid()}")
-    started = time.monotonic()
+@contextlib.contextmanager
+def capture_warnings() -> Iterator[list[str]]:
+    """The last warnings the task code logs inside the block (they go back to the driver)."""
     warnings = _Warnings()
     loggers = [logging.getLogger(name) for name in ("mm2py", "connectors")]
     for lg in loggers:
         lg.addHandler(warnings)
     try:
-        asyncio.run(_mirror(work, result))
-    except Exception as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
-        result.positions = {}
+        yield warnings.messages
     finally:
         for lg in loggers:
             lg.removeHandler(warnings)
-        result.warnings = warnings.messages
-        result.seconds = time.monotonic() - started
+
+
+def run_round(work: RoundWork) -> RoundResult:
+    """Run one round of one task on this process (an executor); never raises."""
+    result = RoundResult(work.flow, work.spec.task_id, tuple(work.spec.partitions),
+                         executor=f"{socket.gethostname()}:{os.getpid()}")
+    started = time.monotonic()
+    with capture_warnings() as warnings:
+        try:
+            asyncio.run(_mirror(work, result))
+        except Exception as exc:
+            result.error = f"{type(exc).__name__}: {exc}"
+            result.positions = {}
+    result.warnings = warnings
+    result.seconds = time.monotonic() - started
     return result

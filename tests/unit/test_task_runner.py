@@ -90,7 +90,7 @@ class MemorySink:
         return None
 
 
-class MemoryCheckpointer:
+class MemoryProgress:
     def __init__(self, stored: dict[TopicPartition, Position] | None = None) -> None:
         self.stored = dict(stored or {})
         self.syncs: list[OffsetSync] = []
@@ -128,17 +128,17 @@ def run(runner: TaskRunner, until: Mapping[TopicPartition, int]) -> dict[TopicPa
 
 
 def make(logs: Mapping[TopicPartition, Log], sink: MemorySink | None = None,
-         source: MemorySource | None = None, ckpt: MemoryCheckpointer | None = None) -> TaskRunner:
+         source: MemorySource | None = None, ckpt: MemoryProgress | None = None) -> TaskRunner:
     return TaskRunner(
         TaskSpec(None, 0, tuple(logs)), source or MemorySource(logs), sink or MemorySink(),
-        ckpt or MemoryCheckpointer(), offset_lag_max=5, commit_interval=0, retry_backoff=0,
+        ckpt or MemoryProgress(), offset_lag_max=5, commit_interval=0, retry_backoff=0,
     )
 
 
 def test_everything_arrives_once_in_order_and_syncs_translate_exactly() -> None:
     # batches at 0..9, 10..14, markers at 15, 16..19, aborted 20..24 + marker 25, 26..29, marker 30
     log = Log([batch(0, 10), batch(10, 5), batch(16, 4), batch(26, 4)], end=31)
-    sink, ckpt = MemorySink(), MemoryCheckpointer()
+    sink, ckpt = MemorySink(), MemoryProgress()
     runner = make({TP: log}, sink=sink, ckpt=ckpt)
     assert run(runner, {TP: 31}) == {TP: 31}
     assert values(sink) == expected(range(0, 15), range(16, 20), range(26, 30))
@@ -162,7 +162,7 @@ def test_a_failed_produce_rewinds_to_the_last_acknowledged_batch() -> None:
 
 def test_a_corrupt_batch_fails_the_task_and_is_never_forwarded() -> None:
     log = Log([batch(0, 5), batch(5, 5), batch(10, 5)], end=15)
-    sink, ckpt = MemorySink(), MemoryCheckpointer()
+    sink, ckpt = MemorySink(), MemoryProgress()
     runner = make({TP: log}, sink=sink, source=MemorySource({TP: log}, corrupt_at=7, per_fetch=1),
                   ckpt=ckpt)
 
@@ -179,7 +179,7 @@ def test_a_corrupt_batch_fails_the_task_and_is_never_forwarded() -> None:
 def test_resume_from_stored_progress_and_assignment_changes_keep_positions() -> None:
     other = TopicPartition("orders", 1)
     logs = {TP: Log([batch(0, 4), batch(4, 4)], end=8), other: Log([batch(0, 6)], end=6)}
-    ckpt = MemoryCheckpointer({TP: Position(4, None)})
+    ckpt = MemoryProgress({TP: Position(4, None)})
     sink = MemorySink()
     runner = make({TP: logs[TP]}, sink=sink, source=MemorySource(logs), ckpt=ckpt)
     run(runner, {TP: 8})
@@ -210,7 +210,7 @@ def test_a_fetch_made_for_an_older_position_is_not_applied() -> None:
 def test_release_commits_the_partitions_it_gives_up() -> None:
     other = TopicPartition("orders", 1)
     logs = {TP: Log([batch(0, 4)], end=4), other: Log([batch(0, 6)], end=6)}
-    ckpt = MemoryCheckpointer()
+    ckpt = MemoryProgress()
     runner = TaskRunner(TaskSpec(None, 0, (TP, other)), MemorySource(logs), MemorySink(), ckpt,
                         offset_lag_max=5, commit_interval=3600, retry_backoff=0)
 
@@ -229,3 +229,57 @@ def test_release_commits_the_partitions_it_gives_up() -> None:
     assert asyncio.run(go()) is True
     assert runner.partitions == (TP,)
     assert ckpt.stored[other] == Position(6, 6)
+
+
+class CountingProgress(MemoryProgress):
+    def __init__(self, stored: dict[TopicPartition, Position] | None = None) -> None:
+        super().__init__(stored)
+        self.loads = 0
+
+    def load(self) -> dict[TopicPartition, Position]:
+        self.loads += 1
+        return super().load()
+
+
+def test_a_seeded_partition_starts_at_the_handed_over_position_without_reading_progress() -> None:
+    """A lease hand-over: the stored progress is older than the seed; the seed wins and the
+    progress topic is not read at all."""
+    log = Log([batch(0, 4), batch(4, 4), batch(8, 4)], end=12)
+    ckpt = CountingProgress({TP: Position(0, None)})
+    sink = MemorySink()
+    runner = make({TP: log}, sink=sink, ckpt=ckpt)
+    runner.seed({TP: Position(8, 0)})
+    run(runner, {TP: 12})
+    assert values(sink) == expected(range(8, 12))
+    assert ckpt.loads == 0
+    assert runner.committed_positions()[TP] == Position(12, 4)
+
+
+def test_an_unseeded_partition_still_reads_progress() -> None:
+    other = TopicPartition("orders", 1)
+    logs = {TP: Log([batch(0, 4)], end=4), other: Log([batch(0, 2), batch(2, 4)], end=6)}
+    ckpt = CountingProgress({other: Position(2, None)})
+    sink = MemorySink()
+    runner = make(logs, sink=sink, source=MemorySource(logs), ckpt=ckpt)
+    runner.seed({TP: Position(0, 0)})
+    run(runner, {TP: 4, other: 6})
+    assert ckpt.loads == 1
+    assert values(sink, other) == [f"v{o}".encode() for o in range(2, 6)]
+
+
+def test_a_failed_produce_leaves_its_partition_in_doubt_until_a_produce_succeeds() -> None:
+    log = Log([batch(0, 3), batch(3, 3), batch(6, 3)], end=9)
+    sink = MemorySink(fail_on_put={1})
+    runner = make({TP: log}, sink=sink, source=MemorySource({TP: log}, per_fetch=3))
+    seen: list[frozenset[TopicPartition]] = []
+    real_put = sink.put
+
+    async def spy(work: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
+        seen.append(runner.in_doubt)
+        return await real_put(work)
+
+    sink.put = spy  # type: ignore[method-assign]
+    run(runner, {TP: 9})
+    assert seen[0] == frozenset() and seen[1] == frozenset({TP})  # in doubt after the failure
+    assert runner.in_doubt == frozenset()  # cleared by the successful retry
+    assert values(sink) == expected(range(0, 9))

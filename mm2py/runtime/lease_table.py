@@ -1,0 +1,241 @@
+"""Who may write which target partition: the Spark driver's table of mirror leases (pure, no I/O).
+
+A *lease* is one mirror task running continuously on a Spark executor for a while (``--lease-seconds``).
+Leases of the same partitions follow each other without a gap Spark would impose: the driver
+starts the successor (a new Spark job) while the predecessor still mirrors; once the successor has
+connected both clusters it says HELLO, the predecessor is told to STOP, finishes the batches in
+hand, commits and reports its positions (RELEASED), and only then does the successor get GO —
+with those positions, so it neither re-reads the progress topic nor walks the target tail.
+
+Invariants (each named where the code keeps it):
+
+- **ONE_WRITER**: at any time at most one lease holds a ``(flow, partition)``, and only a lease
+  that was sent GO for it produces it.
+- **EXACT_HANDOFF**: a successor starts from carried-over positions only for partitions its
+  predecessor released cleanly (committed, no produce outcome in doubt); for any other partition
+  GO carries ``None`` and the executor loads the committed position and reconciles the target
+  tail, as after a crash.
+- **FENCING**: a lease whose Spark job ended without a release is given up only once its process
+  cannot write any more: its connection to the driver closed, or it has not been heard from for
+  two fence intervals (an executor that cannot reach the driver for one fence interval stops
+  mirroring by itself).
+
+The asyncio side (:mod:`.lease_coordinator`) feeds events in and carries the returned
+:class:`Go` / :class:`Stop` actions to the executors.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.types import TopicPartition
+
+__all__ = ["Go", "Lease", "LeaseState", "LeaseTable", "Stop"]
+
+Key = tuple[str, TopicPartition]  # (flow name, source partition)
+
+
+class LeaseState(enum.StrEnum):
+    STARTING = "STARTING"  # its Spark job was submitted; not connected yet
+    WAITING = "WAITING"  # connected (HELLO); waiting for its partitions to be free
+    RUNNING = "RUNNING"  # sent GO: it holds its partitions and mirrors them
+    STOPPING = "STOPPING"  # sent STOP: still holds its partitions until it releases them
+    RELEASED = "RELEASED"  # stopped and reported its positions
+    LOST = "LOST"  # ended without a release (failed, killed, cut off); fenced
+
+    @property
+    def ended(self) -> bool:
+        return self in (LeaseState.RELEASED, LeaseState.LOST)
+
+
+@dataclass
+class Lease:
+    lease_id: str
+    flow: str
+    task_id: int
+    partitions: frozenset[TopicPartition]
+    started: float
+    state: LeaseState = LeaseState.STARTING
+    last_seen: float = 0.0  # the last message from its executor (driver clock)
+    connected: bool = False
+    job_done: bool = False  # its Spark job returned or failed
+    replaces: bool = False  # started as the successor of a running lease
+    cancelled: bool = False  # told to stop before it was granted: never granted
+    seq: int = 0  # start order: a lease only ever takes partitions over from older ones
+
+
+@dataclass(frozen=True)
+class Go:
+    lease_id: str
+    #: every partition of the lease: carried-over position, or None (load and reconcile)
+    positions: Mapping[TopicPartition, Position | None]
+
+
+@dataclass(frozen=True)
+class Stop:
+    lease_id: str
+    reason: str
+
+
+Action = Go | Stop
+
+
+@dataclass
+class LeaseTable:
+    fence_seconds: float = 5.0
+    #: a successor that has not said HELLO after this long gets its predecessor stopped anyway
+    #: (Spark may have no free slot for it until the predecessor ends)
+    ready_timeout: float = 15.0
+    leases: dict[str, Lease] = field(default_factory=dict)
+    _holders: dict[Key, str] = field(default_factory=dict)  # guards ONE_WRITER
+    _handoff: dict[Key, Position] = field(default_factory=dict)  # clean releases (EXACT_HANDOFF)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    # -- the driver's side ------------------------------------------------------------------
+    def start(self, flow: str, task_id: int, partitions: Iterable[TopicPartition], now: float) -> Lease:
+        """A lease for a Spark job about to be submitted."""
+        parts = frozenset(partitions)
+        replaces = any(self._holders.get((flow, tp)) is not None for tp in parts)
+        seq = next(self._ids)
+        lease = Lease(f"{flow}#{task_id}#{seq}", flow, task_id, parts, now,
+                      last_seen=now, replaces=replaces, seq=seq)
+        self.leases[lease.lease_id] = lease
+        return lease
+
+    def current(self, flow: str, task_id: int) -> list[Lease]:
+        """The task's leases that have not ended, oldest first."""
+        return [x for x in self.leases.values()
+                if x.flow == flow and x.task_id == task_id and not x.state.ended]
+
+    def stop(self, lease_id: str, reason: str) -> list[Action]:
+        """Stop a lease with no successor (its task or flow went away, the worker stops)."""
+        lease = self.leases.get(lease_id)
+        if lease is None or lease.state.ended or lease.state is LeaseState.STOPPING or lease.cancelled:
+            return []
+        if lease.state is LeaseState.RUNNING:
+            lease.state = LeaseState.STOPPING
+        else:
+            lease.cancelled = True  # not granted yet: it never will be
+        return [Stop(lease_id, reason)]
+
+    def forget_flow(self, flow: str) -> None:
+        """A flow replaced or removed: positions carried over for it are no longer trusted."""
+        for key in [k for k in self._handoff if k[0] == flow]:
+            del self._handoff[key]
+
+    def holder(self, flow: str, tp: TopicPartition) -> str | None:
+        return self._holders.get((flow, tp))
+
+    # -- events from executors and Spark ------------------------------------------------------
+    def hello(self, lease_id: str, now: float) -> list[Action]:
+        lease = self.leases.get(lease_id)
+        if lease is None or lease.state.ended:
+            return [Stop(lease_id, "unknown or ended lease")]
+        lease.connected, lease.last_seen = True, now
+        if lease.cancelled:
+            return [Stop(lease_id, "cancelled before it was granted")]
+        if lease.state is LeaseState.STARTING:
+            lease.state = LeaseState.WAITING
+        return self._grant()
+
+    def seen(self, lease_id: str, now: float) -> None:
+        lease = self.leases.get(lease_id)
+        if lease is not None:
+            lease.last_seen = now
+
+    def released(self, lease_id: str, positions: Mapping[TopicPartition, Position | None],
+                 now: float) -> list[Action]:
+        """The lease stopped, committed, and reports each partition's position (None: in doubt)."""
+        lease = self.leases.get(lease_id)
+        if lease is None or lease.state.ended:
+            return []
+        lease.last_seen = now
+        held = lease.state in (LeaseState.RUNNING, LeaseState.STOPPING)
+        lease.state = LeaseState.RELEASED
+        if held:
+            for tp in lease.partitions:
+                self._let_go(lease, tp, positions.get(tp))
+        return self._grant()
+
+    def disconnected(self, lease_id: str, now: float) -> list[Action]:
+        lease = self.leases.get(lease_id)
+        if lease is not None:
+            lease.connected = False
+        return self.tick(now)
+
+    def job_done(self, lease_id: str, now: float) -> list[Action]:
+        lease = self.leases.get(lease_id)
+        if lease is not None:
+            lease.job_done = True
+        return self.tick(now)
+
+    def tick(self, now: float) -> list[Action]:
+        """Give up fenced leases, stop predecessors of successors Spark cannot place, grant."""
+        actions: list[Action] = []
+        for lease in self.leases.values():
+            if lease.state.ended or not lease.job_done:
+                continue
+            # FENCING: its job ended; its process may still run only while it can hear us
+            if not lease.connected or now - lease.last_seen >= 2 * self.fence_seconds:
+                self._lose(lease)
+        for lease in self.leases.values():
+            waiting = lease.state is LeaseState.STARTING and lease.replaces and not lease.cancelled
+            if waiting and now - lease.started >= self.ready_timeout:
+                for holder in self._blockers(lease):
+                    actions += self.stop(holder.lease_id, "its successor is waiting for a Spark slot")
+        return actions + self._grant()
+
+    def prune(self, keep: int = 200) -> None:
+        """Drop the oldest ended leases beyond ``keep`` (the table lives as long as the worker)."""
+        ended = [k for k, x in self.leases.items() if x.state.ended]
+        for k in ended[: max(0, len(ended) - keep)]:
+            del self.leases[k]
+
+    # -- rules ------------------------------------------------------------------------------
+    def _lose(self, lease: Lease) -> None:
+        held = lease.state in (LeaseState.RUNNING, LeaseState.STOPPING)
+        lease.state = LeaseState.LOST
+        if held:
+            for tp in lease.partitions:
+                self._let_go(lease, tp, None)
+
+    def _let_go(self, lease: Lease, tp: TopicPartition, position: Position | None) -> None:
+        key = (lease.flow, tp)
+        if self._holders.get(key) == lease.lease_id:
+            del self._holders[key]
+        # EXACT_HANDOFF: only a clean release carries a position over
+        if position is None:
+            self._handoff.pop(key, None)
+        else:
+            self._handoff[key] = position
+
+    def _blockers(self, lease: Lease) -> list[Lease]:
+        keys = [(lease.flow, tp) for tp in lease.partitions]
+        ids = {self._holders[k] for k in keys if k in self._holders}
+        ids.discard(lease.lease_id)
+        return sorted((self.leases[i] for i in ids), key=lambda x: x.seq)
+
+    def _grant(self) -> list[Action]:
+        actions: list[Action] = []
+        for lease in list(self.leases.values()):
+            if lease.state is not LeaseState.WAITING or lease.cancelled:
+                continue
+            blockers = self._blockers(lease)
+            if any(holder.seq > lease.seq for holder in blockers):
+                actions += self.stop(lease.lease_id, "a newer lease holds its partitions")
+                continue
+            if blockers:
+                for holder in blockers:
+                    actions += self.stop(holder.lease_id, f"lease {lease.lease_id} takes over")
+                continue
+            # ONE_WRITER: every partition is free; this lease holds them all from now on
+            for tp in lease.partitions:
+                self._holders[(lease.flow, tp)] = lease.lease_id
+            positions = {tp: self._handoff.pop((lease.flow, tp), None) for tp in sorted(lease.partitions)}
+            lease.state = LeaseState.RUNNING
+            actions.append(Go(lease.lease_id, positions))
+        return actions

@@ -1,0 +1,199 @@
+"""The Spark driver's lease table: one writer per partition, exact hand-over, fencing."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.lease_table import Go, LeaseState, LeaseTable, Stop
+
+A, B, C = (TopicPartition("t", p) for p in range(3))
+
+
+def _gos(actions: list[Go | Stop]) -> dict[str, Go]:
+    return {a.lease_id: a for a in actions if isinstance(a, Go)}
+
+
+def _stops(actions: list[Go | Stop]) -> set[str]:
+    return {a.lease_id for a in actions if isinstance(a, Stop)}
+
+
+def test_a_first_lease_is_granted_at_hello_and_loads_its_positions() -> None:
+    table = LeaseTable()
+    lease = table.start("e->w", 0, [A, B], now=0)
+    assert lease.state is LeaseState.STARTING and table.holder("e->w", A) is None
+    go = _gos(table.hello(lease.lease_id, now=1))[lease.lease_id]
+    assert go.positions == {A: None, B: None}  # nothing carried over: load and reconcile
+    assert lease.state is LeaseState.RUNNING and table.holder("e->w", A) == lease.lease_id
+
+
+def test_a_successor_waits_for_the_release_and_gets_only_clean_positions() -> None:
+    table = LeaseTable()
+    old = table.start("e->w", 0, [A, B], now=0)
+    table.hello(old.lease_id, now=0)
+    new = table.start("e->w", 0, [A, B], now=60)
+    assert new.replaces
+    actions = table.hello(new.lease_id, now=61)
+    assert _stops(actions) == {old.lease_id} and not _gos(actions)  # nobody writes twice
+    assert old.state is LeaseState.STOPPING and table.holder("e->w", A) == old.lease_id
+    actions = table.released(old.lease_id, {A: Position(10, 7), B: None}, now=61.1)
+    assert _gos(actions)[new.lease_id].positions == {A: Position(10, 7), B: None}  # B was in doubt
+    assert table.holder("e->w", B) == new.lease_id and old.state is LeaseState.RELEASED
+
+
+def test_a_lease_whose_job_ended_is_fenced_before_its_partitions_move() -> None:
+    table = LeaseTable(fence_seconds=5)
+    old = table.start("e->w", 0, [A], now=0)
+    table.hello(old.lease_id, now=0)
+    table.seen(old.lease_id, now=10)
+    new = table.start("e->w", 0, [A], now=11)
+    table.hello(new.lease_id, now=11)
+    # Spark gave up on the old lease's job, but its process may still be producing
+    assert not _gos(table.job_done(old.lease_id, now=12))
+    assert not _gos(table.tick(now=19.9))
+    assert _gos(table.tick(now=20))[new.lease_id].positions == {A: None}  # two fences later
+    assert old.state is LeaseState.LOST
+
+
+def test_a_closed_connection_after_the_job_ended_frees_the_partitions_at_once() -> None:
+    table = LeaseTable(fence_seconds=5)
+    old = table.start("e->w", 0, [A], now=0)
+    table.hello(old.lease_id, now=0)
+    table.job_done(old.lease_id, now=1)
+    assert old.state is LeaseState.RUNNING  # still heard from recently
+    new = table.start("e->w", 0, [A], now=1)
+    table.hello(new.lease_id, now=1)
+    assert new.lease_id in _gos(table.disconnected(old.lease_id, now=1.5))
+
+
+def test_an_older_waiting_lease_is_cancelled_not_granted() -> None:
+    table = LeaseTable()
+    first = table.start("e->w", 0, [A], now=0)
+    second = table.start("e->w", 0, [A], now=0)
+    table.hello(second.lease_id, now=1)  # the newer one connected first and holds A
+    actions = table.hello(first.lease_id, now=2)
+    assert _stops(actions) == {first.lease_id} and first.cancelled
+    assert table.holder("e->w", A) == second.lease_id
+    assert not _gos(table.tick(now=3))
+
+
+def test_a_successor_spark_cannot_place_gets_its_predecessor_stopped_after_a_while() -> None:
+    table = LeaseTable(ready_timeout=15)
+    old = table.start("e->w", 0, [A], now=0)
+    table.hello(old.lease_id, now=0)
+    table.start("e->w", 0, [A], now=60)
+    assert not _stops(table.tick(now=74))
+    assert _stops(table.tick(now=75)) == {old.lease_id}
+
+
+def test_forgetting_a_flow_drops_carried_positions() -> None:
+    table = LeaseTable()
+    old = table.start("e->w", 0, [A], now=0)
+    table.hello(old.lease_id, now=0)
+    table.stop(old.lease_id, "flow stopped")
+    table.released(old.lease_id, {A: Position(5, 5)}, now=1)
+    table.forget_flow("e->w")
+    new = table.start("e->w", 0, [A], now=2)
+    assert _gos(table.hello(new.lease_id, now=2))[new.lease_id].positions == {A: None}
+
+
+def test_flows_hold_the_same_source_partition_independently() -> None:
+    table = LeaseTable()
+    one, two = table.start("e->w", 0, [A], now=0), table.start("e->n", 0, [A], now=0)
+    assert one.lease_id in _gos(table.hello(one.lease_id, now=1))
+    assert two.lease_id in _gos(table.hello(two.lease_id, now=1))
+
+
+class LeaseMachine(RuleBasedStateMachine):
+    """Random interleavings of starts, hellos, releases, job ends, disconnects and time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = LeaseTable(fence_seconds=1, ready_timeout=3)
+        self.now = 0.0
+        self.writers: dict[TopicPartition, set[str]] = {tp: set() for tp in (A, B, C)}
+        self.clean: dict[TopicPartition, Position] = {}  # the last clean release per partition
+        self.go_positions: dict[str, dict[TopicPartition, Position | None]] = {}
+
+    def _apply(self, actions: list[Go | Stop]) -> None:
+        for action in actions:
+            if isinstance(action, Go):
+                lease = self.table.leases[action.lease_id]
+                for tp, pos in action.positions.items():
+                    # EXACT_HANDOFF: a carried position is exactly the last clean release
+                    assert pos is None or pos == self.clean.get(tp)
+                    self.clean.pop(tp, None)
+                    self.writers[tp].add(lease.lease_id)
+                self.go_positions[action.lease_id] = dict(action.positions)
+        for lease in self.table.leases.values():
+            if lease.state.ended:
+                for tp in lease.partitions:
+                    self.writers[tp].discard(lease.lease_id)
+
+    def _pick(self, data: st.DataObject) -> str | None:
+        ids = sorted(self.table.leases)
+        return data.draw(st.sampled_from(ids)) if ids else None
+
+    @rule(task=st.integers(0, 1), parts=st.sets(st.sampled_from([A, B, C]), min_size=1))
+    def start(self, task: int, parts: set[TopicPartition]) -> None:
+        self.table.start("f", task, parts, self.now)
+
+    @rule(data=st.data())
+    def hello(self, data: st.DataObject) -> None:
+        if (lease_id := self._pick(data)) is not None:
+            self._apply(self.table.hello(lease_id, self.now))
+
+    @rule(data=st.data(), offset=st.integers(0, 100), doubt=st.booleans())
+    def release(self, data: st.DataObject, offset: int, doubt: bool) -> None:
+        lease_id = self._pick(data)
+        if lease_id is None:
+            return
+        lease = self.table.leases[lease_id]
+        was_holding = lease.state in (LeaseState.RUNNING, LeaseState.STOPPING)
+        positions = {tp: None if doubt else Position(offset, offset) for tp in lease.partitions}
+        actions = self.table.released(lease_id, positions, self.now)
+        if was_holding:
+            for tp, pos in positions.items():
+                if pos is None:
+                    self.clean.pop(tp, None)
+                else:
+                    self.clean[tp] = pos
+                self.writers[tp].discard(lease_id)
+        self._apply(actions)
+
+    @rule(data=st.data())
+    def job_done(self, data: st.DataObject) -> None:
+        if (lease_id := self._pick(data)) is not None:
+            self._apply_losing(self.table.job_done(lease_id, self.now))
+
+    @rule(data=st.data())
+    def disconnect(self, data: st.DataObject) -> None:
+        if (lease_id := self._pick(data)) is not None:
+            self._apply_losing(self.table.disconnected(lease_id, self.now))
+
+    @rule(seconds=st.floats(0, 3))
+    def wait(self, seconds: float) -> None:
+        self.now += seconds
+        self._apply_losing(self.table.tick(self.now))
+
+    def _apply_losing(self, actions: list[Go | Stop]) -> None:
+        for lease in self.table.leases.values():
+            if lease.state is LeaseState.LOST:
+                for tp in lease.partitions:
+                    if lease.lease_id in self.writers[tp]:
+                        self.clean.pop(tp, None)  # a lost holder leaves nothing to carry over
+        self._apply(actions)
+
+    @invariant()
+    def one_writer_per_partition(self) -> None:
+        for tp, ids in self.writers.items():
+            assert len(ids) <= 1, f"{tp} has writers {ids}"
+            for lease_id in ids:
+                assert self.table.holder("f", tp) == lease_id
+
+
+TestLeaseMachine = LeaseMachine.TestCase
+TestLeaseMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
