@@ -66,10 +66,13 @@ def _run(args: argparse.Namespace) -> int:
         worker: Worker | SparkWorker
         if args.runtime == "spark":
             from mm2py.runtime.spark import SparkWorker
+            from mm2py.runtime.spark_leases import LeaseSettings
 
+            leases = LeaseSettings(lease_seconds=args.spark_lease_seconds,
+                                   commit_interval=args.commit_interval)
             worker = SparkWorker(config, master=args.spark_master, commit_interval=args.commit_interval,
                                  spark_conf=spark_conf, round_seconds=args.spark_round_seconds,
-                                 state_file=args.state_file)
+                                 state_file=args.state_file, mode=args.spark_mode, leases=leases)
         else:
             worker = Worker(config, commit_interval=args.commit_interval, state_file=args.state_file)
         rest = None
@@ -100,6 +103,16 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mm2py", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -120,12 +133,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--state-file", default=None,
                      help="keep flows created or changed over REST in this JSON file across restarts")
     run.add_argument("--runtime", choices=["inprocess", "spark"], default="inprocess",
-                     help="where tasks run: in this process (default) or on Spark executors in rounds")
+                     help="where tasks run: in this process (default) or on Spark executors")
     run.add_argument("--spark-master", default=None,
                      help="Spark master URL, e.g. local[4] or spark://host:7077 (default: embedded "
                           "local[N], N = total tasks.max; spark-submit's master under spark-submit)")
     run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                      help="extra Spark setting (repeatable)")
+    run.add_argument("--spark-mode", choices=["leases", "rounds"], default="leases",
+                     help="leases (default): each task mirrors continuously on an executor, handing "
+                          "over to a successor every --spark-lease-seconds; rounds: bounded rounds up "
+                          "to the end offsets seen at each round's start (one-off backfills)")
+    run.add_argument("--spark-lease-seconds", type=_positive_seconds, default=60.0,
+                     help="how long a Spark lease mirrors before a successor takes over (default 60)")
     run.add_argument("--spark-round-seconds", type=float, default=10.0,
                      help="longest Spark round before a task commits and the next round starts")
     run.set_defaults(func=_run)

@@ -94,6 +94,7 @@ class LeaseTable:
     _holders: dict[Key, str] = field(default_factory=dict)  # guards ONE_WRITER
     _handoff: dict[Key, Position] = field(default_factory=dict)  # clean releases (EXACT_HANDOFF)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
+    carried_over: int = 0  # partitions granted with their predecessor's position (EXACT_HANDOFF)
 
     # -- the driver's side ------------------------------------------------------------------
     def start(self, flow: str, task_id: int, partitions: Iterable[TopicPartition], now: float) -> Lease:
@@ -236,6 +237,7 @@ class LeaseTable:
             for tp in lease.partitions:
                 self._holders[(lease.flow, tp)] = lease.lease_id
             positions = {tp: self._handoff.pop((lease.flow, tp), None) for tp in sorted(lease.partitions)}
+            self.carried_over += sum(p is not None for p in positions.values())
             lease.state = LeaseState.RUNNING
             actions.append(Go(lease.lease_id, positions))
         return actions

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mm2py.protocol.compression import CodecCounters
 from mm2py.runtime.inprocess import Worker
 
 if TYPE_CHECKING:
@@ -72,10 +71,11 @@ class WorkerCollector(Collector):
         yield partitions
         yield from self._checkpoint_metrics()
         codec = CounterMetricFamily(
-            "mm2py_codec_operations", "Decompressions and compressions done by this process",
+            "mm2py_codec_operations",
+            "Decompressions and compressions done by the worker's tasks (Spark: on its executors too)",
             labels=["operation"],
         )
-        decompressions, compressions = CodecCounters.snapshot()
+        decompressions, compressions = self.worker.codec_operations()
         codec.add_metric(["decompress"], float(decompressions))
         codec.add_metric(["compress"], float(compressions))
         yield codec

@@ -24,8 +24,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
+from mm2py.protocol.compression import CodecCounters
 from mm2py.runtime.spark_flow import SparkFlowRunner, SparkTask
+from mm2py.runtime.spark_lease import LeaseResult, LeaseWork, run_lease
+from mm2py.runtime.spark_leases import LeaseScheduler, LeaseSettings
 from mm2py.runtime.spark_round import RoundResult, RoundWork, run_round
 from mm2py.runtime.spark_session import default_master, spark_session
 from mm2py.runtime.worker_base import WorkerBase
@@ -51,8 +55,15 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         idle_seconds: float = 0.5,
         commit_interval: float = 1.0,
         state_file: str | None = None,
+        mode: str = "leases",
+        leases: LeaseSettings | None = None,
     ) -> None:
+        if mode not in ("leases", "rounds"):
+            raise ConfigError(f"Spark mode must be 'leases' or 'rounds', not {mode!r}")
         config = self._init_steering(config, state_file)
+        self.mode = mode
+        self.lease_settings = leases or LeaseSettings(commit_interval=commit_interval)
+        self.leases: LeaseScheduler | None = None
         self.round_seconds = round_seconds
         self.commit_interval = commit_interval
         self.flows = {f.name: self._new_runner(f) for f in config.enabled_flows()}
@@ -61,7 +72,9 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
             import os
 
             if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
-                master = default_master(sum(f.tasks_max for f in config.enabled_flows()))
+                tasks = sum(f.tasks_max for f in config.enabled_flows())
+                # leases: a slot for each task's lease and one for its successor
+                master = default_master(2 * tasks if mode == "leases" else tasks)
         self.master = master
         self.spark_conf = dict(spark_conf or {})
         self.spark = spark
@@ -92,6 +105,23 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
                     raise outcome
         else:
             await flows
+        if self.mode == "leases":
+            host = self.spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+            jobs = max(8, 2 * sum(f.flow.tasks_max for f in self.flows.values()) + 4)
+            self.leases = LeaseScheduler(self.flows, self._collect_lease, self.lease_settings,
+                                         host=host, max_jobs=jobs, on_job_failed=self._job_failed)
+            await self.leases.start()
+
+    def _job_failed(self, error: str) -> None:
+        self.last_job_error = error
+        self.failed_jobs += 1
+
+    def _collect_lease(self, work: LeaseWork) -> LeaseResult:
+        """One lease as one Spark job with one Spark task (blocks for the whole lease)."""
+        sc = self.spark.sparkContext
+        sc.setJobGroup(work.lease_id, f"mm2py lease {work.lease_id}", interruptOnCancel=True)
+        results: list[LeaseResult] = sc.parallelize([work], 1).map(run_lease).collect()
+        return results[0]
 
     async def run_round(self) -> list[RoundResult]:
         """Refresh what is due, plan, run one Spark job and fold in its results."""
@@ -139,8 +169,13 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
             await self.start()
             next_status = time.monotonic() + status_interval
             while not stop.is_set():
-                results = await self.run_round()
-                if not results or all(r.complete for r in results):
+                if self.leases is not None:
+                    await self.leases.step()
+                    idle = True
+                else:
+                    results = await self.run_round()
+                    idle = not results or all(r.complete for r in results)
+                if idle:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self.idle_seconds)
                 if time.monotonic() >= next_status:
@@ -170,15 +205,29 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         asyncio.run(main())
 
     async def stop(self) -> None:
+        if self.leases is not None:
+            await self.leases.stop()
         self._beats_stop.set()
         await asyncio.gather(
             *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
         )
         if self._owns_spark and self.spark is not None:
             spark, self.spark = self.spark, None
+            if self.leases is not None:
+                self.leases.abandon()
             await asyncio.to_thread(spark.stop)
 
+    def codec_operations(self) -> tuple[int, int]:
+        d, c = CodecCounters.snapshot()
+        if self.leases is not None:
+            ed, ec = self.leases.codec_operations()
+            d, c = d + ed, c + ec
+        return d, c
+
     def _status_suffix(self) -> str:
+        if self.leases is not None:
+            return (f", {self.leases.leases_running()} Spark leases running "
+                    f"({self.leases.started} started, {self.failed_jobs} Spark jobs failed)")
         return f", {self.rounds} Spark rounds ({self.failed_jobs} failed)"
 
 
@@ -199,11 +248,13 @@ def run_spark(
     spark_conf: Mapping[str, str] | None = None,
     round_seconds: float = 10.0,
     commit_interval: float = 1.0,
+    mode: str = "leases",
+    leases: LeaseSettings | None = None,
 ) -> SparkWorker:
     """Run every enabled flow of ``config`` on Spark until ``stop`` is set; returns the stopped
     worker (its ``status_lines()`` tell how far it got). ``master=None``: embedded ``local[N]``
     (N = total ``tasks.max``), or spark-submit's master when launched by spark-submit."""
     worker = SparkWorker(config, master=master, spark_conf=spark_conf, round_seconds=round_seconds,
-                         commit_interval=commit_interval)
+                         commit_interval=commit_interval, mode=mode, leases=leases)
     worker.run_blocking(stop)
     return worker

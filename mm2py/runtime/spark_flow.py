@@ -15,8 +15,9 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.checkpoint import CheckpointConnector
 from mm2py.client.cluster import LATEST, ClusterClient
@@ -27,6 +28,9 @@ from mm2py.engine.task_api import TaskMetrics
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.inprocess import controller_for, ensure_internal_topics
 from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round
+
+if TYPE_CHECKING:
+    from mm2py.runtime.spark_lease import LeaseResult
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +181,43 @@ class SparkFlowRunner:
         if result.error is not None:
             log.error("%s task %d: round failed on %s: %s; retrying from the committed progress",
                       self.name, result.task_id, result.executor, result.error)
+
+    # -- leases (see spark_leases) ----------------------------------------------------------------
+    def report_lease(self, task_id: int, lag: Mapping[TopicPartition, int],
+                     fold: Callable[[SparkTask], None]) -> None:
+        """A running lease reported: its task runs; its counters and lag are the latest."""
+        with self._lock:
+            task = self.tasks.get(task_id)
+            if task is None:
+                return
+            fold(task)
+            task.metrics.lag.update({tp: v for tp, v in lag.items() if tp in task.partitions})
+            if task.partitions:
+                task.state, task.trace = "RUNNING", None
+
+    def absorb_lease(self, result: LeaseResult, now: float) -> None:
+        """A lease's Spark job returned (its counters were folded in by the scheduler)."""
+        with self._lock:
+            task = self.tasks.get(result.task_id)
+            if task is not None:
+                task.rounds += 1
+                task.last_round_seconds = result.seconds
+                if result.error is not None:
+                    task.fail(result.error, now)
+                elif result.granted:
+                    task.consecutive_failures = 0
+            if result.error is None:
+                self.positions.update(result.positions)
+        for warning in result.warnings:
+            log.warning("%s task %d (%s): %s", self.name, result.task_id, result.executor, warning)
+        if result.error is not None:
+            log.error("%s task %d: lease failed on %s: %s; retrying from the committed progress",
+                      self.name, result.task_id, result.executor, result.error)
+
+    def fail_task(self, task_id: int, error: str, now: float) -> None:
+        """The task's Spark job failed before it reported (executor lost, worker crash)."""
+        with self._lock:
+            self.tasks.setdefault(task_id, SparkTask(task_id)).fail(error, now)
 
     def fail_round(self, work: RoundWork, error: str, now: float) -> None:
         """The round's Spark job failed before this task reported (executor lost, worker crash)."""

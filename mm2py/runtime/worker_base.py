@@ -14,6 +14,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from connectors.heartbeat import HeartbeatEmitter
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
+from mm2py.protocol.compression import CodecCounters
 from mm2py.runtime.steering import (
     FILTER_KEYS,
     FlowExistsError,
@@ -94,6 +95,10 @@ class WorkerBase(Generic[R]):
             self._start_heartbeats()
 
     # -- status -----------------------------------------------------------------------------------
+    def codec_operations(self) -> tuple[int, int]:
+        """Decompressions and compressions done by this worker's tasks (this process's here)."""
+        return CodecCounters.snapshot()
+
     def _status_suffix(self) -> str:
         return ""
 

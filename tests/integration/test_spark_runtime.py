@@ -1,4 +1,5 @@
-"""The Spark runtime (embedded local mode) against real brokers: the same task code in rounds.
+"""The Spark runtime (embedded local mode) against real brokers: the same task code, in leases
+(continuous, the default) and in rounds (bounded backfills).
 
 One SparkSession for the whole module (Spark starts slowly); each test runs its own SparkWorker on
 it in a thread, as ``mm2py run --runtime spark`` would.
@@ -30,6 +31,7 @@ from helpers import (
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark import SparkWorker
+from mm2py.runtime.spark_leases import LeaseSettings
 from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.positions import PositionStore
 from rest_api.models import FlowStatus
@@ -41,7 +43,8 @@ pytestmark = pytest.mark.integration
 def spark() -> Iterator[Any]:
     from mm2py.runtime.spark_session import spark_session
 
-    session = spark_session("local[2]", app_name="mm2py-tests")
+    # two tasks, each with a lease and room for its successor
+    session = spark_session("local[4]", app_name="mm2py-tests")
     yield session
     session.stop()
 
@@ -49,8 +52,9 @@ def spark() -> Iterator[Any]:
 class SparkRun:
     """A SparkWorker on the module's session, run in a thread until the ``with`` block ends."""
 
-    def __init__(self, config: Any, spark: Any) -> None:
-        self.worker = SparkWorker(config, spark=spark, round_seconds=5, idle_seconds=0.2, commit_interval=0.5)
+    def __init__(self, config: Any, spark: Any, mode: str = "leases", lease_seconds: float = 60) -> None:
+        self.worker = SparkWorker(config, spark=spark, round_seconds=5, idle_seconds=0.2, commit_interval=0.5,
+                                  mode=mode, leases=LeaseSettings(lease_seconds, commit_interval=0.5))
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, daemon=True)
@@ -109,8 +113,9 @@ def _assert_identical(east: KafkaCluster, west: KafkaCluster, topic: str) -> int
     return len(src)
 
 
-def test_spark_rounds_mirror_exactly_resume_exactly_and_pick_up_new_topics(
-    east: KafkaCluster, west: KafkaCluster, spark: Any
+@pytest.mark.parametrize("mode", ["leases", "rounds"])
+def test_spark_mirrors_exactly_resumes_exactly_and_picks_up_new_topics(
+    east: KafkaCluster, west: KafkaCluster, spark: Any, mode: str
 ) -> None:
     prefix = unique("spk")
     a = create_topic(east.bootstrap, f"{prefix}-a", partitions=2)
@@ -122,7 +127,7 @@ def test_spark_rounds_mirror_exactly_resume_exactly_and_pick_up_new_topics(
     def counted(run: SparkRun) -> int:
         return sum(t["records"] for t in run.flow.status()["tasks"])
 
-    with SparkRun(config, spark) as run:
+    with SparkRun(config, spark, mode) as run:
         wait_until(lambda: _same(east, west, a) and _same(east, west, b), 60, 0.3, "the first backlog")
         # the target may be complete a moment before the round's result reached the driver
         wait_until(lambda: counted(run) >= 3200, 30, 0.1, "the round's result")
@@ -153,7 +158,7 @@ def test_spark_rounds_mirror_exactly_resume_exactly_and_pick_up_new_topics(
     # produced while nothing runs: a second run continues where the first one stopped
     _produce(east.bootstrap, a, {0: ["gzip"], 1: ["lz4"]}, 150, "two")
     _produce(east.bootstrap, b, {0: ["zstd"], 1: ["none"]}, 150, "two")
-    with SparkRun(config, spark) as run:
+    with SparkRun(config, spark, mode) as run:
         wait_until(lambda: _same(east, west, a) and _same(east, west, b), 60, 0.3, "the second backlog")
         # a topic created while the flow runs is found by the next refresh and mirrored
         c = create_topic(east.bootstrap, f"{prefix}-c", partitions=2)
@@ -171,7 +176,8 @@ def test_a_failed_round_is_reported_and_run_again_from_the_committed_progress(
 ) -> None:
     topic = create_topic(east.bootstrap, unique("spkfail"), partitions=2)
     _produce(east.bootstrap, topic, {0: ["lz4"], 1: ["zstd"]}, 300, "before")
-    with SparkRun(_config(east, west, topic), spark) as run:
+    # short leases: the next lease of each task starts soon with the flow's new settings
+    with SparkRun(_config(east, west, topic), spark, lease_seconds=2) as run:
         wait_until(lambda: _same(east, west, topic), 60, 0.3, "the first backlog")
         good = run.flow.flow
         # executors now get a task they cannot build (as if a client setting were wrong there)
@@ -308,6 +314,9 @@ def test_rest_api_steers_the_spark_runtime(east: KafkaCluster, west: KafkaCluste
             r = http.patch("/flows/east/west", json={"topics": [a, b]})
             assert r.status_code == 200 and set(r.json()["topics"]) == {a, b}, r.text
             wait_until(lambda: _same(east, west, b), 60, 0.5, "newly allowed topic mirrored")
+            # the leases' reports reach the driver within a report interval of the records
+            wait_until(lambda: sum(t["records"] for t in http.get("/flows/east/west").json()["tasks"])
+                       >= 500, 10, 0.2, "the leases' reports")
             status = http.get("/flows/east/west").json()
             assert sum(t["records"] for t in status["tasks"]) == 500
             assert http.delete("/flows/east/west").status_code == 204
@@ -317,3 +326,39 @@ def test_rest_api_steers_the_spark_runtime(east: KafkaCluster, west: KafkaCluste
         thread.join(60)
     assert not errors, errors
     assert _assert_identical(east, west, a) == 300 and _assert_identical(east, west, b) == 200
+
+
+def test_leases_hand_over_under_live_traffic_exactly_with_positions_carried_over(
+    east: KafkaCluster, west: KafkaCluster, spark: Any
+) -> None:
+    """One-second leases while records keep arriving: each successor takes over from the position
+    its predecessor released (no progress-topic read), and the target gets every record once."""
+    import time
+
+    topic = create_topic(east.bootstrap, unique("spklive"), partitions=2)
+    produced = threading.Event()
+
+    def live() -> None:
+        for i in range(40):  # ~8 s of traffic, 50 small lz4 batches a second
+            for p in (0, 1):
+                produce_records(east.bootstrap, topic, make_records(5, partition=p, tag=f"live{i}"),
+                                compression="lz4", linger_ms=0)
+            time.sleep(0.2)
+        produced.set()
+
+    with SparkRun(_config(east, west, topic), spark, lease_seconds=1) as run:
+        producer = threading.Thread(target=live, daemon=True)
+        producer.start()
+        # executor figures reach the driver while the first leases still run
+        wait_until(lambda: sum(t["records"] for t in run.flow.status()["tasks"]) > 0, 60, 0.1,
+                   "the first lease reports")
+        wait_until(produced.is_set, 60, 0.2, "the live traffic")
+        wait_until(lambda: _same(east, west, topic), 60, 0.2, "the live traffic mirrored")
+        wait_until(lambda: sum(t["records"] for t in run.flow.status()["tasks"]) >= 400, 10, 0.2,
+                   "the leases' reports")
+        leases = run.worker.leases
+        assert leases is not None
+        assert leases.started >= 6  # several successive leases per task
+        assert leases.table.carried_over >= 4  # hand-overs with the predecessor's positions
+        assert sum(t["records"] for t in run.flow.status()["tasks"]) == 400  # nothing copied twice
+    assert _assert_identical(east, west, topic) == 400

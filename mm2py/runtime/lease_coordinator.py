@@ -1,0 +1,148 @@
+"""The Spark driver's end of the lease connections: a small asyncio server around a :class:`LeaseTable`.
+
+Executors connect to ``host:port`` (sent to them in each lease's work), say HELLO, report every
+report interval and RELEASE at the end; the coordinator feeds those events, Spark job ends and
+time into the table and carries its GO/STOP actions back over the connections. Reports reach the
+driver's metrics through ``on_report`` while the lease runs, not only when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+
+from mm2py.runtime.lease_table import Go, Lease, LeaseState, LeaseTable, Stop
+from mm2py.runtime.lease_wire import (
+    MAX_LINE,
+    Ack,
+    GoMsg,
+    Hello,
+    LeaseWireError,
+    Message,
+    Released,
+    Report,
+    StopMsg,
+    decode,
+    encode,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LeaseCoordinator"]
+
+
+class LeaseCoordinator:
+    def __init__(
+        self, table: LeaseTable, *, host: str = "127.0.0.1",
+        on_report: Callable[[Lease, Report], None] | None = None,
+        tick_seconds: float = 0.2,
+    ) -> None:
+        self.table = table
+        self.host = host
+        self.port = 0
+        self.token = secrets.token_hex(16)  # only this run's executors may talk to us
+        self.on_report = on_report
+        self.tick_seconds = tick_seconds
+        self._conns: dict[str, asyncio.StreamWriter] = {}  # lease id -> its executor's connection
+        self._server: asyncio.Server | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, 0, limit=MAX_LINE)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ticker = asyncio.create_task(self._tick_loop())
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(BaseException):
+                await self._ticker
+        for writer in list(self._conns.values()):
+            writer.close()
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    # -- the driver's calls -------------------------------------------------------------------
+    def stop(self, lease_id: str, reason: str) -> None:
+        self.dispatch(self.table.stop(lease_id, reason))
+
+    def job_done(self, lease_id: str) -> None:
+        self.dispatch(self.table.job_done(lease_id, time.monotonic()))
+
+    def dispatch(self, actions: list[Go | Stop]) -> None:
+        for action in actions:
+            writer = self._conns.get(action.lease_id)
+            if writer is None:
+                continue  # not connected: a STOP reaches it at HELLO (the lease is cancelled)
+            msg: Message = GoMsg(action.positions) if isinstance(action, Go) else StopMsg(action.reason)
+            if isinstance(action, Go):
+                log.debug("lease %s: go (%d partitions carried over)", action.lease_id,
+                          sum(p is not None for p in action.positions.values()))
+            with contextlib.suppress(Exception):
+                writer.write(encode(msg))
+
+    # -- connections --------------------------------------------------------------------------
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_seconds)
+            try:
+                self.dispatch(self.table.tick(time.monotonic()))
+            except Exception:
+                log.exception("lease table tick failed")
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        lease_id: str | None = None
+        try:
+            while line := await reader.readline():
+                msg = decode(line)
+                if not isinstance(msg, Hello | Report | Released) or msg.token != self.token:
+                    log.warning("lease connection from %s: refused a message",
+                                writer.get_extra_info("peername"))
+                    break
+                if lease_id is None and isinstance(msg, Hello):
+                    if not self._first_hello(msg.lease):
+                        # a second attempt of the same lease (Spark retried its task): it must
+                        # not write; the first attempt's fate is settled by the table
+                        writer.write(encode(StopMsg("this lease was already started once")))
+                        break
+                    lease_id = msg.lease
+                    self._conns[lease_id] = writer
+                if msg.lease != lease_id:
+                    break
+                self._handle(msg)
+        except (LeaseWireError, ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
+            log.warning("lease %s: connection dropped: %s", lease_id, exc)
+        finally:
+            if lease_id is not None and self._conns.get(lease_id) is writer:
+                del self._conns[lease_id]
+                self.dispatch(self.table.disconnected(lease_id, time.monotonic()))
+            writer.close()
+
+    def _first_hello(self, lease_id: str) -> bool:
+        lease = self.table.leases.get(lease_id)
+        return lease_id not in self._conns and (lease is None or lease.state is LeaseState.STARTING)
+
+    def _handle(self, msg: Hello | Report | Released) -> None:
+        now = time.monotonic()
+        if isinstance(msg, Hello):
+            self.dispatch(self.table.hello(msg.lease, now))
+        elif isinstance(msg, Report):
+            self.table.seen(msg.lease, now)
+            lease = self.table.leases.get(msg.lease)
+            if lease is not None and self.on_report is not None:
+                self.on_report(lease, msg)
+            writer = self._conns.get(msg.lease)
+            if writer is not None:
+                writer.write(encode(Ack()))
+        else:
+            self.dispatch(self.table.released(msg.lease, msg.positions, now))

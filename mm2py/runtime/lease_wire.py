@@ -1,0 +1,145 @@
+"""The messages between a lease on an executor and the Spark driver's coordinator (pure codec).
+
+One JSON object per line over a TCP connection the executor opens to the driver. Every message
+from the executor names its lease and carries the driver's per-run token, so nothing but this
+run's executors can steer or report. Malformed lines raise :class:`LeaseWireError`.
+
+executor → driver: ``hello`` (clients connected, ready for GO), ``report`` (cumulative metrics of
+the lease, lag, codec work; every report interval), ``released`` (stopped and committed: each
+partition's position with its target offset, ``null`` where a produce outcome was in doubt).
+driver → executor: ``go`` (positions carried over, ``null``: load and reconcile), ``stop``, ``ack``
+(to every report: an executor that gets none for a fence interval stops by itself).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mm2py.errors import Mm2pyError
+from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.types import TopicPartition
+
+__all__ = [
+    "Ack", "GoMsg", "Hello", "LeaseWireError", "Released", "Report", "StopMsg", "decode", "encode",
+]
+
+#: the longest line either side accepts (a report of thousands of partitions fits easily)
+MAX_LINE = 4 * 1024 * 1024
+
+
+class LeaseWireError(Mm2pyError):
+    """A line that is not a lease message."""
+
+
+@dataclass(frozen=True)
+class Hello:
+    lease: str
+    token: str
+
+
+@dataclass(frozen=True)
+class Report:
+    lease: str
+    token: str
+    metrics: Mapping[str, int] = field(default_factory=dict)
+    lag: Mapping[TopicPartition, int] = field(default_factory=dict)
+    codec: tuple[int, int] = (0, 0)  # decompressions, compressions during the lease
+
+
+@dataclass(frozen=True)
+class Released:
+    lease: str
+    token: str
+    positions: Mapping[TopicPartition, Position | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GoMsg:
+    positions: Mapping[TopicPartition, Position | None]
+
+
+@dataclass(frozen=True)
+class StopMsg:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Ack:
+    pass
+
+
+Message = Hello | Report | Released | GoMsg | StopMsg | Ack
+
+
+def _positions_out(positions: Mapping[TopicPartition, Position | None]) -> list[list[Any]]:
+    return [[tp.topic, tp.partition, None if p is None else p.source, None if p is None else p.target]
+            for tp, p in sorted(positions.items())]
+
+
+def _positions_in(rows: Any) -> dict[TopicPartition, Position | None]:
+    out: dict[TopicPartition, Position | None] = {}
+    for topic, partition, source, target in rows:
+        tp = TopicPartition(_str(topic), _int(partition))
+        out[tp] = None if source is None else Position(_int(source), None if target is None else _int(target))
+    return out
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise LeaseWireError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise LeaseWireError(f"expected a string, got {value!r}")
+    return value
+
+
+def encode(msg: Message) -> bytes:
+    doc: dict[str, Any]
+    if isinstance(msg, Hello):
+        doc = {"t": "hello", "lease": msg.lease, "token": msg.token}
+    elif isinstance(msg, Report):
+        doc = {"t": "report", "lease": msg.lease, "token": msg.token, "metrics": dict(msg.metrics),
+               "lag": [[tp.topic, tp.partition, v] for tp, v in sorted(msg.lag.items())],
+               "codec": list(msg.codec)}
+    elif isinstance(msg, Released):
+        doc = {"t": "released", "lease": msg.lease, "token": msg.token,
+               "positions": _positions_out(msg.positions)}
+    elif isinstance(msg, GoMsg):
+        doc = {"t": "go", "positions": _positions_out(msg.positions)}
+    elif isinstance(msg, StopMsg):
+        doc = {"t": "stop", "reason": msg.reason}
+    else:
+        doc = {"t": "ack"}
+    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> Message:
+    try:
+        doc = json.loads(line)
+        kind = doc["t"]
+        if kind == "hello":
+            return Hello(_str(doc["lease"]), _str(doc["token"]))
+        if kind == "report":
+            lag = {TopicPartition(_str(t), _int(p)): _int(v) for t, p, v in doc["lag"]}
+            metrics = {_str(k): _int(v) for k, v in doc["metrics"].items()}
+            d, c = doc["codec"]
+            return Report(_str(doc["lease"]), _str(doc["token"]), metrics, lag, (_int(d), _int(c)))
+        if kind == "released":
+            return Released(_str(doc["lease"]), _str(doc["token"]), _positions_in(doc["positions"]))
+        if kind == "go":
+            return GoMsg(_positions_in(doc["positions"]))
+        if kind == "stop":
+            return StopMsg(_str(doc["reason"]))
+        if kind == "ack":
+            return Ack()
+    except LeaseWireError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LeaseWireError(f"not a lease message ({exc}): {bytes(line[:200])!r}") from None
+    raise LeaseWireError(f"unknown lease message type {kind!r}")

@@ -1,0 +1,203 @@
+"""One lease of one mirror task, as the Spark runtime runs it on an executor.
+
+The driver (:mod:`mm2py.runtime.spark`) submits one Spark job per lease with a :class:`LeaseWork`
+(plain picklable data). :func:`run_lease` builds the task with the same code the in-process runtime
+uses (``connectors.mirror_task.build_task``), connects to the driver's coordinator and says HELLO,
+and waits for GO — which comes once no other lease holds its partitions, with the positions the
+predecessor released (so it neither re-reads the progress topic nor walks the target tail for
+them). Then it mirrors continuously, exactly as the in-process ``TaskRunner.run`` does — new data as
+it arrives, a commit every commit interval — reporting its metrics to the driver every report
+interval, until the driver says STOP (a successor is ready, the assignment changed, the worker
+stops) or it cannot hear the driver for a fence interval. It then commits and RELEASES: each
+partition's position and target offset, or ``None`` where a produce outcome is in doubt.
+
+A lease never raises: whatever went wrong is in :attr:`LeaseResult.error`. This module does not
+import pyspark: executors only need mm2py and its dependencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field, fields
+
+from mm2py.engine.task import TaskRunner
+from mm2py.engine.task_api import TaskMetrics, TaskSpec
+from mm2py.protocol.compression import CodecCounters
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.lease_wire import Ack, GoMsg, Hello, Released, Report, StopMsg, decode, encode
+from mm2py.runtime.spark_round import capture_warnings
+
+log = logging.getLogger(__name__)
+
+_COUNTERS = tuple(f.name for f in fields(TaskMetrics) if f.name != "lag")
+
+
+@dataclass(frozen=True)
+class LeaseWork:
+    """What an executor needs for one lease of one task (picklable)."""
+
+    spec: TaskSpec
+    lease_id: str
+    coordinator: tuple[str, int]  # the driver's lease server
+    token: str
+    commit_interval: float = 1.0
+    report_interval: float = 0.5
+    fence_seconds: float = 5.0  # no answer from the driver for this long: stop mirroring
+    max_seconds: float = 600.0  # a lease never runs longer (the driver normally stops it sooner)
+    wait_seconds: float = 120.0  # how long to wait for GO before giving up
+
+    @property
+    def flow(self) -> str:
+        return str(self.spec.flow.name)
+
+
+@dataclass
+class LeaseResult:
+    """What an executor reports at the end of a lease (picklable, small)."""
+
+    flow: str
+    task_id: int
+    lease_id: str
+    partitions: tuple[TopicPartition, ...]
+    granted: bool = False  # GO came: the lease held its partitions
+    positions: dict[TopicPartition, int] = field(default_factory=dict)  # committed (empty on error)
+    metrics: TaskMetrics = field(default_factory=TaskMetrics)
+    codec: tuple[int, int] = (0, 0)
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    executor: str = ""
+
+
+class _Link:
+    """The lease's connection to the driver: HELLO, reports, the driver's GO/STOP/acks."""
+
+    def __init__(self, work: LeaseWork, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.work = work
+        self.reader, self.writer = reader, writer
+        self.last_ack = time.monotonic()
+        self.go: asyncio.Future[GoMsg | StopMsg] = asyncio.get_running_loop().create_future()
+        self.stop = asyncio.Event()  # STOP came, or the driver can no longer be heard
+        self.stop_reason = ""
+        self._listener = asyncio.create_task(self._listen())
+
+    @classmethod
+    async def open(cls, work: LeaseWork) -> _Link:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(*work.coordinator), 30)
+        link = cls(work, reader, writer)
+        await link.send(Hello(work.lease_id, work.token))
+        return link
+
+    async def send(self, msg: Hello | Report | Released) -> None:
+        self.writer.write(encode(msg))
+        await self.writer.drain()
+
+    def _halt(self, reason: str) -> None:
+        if not self.stop.is_set():
+            self.stop_reason = reason
+            self.stop.set()
+        if not self.go.done():
+            self.go.set_result(StopMsg(reason))
+
+    async def _listen(self) -> None:
+        try:
+            while line := await self.reader.readline():
+                msg = decode(line)
+                if isinstance(msg, GoMsg) and not self.go.done():
+                    self.go.set_result(msg)
+                elif isinstance(msg, StopMsg):
+                    self._halt(msg.reason)
+                elif isinstance(msg, Ack):
+                    self.last_ack = time.monotonic()
+            self._halt("the driver closed the lease connection")
+        except Exception as exc:
+            self._halt(f"the lease connection failed: {exc}")
+
+    def fenced(self) -> bool:
+        return time.monotonic() - self.last_ack > self.work.fence_seconds
+
+    async def close(self) -> None:
+        self._listener.cancel()
+        with contextlib.suppress(BaseException):
+            await self._listener
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+
+def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int]) -> Report:
+    m = runner.metrics
+    d, c = CodecCounters.snapshot()
+    return Report(work.lease_id, work.token, {n: int(getattr(m, n)) for n in _COUNTERS}, dict(m.lag),
+                  (d - codec_start[0], c - codec_start[1]))
+
+
+async def _hold(work: LeaseWork, runner: TaskRunner, link: _Link, codec_start: tuple[int, int]) -> None:
+    """Mirror until STOP, the fence, or the lease's end; report meanwhile."""
+    started = time.monotonic()
+    running = asyncio.create_task(runner.run(link.stop))
+    while not running.done():
+        await asyncio.wait({running}, timeout=work.report_interval)
+        if running.done():
+            break
+        if link.fenced():
+            link._halt(f"no answer from the driver for {work.fence_seconds:.0f}s")
+        elif time.monotonic() - started >= work.max_seconds:
+            link._halt("the lease reached its longest time")
+        with contextlib.suppress(Exception):
+            await link.send(_report(work, runner, codec_start))
+    await running  # the task's own failure (e.g. a corrupt batch it refused to forward)
+
+
+async def _lease(work: LeaseWork, result: LeaseResult) -> None:
+    from connectors.mirror_task import build_task  # runtime composes connectors
+
+    codec_start = CodecCounters.snapshot()
+    runner = await asyncio.wait_for(build_task(work.spec, commit_interval=work.commit_interval), 60)
+    link: _Link | None = None
+    try:
+        result.metrics = runner.metrics
+        link = await _Link.open(work)
+        go = await asyncio.wait_for(link.go, work.wait_seconds)
+        if isinstance(go, StopMsg):
+            return  # never granted: it held nothing, wrote nothing
+        result.granted = True
+        runner.seed({tp: pos for tp, pos in go.positions.items() if pos is not None})
+        await _hold(work, runner, link, codec_start)
+        # run() commits on its way out but cannot say whether that worked; an empty bound makes
+        # run_until commit again (nothing new, so nothing is written) and raise if it cannot
+        await runner.run_until({}, timeout=60)
+        committed = runner.committed_positions()
+        result.positions = {tp: pos.source for tp, pos in committed.items()}
+        doubt = runner.in_doubt
+        with contextlib.suppress(Exception):
+            await link.send(Released(work.lease_id, work.token,
+                                     {tp: None if tp in doubt else pos for tp, pos in committed.items()}))
+    finally:
+        d, c = CodecCounters.snapshot()
+        result.codec = (d - codec_start[0], c - codec_start[1])
+        if link is not None:
+            await link.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(runner.close(), 30)
+
+
+def run_lease(work: LeaseWork) -> LeaseResult:
+    """Run one lease of one task on this process (an executor); never raises."""
+    result = LeaseResult(work.flow, work.spec.task_id, work.lease_id, tuple(work.spec.partitions),
+                         executor=f"{socket.gethostname()}:{os.getpid()}")
+    started = time.monotonic()
+    with capture_warnings() as warnings:
+        try:
+            asyncio.run(_lease(work, result))
+        except Exception as exc:
+            result.error = f"{type(exc).__name__}: {exc}"
+            result.positions = {}
+    result.warnings = warnings
+    result.seconds = time.monotonic() - started
+    return result

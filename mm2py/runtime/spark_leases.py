@@ -1,0 +1,252 @@
+"""The Spark driver's lease loop: which leases to start and stop, and what their reports mean.
+
+:class:`LeaseScheduler` turns each flow's task assignment into leases (see :mod:`.lease_table`):
+
+- a task with partitions and no lease gets one (a Spark job running :func:`.spark_lease.run_lease`);
+- a lease that has run ``lease_seconds`` gets a successor for the same partitions, started while
+  it still mirrors, so the hand-over costs one GO message rather than a Spark job start-up;
+- a task whose partitions changed (new topics, partition growth, a REST allow/deny change, a task
+  that went away) gets a lease for its new partitions at once; older leases that hold any of those
+  partitions are stopped by the table when it is ready, and a lease none of whose partitions is
+  still wanted is stopped right away;
+- a lease that failed (reported, or its Spark job failed) is counted against its task, which gets
+  its next lease after a back-off, from the committed progress (the table fences the old one first).
+
+Reports from running leases are folded into the driver's :class:`~.spark_flow.SparkTask` as they
+arrive, so ``/metrics`` and ``status()`` show executor work (records, bytes, batches, lag, codec
+operations, rebuilt batches) while a lease runs, not only when it ends.
+
+Spark jobs of leases run in their own thread pool: each blocks one thread (``collect``) for the
+whole lease, and must not starve the default executor the controllers' blocking calls use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from mm2py.engine.task_api import TaskMetrics, TaskSpec
+from mm2py.runtime.lease_coordinator import LeaseCoordinator
+from mm2py.runtime.lease_table import Lease, LeaseState, LeaseTable
+from mm2py.runtime.lease_wire import Report
+from mm2py.runtime.spark_flow import SparkFlowRunner, SparkTask
+from mm2py.runtime.spark_lease import LeaseResult, LeaseWork
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LeaseScheduler", "LeaseSettings"]
+
+_COUNTERS = tuple(f.name for f in fields(TaskMetrics) if f.name != "lag")
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    lease_seconds: float = 60.0  # a lease hands over to a successor after this long
+    commit_interval: float = 1.0
+    report_interval: float = 0.5
+    fence_seconds: float = 5.0
+    ready_timeout: float = 15.0  # a successor Spark cannot place this long: stop its predecessor
+
+
+@dataclass
+class _Book:
+    """A task's executor-side figures: ended leases summed, running leases' latest reports."""
+
+    done: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTERS, 0))
+    done_codec: tuple[int, int] = (0, 0)
+    live: dict[str, Report] = field(default_factory=dict)
+
+    def fold(self, task: SparkTask) -> None:
+        for name in _COUNTERS:
+            value = self.done[name] + sum(r.metrics.get(name, 0) for r in self.live.values())
+            setattr(task.metrics, name, value)
+
+    def codec(self) -> tuple[int, int]:
+        d, c = self.done_codec
+        for r in self.live.values():
+            d, c = d + r.codec[0], c + r.codec[1]
+        return d, c
+
+    def end(self, lease_id: str, result: LeaseResult | None) -> None:
+        live = self.live.pop(lease_id, None)
+        if result is not None:  # the executor's own final figures
+            for name in _COUNTERS:
+                self.done[name] += int(getattr(result.metrics, name))
+            codec = result.codec
+        elif live is not None:  # the job failed: its last report is all we know
+            for name in _COUNTERS:
+                self.done[name] += live.metrics.get(name, 0)
+            codec = live.codec
+        else:
+            return
+        self.done_codec = (self.done_codec[0] + codec[0], self.done_codec[1] + codec[1])
+
+
+class LeaseScheduler:
+    """Leases for every flow of a Spark worker (see the module docstring)."""
+
+    def __init__(
+        self, flows: Mapping[str, SparkFlowRunner], collect: Callable[[LeaseWork], LeaseResult],
+        settings: LeaseSettings, *, host: str = "127.0.0.1", max_jobs: int = 8,
+        on_job_failed: Callable[[str], None] | None = None,
+    ) -> None:
+        self.flows = flows  # the worker's dict: REST adds, replaces and removes flows in it
+        self.collect = collect  # runs one lease as a Spark job (blocking), returns its result
+        self.settings = settings
+        self.table = LeaseTable(fence_seconds=settings.fence_seconds, ready_timeout=settings.ready_timeout)
+        self.coordinator = LeaseCoordinator(self.table, host=host, on_report=self._on_report)
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_jobs, thread_name_prefix="mm2py-lease")
+        self._jobs: dict[str, asyncio.Task[None]] = {}  # lease id -> its Spark job
+        #: lease id -> the flow runner it works for, while the lease has not ended
+        self._runner_of: dict[str, SparkFlowRunner] = {}
+        self._replaced: set[str] = set()  # flows whose old leases must end before new ones start
+        self._books: dict[tuple[str, int], _Book] = {}
+        self.on_job_failed = on_job_failed  # a lease's Spark job failed (not a reported failure)
+        self.started = 0
+
+    async def start(self) -> None:
+        await self.coordinator.start()
+
+    # -- one step of the driver's loop ----------------------------------------------------------
+    async def step(self) -> None:
+        """Refresh what is due, then start or stop leases so every task is covered."""
+        now = time.monotonic()
+        active = {x.lease_id for x in self._active()}
+        for lease_id in [k for k in self._runner_of if k not in active]:
+            del self._runner_of[lease_id]
+        for name in {lease.flow for lease in self._active()} - set(self.flows):
+            self._stop_flow(name, "the flow was removed")
+        for flow in list(self.flows.values()):
+            try:
+                if flow.refresh_due(now):
+                    await flow.refresh()
+            except Exception as exc:  # a cluster unreachable right now: keep the current leases
+                log.warning("%s: topic refresh failed (%s); retrying", flow.name, exc)
+            self._cover(flow, time.monotonic())
+        self.table.prune()
+
+    def _active(self) -> list[Lease]:
+        return [x for x in self.table.leases.values() if not x.state.ended]
+
+    def _stop_flow(self, name: str, reason: str) -> None:
+        for lease in self._active():
+            if lease.flow == name:
+                self.coordinator.stop(lease.lease_id, reason)
+
+    def _cover(self, flow: SparkFlowRunner, now: float) -> None:
+        stale = [x for x in self._active()
+                 if x.flow == flow.name and self._runner_of.get(x.lease_id) is not flow]
+        if stale:  # the flow was replaced: its old leases end before the new ones start
+            for lease in stale:
+                self.coordinator.stop(lease.lease_id, "the flow was reconfigured")
+            self._replaced.add(flow.name)
+            return
+        if flow.name in self._replaced:
+            # positions the old configuration's leases carried over are not the new one's to trust
+            self.table.forget_flow(flow.name)
+            self._replaced.discard(flow.name)
+        if flow.state != "RUNNING":
+            return
+        for task in list(flow.tasks.values()):
+            self._cover_task(flow, task, now)
+
+    def _cover_task(self, flow: SparkFlowRunner, task: SparkTask, now: float) -> None:
+        want = frozenset(task.partitions)
+        current = self.table.current(flow.name, task.task_id)
+        for lease in current:  # holds nothing the task still wants: nothing to hand over
+            if not lease.partitions & want:
+                self.coordinator.stop(lease.lease_id, "its partitions were reassigned")
+        if not want or task.retry_at > now:
+            return
+        newest = current[-1] if current else None
+        if newest is None or newest.partitions != want:
+            if newest is not None and newest.state in (LeaseState.STARTING, LeaseState.WAITING):
+                self.coordinator.stop(newest.lease_id, "superseded before it was granted")
+            self._start(flow, task, want, now)
+        elif newest.state is LeaseState.RUNNING and now - newest.started >= self.settings.lease_seconds:
+            self._start(flow, task, want, now)
+
+    def _start(self, flow: SparkFlowRunner, task: SparkTask, partitions: frozenset[Any], now: float) -> None:
+        lease = self.table.start(flow.name, task.task_id, partitions, now)
+        s = self.settings
+        work = LeaseWork(
+            TaskSpec(flow.flow, task.task_id, tuple(sorted(partitions))), lease.lease_id,
+            self.coordinator.address, self.coordinator.token, commit_interval=s.commit_interval,
+            report_interval=s.report_interval, fence_seconds=s.fence_seconds,
+            # a lease the driver forgets to stop (or cannot reach) still ends and commits
+            max_seconds=max(4 * s.lease_seconds, s.lease_seconds + 60),
+        )
+        self._runner_of[lease.lease_id] = flow
+        self.started += 1
+        self._jobs[lease.lease_id] = asyncio.create_task(self._job(flow, task, work))
+        log.debug("%s task %d: lease %s started for %d partitions", flow.name, task.task_id,
+                  lease.lease_id, len(partitions))
+
+    async def _job(self, flow: SparkFlowRunner, task: SparkTask, work: LeaseWork) -> None:
+        loop = asyncio.get_running_loop()
+        book = self._books.setdefault((flow.name, task.task_id), _Book())
+        result: LeaseResult | None = None
+        try:
+            result = await loop.run_in_executor(self._pool, self.collect, work)
+        except Exception as exc:
+            from mm2py.runtime.spark import job_error
+
+            error = job_error(exc)
+            log.error("%s task %d: lease %s failed in Spark: %s; its partitions resume from the "
+                      "committed progress", flow.name, task.task_id, work.lease_id, error)
+            flow.fail_task(task.task_id, error, time.monotonic())
+            if self.on_job_failed is not None:  # after the task is marked failed
+                self.on_job_failed(error)
+        finally:
+            book.end(work.lease_id, result)
+            book.fold(task)
+            self._jobs.pop(work.lease_id, None)
+            self.coordinator.job_done(work.lease_id)
+        if result is not None:
+            flow.absorb_lease(result, time.monotonic())
+
+    def _on_report(self, lease: Lease, report: Report) -> None:
+        flow = self._runner_of.get(lease.lease_id)
+        if flow is None:
+            return
+        book = self._books.setdefault((lease.flow, lease.task_id), _Book())
+        book.live[lease.lease_id] = report
+        flow.report_lease(lease.task_id, report.lag, book.fold)
+
+    # -- figures ----------------------------------------------------------------------------------
+    def codec_operations(self) -> tuple[int, int]:
+        """Decompressions and compressions done by every lease so far (executors' work)."""
+        d = c = 0
+        for book in self._books.values():
+            dd, cc = book.codec()
+            d, c = d + dd, c + cc
+        return d, c
+
+    def leases_running(self) -> int:
+        return sum(x.state is LeaseState.RUNNING for x in self.table.leases.values())
+
+    # -- shutting down ----------------------------------------------------------------------------
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Stop every lease (each commits and releases) and wait for their jobs, up to ``timeout``."""
+        for lease in self._active():
+            self.coordinator.stop(lease.lease_id, "the worker stops")
+        jobs = list(self._jobs.values())
+        if jobs:
+            _done, pending = await asyncio.wait(jobs, timeout=timeout)
+            if pending:
+                log.warning("%d leases did not end within %.0fs of the stop", len(pending), timeout)
+        await self.coordinator.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def abandon(self) -> None:
+        """The Spark session is gone: jobs still awaited will not come back."""
+        for job in self._jobs.values():
+            job.cancel()
+        with contextlib.suppress(Exception):
+            self._pool.shutdown(wait=False, cancel_futures=True)
