@@ -135,9 +135,13 @@ def test_the_prometheus_collector_reads_spark_tasks_like_in_process_ones() -> No
 
     task = SparkTask(0, (A0,))
     task.absorb(_result(100, lag=7), now=0)
-    worker = SimpleNamespace(flows={"east->west": SimpleNamespace(tasks={0: task}, checkpoints=None)})
+    worker = SimpleNamespace(flows={"east->west": SimpleNamespace(tasks={0: task}, checkpoints=None)},
+                             codec_operations=lambda: (3, 1))  # executors' codec work included
     samples = {(m.name, s.name): s.value for m in WorkerCollector(worker).collect()  # type: ignore[arg-type]
                for s in m.samples}
     assert samples[("mm2py_task_records", "mm2py_task_records_total")] == 100
     assert samples[("mm2py_task_running", "mm2py_task_running")] == 1
     assert samples[("mm2py_partition_lag_records", "mm2py_partition_lag_records")] == 7
+    codec = {s.labels["operation"]: s.value for m in WorkerCollector(worker).collect()  # type: ignore[arg-type]
+             if m.name == "mm2py_codec_operations" for s in m.samples if s.name.endswith("_total")}
+    assert codec == {"decompress": 3, "compress": 1}

@@ -1,0 +1,153 @@
+"""The lease messages between executors and the Spark driver, and the driver's coordinator over a
+real loopback socket (no Spark, no broker: the hand-over protocol's rules)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.lease_coordinator import LeaseCoordinator
+from mm2py.runtime.lease_table import LeaseState, LeaseTable
+from mm2py.runtime.lease_wire import (
+    Ack,
+    GoMsg,
+    Hello,
+    LeaseWireError,
+    Released,
+    Report,
+    StopMsg,
+    decode,
+    encode,
+)
+
+A, B = TopicPartition("orders", 0), TopicPartition("orders", 1)
+
+tps = st.builds(TopicPartition, st.text(min_size=1, max_size=20), st.integers(0, 10_000))
+positions = st.dictionaries(tps, st.none() | st.builds(Position, st.integers(0, 2**62),
+                                                      st.none() | st.integers(0, 2**62)), max_size=5)
+messages = st.one_of(
+    st.builds(Hello, st.text(), st.text()),
+    st.builds(Report, st.text(), st.text(), st.dictionaries(st.text(), st.integers(0, 2**62)),
+              st.dictionaries(tps, st.integers(0, 2**62)), st.tuples(st.integers(0, 99), st.integers(0, 99))),
+    st.builds(Released, st.text(), st.text(), positions),
+    st.builds(GoMsg, positions),
+    st.builds(StopMsg, st.text()),
+    st.just(Ack()),
+)
+
+
+@given(messages)
+def test_every_message_survives_the_wire(msg: object) -> None:
+    line = encode(msg)  # type: ignore[arg-type]
+    assert line.endswith(b"\n") and line.count(b"\n") == 1  # one message per line
+    assert decode(line) == msg
+
+
+@given(st.binary(max_size=200))
+def test_garbage_is_a_lease_wire_error_and_nothing_else(line: bytes) -> None:
+    with contextlib.suppress(LeaseWireError):
+        decode(line)
+
+
+@pytest.mark.parametrize("line", [
+    b'{"t":"go","positions":[["orders",0,"5",null]]}',  # an offset as a string
+    b'{"t":"go","positions":[["orders",true,5,null]]}',  # a partition as a bool
+    b'{"t":"hello","lease":"x"}',  # no token
+    b'{"t":"teleport"}',
+    b'[1,2]',
+])
+def test_malformed_messages_are_refused(line: bytes) -> None:
+    with pytest.raises(LeaseWireError):
+        decode(line)
+
+
+class Executor:
+    """The executor's end, by hand: a socket that speaks the lease messages."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def connect(cls, coordinator: LeaseCoordinator) -> Executor:
+        return cls(*await asyncio.open_connection(*coordinator.address))
+
+    async def send(self, msg: Hello | Report | Released) -> None:
+        self.writer.write(encode(msg))
+        await self.writer.drain()
+
+    async def receive(self) -> object:
+        line = await asyncio.wait_for(self.reader.readline(), 5)
+        return decode(line) if line else None
+
+
+def run(coro: object) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_the_coordinator_grants_hands_over_and_fences_over_a_socket() -> None:
+    async def go() -> None:
+        table = LeaseTable(fence_seconds=0.2, ready_timeout=30)
+        reports: list[Report] = []
+        coord = LeaseCoordinator(table, on_report=lambda lease, r: reports.append(r), tick_seconds=0.05)
+        await coord.start()
+        try:
+            old = table.start("f", 0, [A, B], now=0)
+            first = await Executor.connect(coord)
+            await first.send(Hello(old.lease_id, coord.token))
+            assert await first.receive() == GoMsg({A: None, B: None})  # nothing to carry over yet
+            await first.send(Report(old.lease_id, coord.token, {"records": 7}, {A: 3}))
+            assert await first.receive() == Ack()
+            assert reports[-1].metrics == {"records": 7}
+
+            new = table.start("f", 0, [A, B], now=1)
+            second = await Executor.connect(coord)
+            await second.send(Hello(new.lease_id, coord.token))
+            assert isinstance(await first.receive(), StopMsg)  # the predecessor is told to stop
+            await first.send(Released(old.lease_id, coord.token, {A: Position(10, 4), B: None}))
+            # only the cleanly released partition carries its position over
+            assert await second.receive() == GoMsg({A: Position(10, 4), B: None})
+            assert table.holder("f", A) == new.lease_id
+
+            # a second executor claiming the same lease is turned away, the holder keeps it
+            intruder = await Executor.connect(coord)
+            await intruder.send(Hello(new.lease_id, coord.token))
+            assert isinstance(await intruder.receive(), StopMsg)
+            assert table.holder("f", A) == new.lease_id
+
+            # its Spark job ended and its connection closed: fenced, its partitions are free
+            coord.job_done(new.lease_id)
+            second.writer.close()
+            for _ in range(100):
+                if table.leases[new.lease_id].state is LeaseState.LOST:
+                    break
+                await asyncio.sleep(0.02)
+            assert table.leases[new.lease_id].state is LeaseState.LOST
+            assert table.holder("f", A) is None
+        finally:
+            await coord.close()
+
+    run(go())
+
+
+def test_a_wrong_token_is_refused_and_grants_nothing() -> None:
+    async def go() -> None:
+        table = LeaseTable()
+        coord = LeaseCoordinator(table)
+        await coord.start()
+        try:
+            lease = table.start("f", 0, [A], now=0)
+            ex = await Executor.connect(coord)
+            await ex.send(Hello(lease.lease_id, "not-the-token"))
+            assert await ex.receive() is None  # closed without an answer
+            assert table.leases[lease.lease_id].state is LeaseState.STARTING
+            assert table.holder("f", A) is None
+        finally:
+            await coord.close()
+
+    run(go())

@@ -1,0 +1,104 @@
+"""The Spark driver's lease decisions and figures, with Spark replaced by a blocking function
+(the executor side is covered by the integration tests on real brokers and Spark)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from mm2py.engine.task_api import TaskMetrics
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.lease_table import LeaseState
+from mm2py.runtime.lease_wire import Report
+from mm2py.runtime.spark_flow import SparkTask
+from mm2py.runtime.spark_lease import LeaseResult, LeaseWork
+from mm2py.runtime.spark_leases import LeaseScheduler, LeaseSettings, _Book
+
+A, B, C = (TopicPartition("orders", p) for p in range(3))
+
+
+def test_a_tasks_figures_are_its_ended_leases_plus_the_running_ones_latest_reports() -> None:
+    task = SparkTask(0, (A,))
+    book = _Book()
+    book.live["l1"] = Report("l1", "t", {"records": 10, "bytes": 100}, {}, (1, 0))
+    book.fold(task)
+    assert (task.metrics.records, task.metrics.bytes) == (10, 100)
+    book.live["l1"] = Report("l1", "t", {"records": 25, "bytes": 250}, {}, (2, 0))  # cumulative
+    book.live["l2"] = Report("l2", "t", {"records": 1, "bytes": 10}, {}, (0, 1))  # its successor
+    book.fold(task)
+    assert task.metrics.records == 26 and book.codec() == (2, 1)
+    final = LeaseResult("f", 0, "l1", (A,), granted=True, metrics=TaskMetrics(records=30, bytes=300),
+                        codec=(3, 0))
+    book.end("l1", final)  # the executor's final figures replace its last report
+    book.end("l2", None)  # a failed job: its last report is all there is
+    book.fold(task)
+    assert (task.metrics.records, task.metrics.bytes) == (31, 310)
+    assert book.codec() == (3, 1)
+
+
+class FakeFlow:
+    """The parts of a SparkFlowRunner the scheduler uses."""
+
+    def __init__(self, tasks: dict[int, tuple[TopicPartition, ...]]) -> None:
+        self.name = "f"
+        self.flow: Any = type("Flow", (), {"name": "f"})()
+        self.state = "RUNNING"
+        self.tasks = {i: SparkTask(i, parts) for i, parts in tasks.items()}
+        self.absorbed: list[LeaseResult] = []
+
+    def refresh_due(self, now: float) -> bool:
+        return False
+
+    def absorb_lease(self, result: LeaseResult, now: float) -> None:
+        self.absorbed.append(result)
+
+    def fail_task(self, task_id: int, error: str, now: float) -> None:
+        self.tasks[task_id].fail(error, now)
+
+    def report_lease(self, task_id: int, lag: Any, fold: Any) -> None:
+        fold(self.tasks[task_id])
+
+
+def test_leases_cover_every_task_get_successors_and_follow_reassignment() -> None:
+    release = threading.Event()
+    works: list[LeaseWork] = []
+
+    def collect(work: LeaseWork) -> LeaseResult:  # a Spark job that lasts until released
+        works.append(work)
+        release.wait(10)
+        return LeaseResult("f", work.spec.task_id, work.lease_id, work.spec.partitions)
+
+    async def go() -> None:
+        flow = FakeFlow({0: (A, B), 1: (C,)})
+        sched = LeaseScheduler({"f": flow}, collect, LeaseSettings(lease_seconds=0.3))  # type: ignore[dict-item]
+        await sched.start()
+        try:
+            await sched.step()
+            assert sched.started == 2  # one lease per task
+            await sched.step()
+            assert sched.started == 2  # not granted yet: no successor
+            table = sched.table
+            for lease in list(table.leases.values()):  # both connect and are granted
+                table.hello(lease.lease_id, time.monotonic())
+            await asyncio.sleep(0.35)
+            await sched.step()
+            assert sched.started == 4  # both ran a lease length: successors started
+            flow.tasks[0].partitions = (A,)  # B went away
+            flow.tasks[1].partitions = (B, C)  # and moved to task 1
+            await sched.step()
+            current = {t: table.current("f", t)[-1] for t in (0, 1)}
+            assert current[0].partitions == {A} and current[1].partitions == {B, C}
+            # the not-yet-granted successors of the old assignment were cancelled
+            assert sum(x.cancelled for x in table.leases.values()) == 2
+            flow.tasks[0].partitions = ()  # a task that goes away stops its leases
+            await sched.step()
+            assert all(x.state in (LeaseState.STOPPING, LeaseState.RELEASED) or x.cancelled
+                       for x in table.current("f", 0))
+        finally:
+            release.set()
+            await sched.stop(timeout=5)
+        assert {w.spec.partitions for w in works} >= {(A, B), (C,), (A,), (B, C)}
+
+    asyncio.run(go())
