@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -35,13 +37,27 @@ from mm2py.protocol.types import TopicPartition
 pytestmark = pytest.mark.integration
 
 
-def _worker_process(config: Path, log: Path, commit_interval: float = 1) -> subprocess.Popen[bytes]:
+def _worker_process(
+    config: Path, log: Path, commit_interval: float = 1, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "mm2py.cli", "run", "-c", str(config),
-         "--commit-interval", str(commit_interval)],
+         "--commit-interval", str(commit_interval), *extra],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
     )
+
+
+def _check_exact(got: list[Any], total: int, partitions: int) -> int:
+    """Every value 0..total-1 once, each partition in order; returns the duplicate count."""
+    values = [int(r.value) for r in got if r.value is not None]
+    missing = set(range(total)) - set(values)
+    duplicates = len(values) - len(set(values))
+    assert not missing, f"{len(missing)} records missing, e.g. {sorted(missing)[:5]}"
+    for p in range(partitions):
+        mine = [int(r.value or b"-1") for r in got if r.partition == p]
+        assert mine == sorted(mine), f"partition {p} out of order"
+    return duplicates
 
 
 def _total(bootstrap: str, topic: str) -> int:
@@ -239,3 +255,68 @@ def test_restart_behind_the_target_skips_what_is_already_there(
     assert end_offsets(west.bootstrap, target_topic)[0] == end, "records were mirrored twice"
     assert batches == 0 and skipped == end_offsets(east.bootstrap, topic)[0]
     assert [r.value for r in read_all(west.bootstrap, target_topic)] == [r.value for r in source]
+
+
+def test_spark_driver_sigkilled_repeatedly_under_live_traffic_loses_and_doubles_nothing(
+    east: KafkaCluster, west: KafkaCluster, tmp_path: Path
+) -> None:
+    """``mm2py run --runtime spark`` (leases, hand-overs every few seconds) SIGKILLed three times
+    while records arrive: the executors of a killed driver stop writing when its lease server goes
+    away, and each new driver resumes from the committed progress and the target's tail."""
+    topic = create_topic(east.bootstrap, unique("spark-kill"), partitions=3)
+    config = tmp_path / "mm2.json"
+    config.write_text(json.dumps({
+        "clusters": {"east": east.bootstrap, "west": west.bootstrap},
+        "flows": {"east->west": {"topics": topic, "tasks.max": 2}},
+        **TEST_DEFAULTS,
+    }))
+    produced: list[int] = []
+    stop_producing = threading.Event()
+
+    def produce() -> None:  # ~2,000 records/s until told to stop
+        p = Producer({"bootstrap.servers": east.bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+        i = 0
+        while not stop_producing.is_set():
+            for _ in range(200):
+                p.produce(topic, str(i).encode(), str(i % 50).encode(), partition=i % 3)
+                i += 1
+            p.flush(10)
+            time.sleep(0.1)
+        p.flush(30)
+        produced.append(i)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    log = tmp_path / "worker.log"
+    spark = ("--runtime", "spark", "--spark-lease-seconds", "4")
+    proc = _worker_process(config, log, commit_interval=0.5, extra=spark)
+    kills = 0
+    try:
+        for _ in range(3):
+            before = _total(west.bootstrap, f"east.{topic}")
+            wait_until(lambda b=before: _total(west.bootstrap, f"east.{topic}") >= b + 2_000, 120, 0.1,
+                       "mirroring under way")
+            time.sleep(kills * 1.7)  # kills at different points of the lease cycle
+            proc.send_signal(signal.SIGKILL)  # the driver only: its JVM and executors are orphaned
+            proc.wait(30)
+            kills += 1
+            proc = _worker_process(config, log, commit_interval=0.5, extra=spark)
+        wait_until(lambda: _total(west.bootstrap, f"east.{topic}") >= 2_000 + before, 120, 0.1,
+                   "mirroring under way after the last restart")
+        stop_producing.set()
+        producer.join(60)
+        total = produced[0]
+        wait_until(lambda: _total(west.bootstrap, f"east.{topic}") >= total, 120, 0.5,
+                   "everything mirrored after the restarts")
+        time.sleep(2)
+    finally:
+        stop_producing.set()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 0, log.read_text()[-3000:]
+    assert kills == 3
+    duplicates = _check_exact(read_all(west.bootstrap, f"east.{topic}"), total, 3)
+    assert duplicates == 0
+    assert _total(west.bootstrap, f"east.{topic}") == total
