@@ -74,6 +74,11 @@ class TaskRunner:
         self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
         self._assignment_applied = asyncio.Event()
         self._last_commit = clock()
+        #: the periodic commit under way: it runs beside the mirror loop (a commit must not hold
+        #: up the next produce); at most one at a time
+        self._committing: asyncio.Task[None] | None = None
+        #: serialises every write of positions (periodic, forced, hand-over, first start)
+        self._persisting = asyncio.Lock()
         self._round_end: dict[TopicPartition, int] = {}
         #: positions handed over by the previous holder of a partition (Spark leases): trusted as
         #: they are, so the partition needs neither the progress topic nor the tail reconciler
@@ -140,7 +145,8 @@ class TaskRunner:
         removed = [tp for tp in self._acked if tp not in wanted]
         if removed:
             # the next owner starts from the committed position: make it this task's last one
-            await asyncio.to_thread(self._persist, self._positions(removed))
+            await self._settle_commit()  # an older snapshot must not land after this one
+            await self._write(self._positions(removed))
         for tp in removed:
             del self._acked[tp]
             self._fetch_pos.pop(tp, None)
@@ -161,7 +167,7 @@ class TaskRunner:
             # committed before anything is produced, so a worker killed before its first periodic
             # commit resumes exactly (the tail reconciler skips what reached the target)
             seeds = {tp: Position(fresh.get(tp, 0), targets[tp]) for tp in missing}
-            await asyncio.to_thread(self._persist, seeds)
+            await self._write(seeds)
         for tp in new:
             target: int | None = None
             if tp in seeded:
@@ -344,20 +350,41 @@ class TaskRunner:
         return ok
 
     async def _commit(self, force: bool) -> None:
+        """Periodic (``force=False``): start a commit in the background when one is due and none
+        is under way. Forced: wait for the one under way, commit now, raise if it failed."""
         now = self.clock()
-        if not force and now - self._last_commit < self.commit_interval:
+        if not force:
+            if now - self._last_commit < self.commit_interval:
+                return
+            if self._committing is not None and not self._committing.done():
+                return  # the previous one is slow (target busy): the next interval catches up
+            self._last_commit = now
+            self._committing = asyncio.create_task(self._commit_in_background(self._positions(self._acked)))
             return
+        await self._settle_commit()
         self._last_commit = now
+        await self._write(self._positions(self._acked))
+        self.metrics.commits += 1
+
+    async def _commit_in_background(self, positions: Mapping[TopicPartition, Position]) -> None:
         try:
-            await asyncio.to_thread(self._persist, self._positions(self._acked))
+            await self._write(positions)
         except Exception as exc:
-            if force:
-                raise
             # the target is unreachable for now: keep mirroring, commit again next interval
             self.metrics.commit_failures += 1
             log.warning("task %s: committing progress failed (%s); will retry", self.spec.task_id, exc)
             return
         self.metrics.commits += 1
+
+    async def _settle_commit(self) -> None:
+        if self._committing is not None:
+            await asyncio.gather(self._committing, return_exceptions=True)
+            self._committing = None
+
+    async def _write(self, positions: Mapping[TopicPartition, Position]) -> None:
+        """``positions`` as snapshotted on the event loop, written in a thread, one write at a time."""
+        async with self._persisting:
+            await asyncio.to_thread(self._persist, positions)
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Position]:
         """A snapshot of what to commit, taken on the event loop."""
@@ -369,6 +396,7 @@ class TaskRunner:
         self.progress.commit(positions)
 
     async def close(self) -> None:
+        await self._settle_commit()
         await self.source.close()
         await self.sink.close()
         await asyncio.to_thread(self.progress.close)

@@ -283,3 +283,42 @@ def test_a_failed_produce_leaves_its_partition_in_doubt_until_a_produce_succeeds
     assert seen[0] == frozenset() and seen[1] == frozenset({TP})  # in doubt after the failure
     assert runner.in_doubt == frozenset()  # cleared by the successful retry
     assert values(sink) == expected(range(0, 9))
+
+
+def test_a_slow_commit_does_not_hold_up_delivery_and_commits_never_go_backwards() -> None:
+    import threading
+    import time
+
+    log = Log([batch(i * 2, 2) for i in range(60)], end=120)
+    sink = MemorySink()
+    overlapped: list[int] = []
+    written: list[int] = []
+    lock = threading.Lock()
+
+    class SlowProgress(MemoryProgress):
+        def commit(self, positions: Mapping[TopicPartition, Position]) -> None:
+            with lock:
+                puts = sink.puts
+                time.sleep(0.05)  # the target is slow to acknowledge the progress record
+                overlapped.append(sink.puts - puts)
+                if TP in positions:
+                    written.append(positions[TP].source)
+            super().commit(positions)
+
+    ckpt = SlowProgress()
+    source = MemorySource({TP: log}, per_fetch=1)
+    runner = TaskRunner(TaskSpec(None, 0, (TP,)), source, sink, ckpt, offset_lag_max=5,
+                        commit_interval=0, retry_backoff=0)
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(runner.run(stop))
+        while runner.positions().get(TP) != 120:
+            await asyncio.sleep(0.001)
+        stop.set()
+        await task
+
+    asyncio.run(go())
+    assert values(sink) == expected(range(0, 120))
+    assert max(overlapped) > 0  # produces went on while a commit was being written
+    assert written == sorted(written) and written[-1] == 120  # forced last commit, never backwards
