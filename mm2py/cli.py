@@ -37,7 +37,9 @@ def _run(args: argparse.Namespace) -> int:
     import signal
 
     from mm2py.config.models import load_config
+    from mm2py.errors import Mm2pyError
     from mm2py.runtime.inprocess import Worker
+    from mm2py.stores.admin import interrupt_admin_calls
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -61,8 +63,13 @@ def _run(args: argparse.Namespace) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            stop.set()
+            interrupt_admin_calls()  # a start-up waiting for an unreachable cluster ends now
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         worker: Worker | SparkWorker
         if args.runtime == "spark":
             from mm2py.runtime.spark import SparkWorker
@@ -94,6 +101,11 @@ def _run(args: argparse.Namespace) -> int:
         print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
         try:
             await worker.run(stop)
+        except Mm2pyError as exc:
+            if not stop.is_set():
+                raise
+            print(f"stopped during start-up ({exc})", flush=True)
+            return
         finally:
             if rest is not None:
                 await rest.stop()

@@ -132,6 +132,9 @@ class FlowSettings(BaseModel):
     # mm2py-specific
     max_inflight_bytes_per_task: int = Field(64 * _MIB, alias="mm2py.max.inflight.bytes.per.task", ge=1)
     fetch_max_bytes: int = Field(50 * _MIB, alias="mm2py.fetch.max.bytes", ge=1)
+    #: every broker of a cluster refusing connections this long fails an admin call (a flow's
+    #: start, a REST request) at once with the broker's reason, instead of after admin.timeout.ms
+    unreachable_timeout_ms: int = Field(5_000, alias="mm2py.unreachable.timeout.ms", ge=0)
 
     @field_validator("topics", "topics_exclude", "groups", "groups_exclude",
                      "config_properties_exclude")  # fmt: skip

@@ -10,6 +10,7 @@ at once with the broker's reason (:class:`ClusterSecurityError`) instead of wait
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
@@ -24,13 +25,15 @@ from mm2py.config.models import FlowConfig
 from mm2py.config.security import Kind, Side, cluster_security
 from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.protocol.types import TopicPartition
+from mm2py.stores.rdkafka_log import LibrdkafkaLog
 
 log = logging.getLogger(__name__)
 _RETRIABLE_GROUP_ERRORS = frozenset({
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT,
 })
-_LIBRDKAFKA_LOG = logging.getLogger("mm2py.librdkafka")
+#: every confluent-kafka client's ``logger``: each distinct problem once a minute at most
+LIBRDKAFKA_LOG = LibrdkafkaLog(logging.getLogger("mm2py.librdkafka"))
 
 
 class StoreError(Mm2pyError):
@@ -44,6 +47,13 @@ class ClusterSecurityError(SecurityError):
 #: librdkafka errors that mean TLS or SASL refused us: retrying does not help
 _SECURITY_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
 _POLL_S = 0.2
+#: set once the process is stopping (SIGINT/SIGTERM): admin calls still waiting give up at once
+_INTERRUPTED = threading.Event()
+
+
+def interrupt_admin_calls() -> None:
+    """Make every admin call still waiting for a cluster fail now (the process is stopping)."""
+    _INTERRUPTED.set()
 
 
 class GroupOffsetsRefusedError(StoreError):
@@ -88,7 +98,7 @@ class GroupState:
 
 
 def client_config(bootstrap: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _LIBRDKAFKA_LOG}
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": LIBRDKAFKA_LOG}
     conf.update(overrides or {})
     return conf
 
@@ -113,11 +123,15 @@ class ClusterAdmin:
 
     def __init__(
         self, alias: str, bootstrap: str, overrides: Mapping[str, object] | None = None,
-        timeout: float = 30.0,
+        timeout: float = 30.0, unreachable_timeout: float = 5.0,
     ) -> None:
         self.alias = alias
         self.bootstrap = bootstrap
         self.timeout = timeout
+        #: every broker refusing connections for this long fails a call at once (not after ``timeout``)
+        self.unreachable_timeout = unreachable_timeout
+        self._down_since: float | None = None  # guarded by: librdkafka's error callback, our calls
+        self._last_refusal = 0.0
         #: connection settings (security) shared by the other clients built with :meth:`client_config`
         self.overrides: dict[str, Any] = dict(overrides or {})
         self._refused: str | None = None  # a TLS/SASL refusal reported by librdkafka
@@ -130,16 +144,35 @@ class ClusterAdmin:
         alias = flow.source if side == "source" else flow.target
         cluster = flow.source_cluster if side == "source" else flow.target_cluster
         return cls(alias, cluster.bootstrap_servers, librdkafka_security(flow, side, "admin"),
-                   timeout=flow.admin_timeout_ms / 1000 if timeout is None else timeout)
+                   timeout=flow.admin_timeout_ms / 1000 if timeout is None else timeout,
+                   unreachable_timeout=flow.unreachable_timeout_ms / 1000)
 
     def client_config(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Configuration for a producer or consumer of the same cluster, with the same security."""
         return client_config(self.bootstrap, {**self.overrides, **(extra or {})})
 
     def _on_error(self, err: KafkaError) -> None:
-        self._last_error = err.str()
+        if err.code() != KafkaError._ALL_BROKERS_DOWN or self._last_error is None:
+            self._last_error = err.str()  # keep the broker's own reason over "1/1 brokers are down"
         if err.code() in _SECURITY_ERRORS:
             self._refused = err.str()
+        if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            self._last_refusal = time.monotonic()
+        if err.code() == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
+            self._down_since = time.monotonic()
+
+    def _unreachable(self) -> bool:
+        """Every broker has refused us for ``unreachable_timeout``, and still does."""
+        now = time.monotonic()
+        return (self._down_since is not None and now - self._down_since >= self.unreachable_timeout
+                and now - self._last_refusal < 2.0)
+
+    def _given_up(self, deadline: float) -> bool:
+        return (self._refused is not None or self._unreachable() or _INTERRUPTED.is_set()
+                or time.monotonic() >= deadline)
+
+    def _reached(self) -> None:
+        self._down_since = None
 
     def _fail(self, what: str, exc: BaseException) -> ClusterUnreachableError | ClusterSecurityError:
         self._client.poll(0)  # serve error callbacks: the reason may be there
@@ -147,6 +180,10 @@ class ClusterAdmin:
             return ClusterSecurityError(
                 f"cluster '{self.alias}' ({self.bootstrap}): {what} failed: {self._refused}")
         reason = str(exc) or f"no answer within {self.timeout:.0f}s"
+        if self._unreachable():
+            reason = f"every broker refused connections for {self.unreachable_timeout:.0f}s"
+        elif _INTERRUPTED.is_set():
+            reason = "interrupted: the process is stopping"
         if self._last_error and self._last_error not in reason:
             reason += f" (last broker error: {self._last_error})"
         return ClusterUnreachableError(f"cluster '{self.alias}' ({self.bootstrap}): {what} failed: {reason}")
@@ -156,21 +193,25 @@ class ClusterAdmin:
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                return fut.result(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
+                result = fut.result(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
             except TimeoutError as exc:
                 self._client.poll(0)
-                if self._refused is not None or time.monotonic() >= deadline:
+                if self._given_up(deadline):
                     raise self._fail(what, exc) from None
+                continue
+            self._reached()
+            return result
 
     def list_topics(self) -> dict[str, TopicInfo]:
         deadline = time.monotonic() + self.timeout
         while True:
             try:
                 md = self._client.list_topics(timeout=max(0.01, min(1.0, deadline - time.monotonic())))
+                self._reached()
                 break
             except KafkaException as exc:
                 self._client.poll(0)
-                if self._refused is not None or time.monotonic() >= deadline:
+                if self._given_up(deadline):
                     raise self._fail("listing topics", exc) from exc
         out = {}
         for name, t in md.topics.items():

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,11 +159,15 @@ def test_bad_requests_get_clear_errors_and_change_nothing(api: httpx.Client) -> 
                                  "clusters": {"east": {"bootstrap.servers": "10.0.0.1:9092"}}})
     assert r.status_code == 409 and "cannot be re-pointed" in r.json()["error"]
 
-    # a cluster nobody answers for: the error names it and no flow or cluster is left behind
-    r = api.post("/flows", json={"source": "ghost", "target": "west", "settings": {"admin.timeout.ms": 1500},
+    # a cluster that refuses connections: refused within seconds (mm2py.unreachable.timeout.ms,
+    # not admin.timeout.ms), the error names it and the broker's reason, and no flow or cluster is
+    # left behind
+    started = time.monotonic()
+    r = api.post("/flows", json={"source": "ghost", "target": "west",
                                  "clusters": {"ghost": {"bootstrap.servers": "127.0.0.1:1"}}})
     assert r.status_code == 503, r.text
-    assert "'ghost'" in r.json()["error"]
+    assert time.monotonic() - started < 10
+    assert "'ghost'" in r.json()["error"] and "Connection refused" in r.json()["error"]
     assert api.get("/flows").json() == {"flows": []}
     assert [c["alias"] for c in api.get("/clusters").json()] == ["east", "west"]
 

@@ -1,0 +1,98 @@
+"""A cluster that refuses connections, or never answers: reported within seconds with the reason,
+a quiet log, and a worker that stops at once on SIGINT in every phase. No broker is needed: a
+closed loopback port refuses, a listening socket that never accepts stays silent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mm2py.errors import ClusterUnreachableError
+from mm2py.stores.admin import ClusterAdmin
+
+pytestmark = pytest.mark.integration
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = int(s.getsockname()[1])
+    s.close()
+    return port
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port whose listen queue is full: connections neither complete nor are refused."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(0)
+    fillers = []
+    for _ in range(8):  # fill the backlog so further SYNs go unanswered
+        c = socket.socket()
+        c.setblocking(False)
+        try:
+            c.connect(("127.0.0.1", s.getsockname()[1]))
+        except BlockingIOError:
+            pass
+        fillers.append(c)
+    yield int(s.getsockname()[1])
+    for c in fillers:
+        c.close()
+    s.close()
+
+
+def test_an_admin_call_to_a_refusing_cluster_fails_within_the_unreachable_timeout() -> None:
+    admin = ClusterAdmin("east", f"127.0.0.1:{_closed_port()}", timeout=60, unreachable_timeout=2)
+    started = time.monotonic()
+    with pytest.raises(ClusterUnreachableError) as err:
+        admin.list_topics()
+    assert time.monotonic() - started < 6
+    assert "'east'" in str(err.value) and "Connection refused" in str(err.value)
+
+
+def _run(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "mm2py.cli", "run", "-c", str(config)],
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _config(tmp_path: Path, bootstrap: str) -> Path:
+    path = tmp_path / "mm2.json"
+    path.write_text(json.dumps({"clusters": {"east": bootstrap, "west": bootstrap},
+                                "flows": {"east->west": {"topics": ".*"}}}))
+    return path
+
+
+def test_run_against_a_refusing_cluster_says_so_briefly_and_exits(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    started = time.monotonic()
+    proc = _run(_config(tmp_path, f"127.0.0.1:{_closed_port()}"), log)
+    assert proc.wait(30) != 0
+    assert time.monotonic() - started < 20
+    lines = log.read_text().splitlines()
+    assert len(lines) < 20, "\n".join(lines[:40])
+    assert "Connection refused" in lines[-1] and lines[-1].startswith("mm2py: error:")
+
+
+def test_sigint_during_start_up_against_a_silent_cluster_stops_within_seconds(
+    tmp_path: Path, silent_port: int
+) -> None:
+    log = tmp_path / "run.log"
+    proc = _run(_config(tmp_path, f"127.0.0.1:{silent_port}"), log)
+    time.sleep(4)  # start-up is waiting for the cluster (admin.timeout.ms is 60 s)
+    assert proc.poll() is None, log.read_text()
+    proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    assert proc.wait(10) == 0, log.read_text()
+    assert time.monotonic() - started < 5
+    assert "stopped during start-up" in log.read_text()
