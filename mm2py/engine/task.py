@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.task_api import (
     BatchSink,
@@ -55,6 +56,7 @@ class TaskRunner:
         retry_backoff: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         reconcile: Reconciler | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.spec = spec
         self.source = source
@@ -64,6 +66,7 @@ class TaskRunner:
         self.commit_interval = commit_interval
         self.retry_backoff = retry_backoff
         self.clock = clock
+        self.wall_clock = wall_clock  # compared with record timestamps (latency, record age)
         self.reconcile = reconcile
         self.metrics = TaskMetrics()
         self.state = "UNASSIGNED"
@@ -298,6 +301,8 @@ class TaskRunner:
             batches = [b for b in p.batches if b.next_offset > self._fetch_pos[tp]]
             if p.high_watermark >= 0:
                 self.metrics.lag[tp] = max(0, p.high_watermark - p.next_offset)
+            observe_fetch(self.metrics.times, tp, batches, p.high_watermark > p.next_offset,
+                          self.wall_clock())
             if batches:
                 work.append((tp, batches))
                 self._fetch_pos[tp] = max(self._fetch_pos[tp], p.next_offset)
@@ -310,6 +315,7 @@ class TaskRunner:
         return work
 
     async def _deliver(self, work: list[tuple[TopicPartition, list[RecordBatch]]]) -> bool:
+        stamps = {(tp, b.last_offset): b.max_timestamp for tp, batches in work for b in batches}
         try:
             delivered = await self.sink.put(work)
             ok = True
@@ -319,6 +325,8 @@ class TaskRunner:
             self.metrics.sink_failures += 1
             log.warning("task %s: produce failed, retrying from the last acknowledged batch: %s",
                         self.spec.task_id, exc)
+        observe_acks(self.metrics.times, [(d.source, d.source_last) for d in delivered], stamps,
+                     self.wall_clock())
         syncs: list[OffsetSync] = []
         for d in delivered:
             if d.source not in self._acked:

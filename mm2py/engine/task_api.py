@@ -8,9 +8,10 @@ Plain data (:class:`TaskSpec`, :class:`Polled`, :class:`Delivered`) and protocol
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
+from mm2py.engine.latency import PartitionTimes
 from mm2py.errors import Mm2pyError
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
@@ -117,6 +118,12 @@ class TaskMetrics:
     commit_failures: int = 0
     skipped_on_resume: int = 0
     lag: dict[TopicPartition, int] = field(default_factory=dict)
+    #: replication latency, record age and lag in time per partition (see engine.latency)
+    times: dict[TopicPartition, PartitionTimes] = field(default_factory=dict)
+
+
+#: TaskMetrics' counters (they only grow; lag and times are per-partition figures)
+TASK_COUNTERS: tuple[str, ...] = tuple(f.name for f in fields(TaskMetrics) if isinstance(f.default, int))
 
 
 #: Given a partition's stored position (source next, target end at that time), returns the

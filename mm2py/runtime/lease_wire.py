@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mm2py.engine.latency import Histogram, PartitionTimes
 from mm2py.errors import Mm2pyError
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
@@ -47,6 +48,7 @@ class Report:
     metrics: Mapping[str, int] = field(default_factory=dict)
     lag: Mapping[TopicPartition, int] = field(default_factory=dict)
     codec: tuple[int, int] = (0, 0)  # decompressions, compressions during the lease
+    times: Mapping[TopicPartition, PartitionTimes] = field(default_factory=dict)  # during the lease
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,26 @@ def _positions_in(rows: Any) -> dict[TopicPartition, Position | None]:
     return out
 
 
+def _times_out(times: Mapping[TopicPartition, PartitionTimes]) -> list[list[Any]]:
+    return [[tp.topic, tp.partition, t.replication.counts, t.replication.total, t.age.counts, t.age.total,
+             t.lag_seconds] for tp, t in sorted(times.items())]
+
+
+def _times_in(rows: Any) -> dict[TopicPartition, PartitionTimes]:
+    out: dict[TopicPartition, PartitionTimes] = {}
+    for topic, partition, rep, rep_sum, age, age_sum, lag in rows:
+        tp = TopicPartition(_str(topic), _int(partition))
+        out[tp] = PartitionTimes(Histogram.of([_int(n) for n in rep], _float(rep_sum)),
+                                 Histogram.of([_int(n) for n in age], _float(age_sum)), _float(lag))
+    return out
+
+
+def _float(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise LeaseWireError(f"expected a number, got {value!r}")
+    return float(value)
+
+
 def _int(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise LeaseWireError(f"expected an integer, got {value!r}")
@@ -106,7 +128,7 @@ def encode(msg: Message) -> bytes:
     elif isinstance(msg, Report):
         doc = {"t": "report", "lease": msg.lease, "token": msg.token, "metrics": dict(msg.metrics),
                "lag": [[tp.topic, tp.partition, v] for tp, v in sorted(msg.lag.items())],
-               "codec": list(msg.codec)}
+               "codec": list(msg.codec), "times": _times_out(msg.times)}
     elif isinstance(msg, Released):
         doc = {"t": "released", "lease": msg.lease, "token": msg.token,
                "positions": _positions_out(msg.positions)}
@@ -129,7 +151,8 @@ def decode(line: bytes) -> Message:
             lag = {TopicPartition(_str(t), _int(p)): _int(v) for t, p, v in doc["lag"]}
             metrics = {_str(k): _int(v) for k, v in doc["metrics"].items()}
             d, c = doc["codec"]
-            return Report(_str(doc["lease"]), _str(doc["token"]), metrics, lag, (_int(d), _int(c)))
+            return Report(_str(doc["lease"]), _str(doc["token"]), metrics, lag, (_int(d), _int(c)),
+                          _times_in(doc.get("times", [])))
         if kind == "released":
             return Released(_str(doc["lease"]), _str(doc["token"]), _positions_in(doc["positions"]))
         if kind == "go":

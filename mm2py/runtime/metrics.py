@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mm2py.engine.latency import PartitionTimes
+from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.inprocess import Worker
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ class WorkerCollector(Collector):
         yield lag
         yield up
         yield partitions
+        yield from self._time_metrics()
         yield from self._checkpoint_metrics()
         codec = CounterMetricFamily(
             "mm2py_codec_operations",
@@ -79,6 +82,33 @@ class WorkerCollector(Collector):
         codec.add_metric(["decompress"], float(decompressions))
         codec.add_metric(["compress"], float(compressions))
         yield codec
+
+    def _time_metrics(self) -> Iterator[Metric]:
+        """Replication latency, record age (histograms) and lag in time, per partition."""
+        labels = ["flow", "topic", "partition"]
+        replication = HistogramMetricFamily(
+            "mm2py_replication_latency_seconds",
+            "Record timestamp to the target's acknowledgement, per batch (its newest record)", labels=labels)
+        age = HistogramMetricFamily(
+            "mm2py_record_age_seconds", "Record timestamp to its fetch from the source, per batch",
+            labels=labels)
+        lag = GaugeMetricFamily(
+            "mm2py_partition_lag_seconds",
+            "Age of the newest record fetched while the partition had more to fetch (0 when caught up)",
+            labels=labels)
+        for flow_name, flow in self.worker.flows.items():
+            merged: dict[TopicPartition, PartitionTimes] = {}
+            for runner in flow.tasks.values():  # a partition that moved has figures in two tasks
+                for tp, times in runner.metrics.times.items():
+                    merged.setdefault(tp, PartitionTimes()).add(times)
+            for tp, times in sorted(merged.items()):
+                values = [flow_name, tp.topic, str(tp.partition)]
+                replication.add_metric(values, times.replication.cumulative(), times.replication.total)
+                age.add_metric(values, times.age.cumulative(), times.age.total)
+                lag.add_metric(values, times.lag_seconds)
+        yield replication
+        yield age
+        yield lag
 
     def _checkpoint_metrics(self) -> Iterator[Metric]:
         counters = {

@@ -24,7 +24,7 @@ from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Plan
-from mm2py.engine.task_api import TaskMetrics
+from mm2py.engine.task_api import TASK_COUNTERS, TaskMetrics
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.inprocess import controller_for, ensure_internal_topics
 from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round
@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_COUNTERS = ("batches", "records", "bytes", "rebuilt_batches", "sink_failures", "offsets_lost_to_retention",
-             "syncs", "commits", "commit_failures", "skipped_on_resume")
+_COUNTERS = TASK_COUNTERS
 
 
 @dataclass

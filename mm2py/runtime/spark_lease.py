@@ -23,10 +23,10 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import TaskMetrics, TaskSpec
+from mm2py.engine.task_api import TASK_COUNTERS, TaskMetrics, TaskSpec
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.lease_wire import Ack, GoMsg, Hello, Released, Report, StopMsg, decode, encode
@@ -34,7 +34,7 @@ from mm2py.runtime.spark_round import capture_warnings
 
 log = logging.getLogger(__name__)
 
-_COUNTERS = tuple(f.name for f in fields(TaskMetrics) if f.name != "lag")
+_COUNTERS = TASK_COUNTERS
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int]) -
     m = runner.metrics
     d, c = CodecCounters.snapshot()
     return Report(work.lease_id, work.token, {n: int(getattr(m, n)) for n in _COUNTERS}, dict(m.lag),
-                  (d - codec_start[0], c - codec_start[1]))
+                  (d - codec_start[0], c - codec_start[1]), dict(m.times))
 
 
 async def _hold(work: LeaseWork, runner: TaskRunner, link: _Link, codec_start: tuple[int, int]) -> None:

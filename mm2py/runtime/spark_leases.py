@@ -28,10 +28,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from mm2py.engine.task_api import TaskMetrics, TaskSpec
+from mm2py.engine.latency import PartitionTimes
+from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec
+from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.lease_coordinator import LeaseCoordinator
 from mm2py.runtime.lease_table import Lease, LeaseState, LeaseTable
 from mm2py.runtime.lease_wire import Report
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LeaseScheduler", "LeaseSettings"]
 
-_COUNTERS = tuple(f.name for f in fields(TaskMetrics) if f.name != "lag")
+_COUNTERS = TASK_COUNTERS
 
 
 @dataclass(frozen=True)
@@ -60,12 +62,21 @@ class _Book:
 
     done: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTERS, 0))
     done_codec: tuple[int, int] = (0, 0)
+    done_times: dict[TopicPartition, PartitionTimes] = field(default_factory=dict)
     live: dict[str, Report] = field(default_factory=dict)
 
     def fold(self, task: SparkTask) -> None:
         for name in _COUNTERS:
             value = self.done[name] + sum(r.metrics.get(name, 0) for r in self.live.values())
             setattr(task.metrics, name, value)
+        times = {tp: _copy(t) for tp, t in self.done_times.items()}
+        for report in self.live.values():
+            for tp, t in report.times.items():
+                mine = times.setdefault(tp, PartitionTimes())
+                mine.replication.add(t.replication)
+                mine.age.add(t.age)
+                mine.lag_seconds = t.lag_seconds  # a running lease knows the current lag
+        task.metrics.times = times
 
     def codec(self) -> tuple[int, int]:
         d, c = self.done_codec
@@ -78,14 +89,31 @@ class _Book:
         if result is not None:  # the executor's own final figures
             for name in _COUNTERS:
                 self.done[name] += int(getattr(result.metrics, name))
+            self._add_times(result.metrics.times)
             codec = result.codec
         elif live is not None:  # the job failed: its last report is all we know
             for name in _COUNTERS:
                 self.done[name] += live.metrics.get(name, 0)
+            self._add_times(live.times)
             codec = live.codec
         else:
             return
         self.done_codec = (self.done_codec[0] + codec[0], self.done_codec[1] + codec[1])
+
+
+    def _add_times(self, times: Mapping[TopicPartition, PartitionTimes]) -> None:
+        for tp, t in times.items():
+            mine = self.done_times.setdefault(tp, PartitionTimes())
+            mine.replication.add(t.replication)
+            mine.age.add(t.age)
+            mine.lag_seconds = t.lag_seconds
+
+
+def _copy(t: PartitionTimes) -> PartitionTimes:
+    out = PartitionTimes(lag_seconds=t.lag_seconds)
+    out.replication.add(t.replication)
+    out.age.add(t.age)
+    return out
 
 
 class LeaseScheduler:

@@ -4,6 +4,7 @@ closed loopback port refuses, a listening socket that never accepts stays silent
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -40,10 +41,8 @@ def silent_port() -> Iterator[int]:
     for _ in range(8):  # fill the backlog so further SYNs go unanswered
         c = socket.socket()
         c.setblocking(False)
-        try:
+        with contextlib.suppress(BlockingIOError):
             c.connect(("127.0.0.1", s.getsockname()[1]))
-        except BlockingIOError:
-            pass
         fillers.append(c)
     yield int(s.getsockname()[1])
     for c in fillers:

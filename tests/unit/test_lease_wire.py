@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mm2py.engine.latency import LATENCY_BUCKETS, Histogram, PartitionTimes
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.lease_coordinator import LeaseCoordinator
@@ -29,12 +30,19 @@ from mm2py.runtime.lease_wire import (
 A, B = TopicPartition("orders", 0), TopicPartition("orders", 1)
 
 tps = st.builds(TopicPartition, st.text(min_size=1, max_size=20), st.integers(0, 10_000))
+histograms = st.builds(lambda counts, total: Histogram.of(counts, total),
+                       st.lists(st.integers(0, 10**9), min_size=len(LATENCY_BUCKETS) + 1,
+                                max_size=len(LATENCY_BUCKETS) + 1),
+                       st.floats(0, 1e9, allow_nan=False))
+times = st.dictionaries(tps, st.builds(PartitionTimes, histograms, histograms,
+                                       st.floats(0, 1e6, allow_nan=False)), max_size=3)
 positions = st.dictionaries(tps, st.none() | st.builds(Position, st.integers(0, 2**62),
                                                       st.none() | st.integers(0, 2**62)), max_size=5)
 messages = st.one_of(
     st.builds(Hello, st.text(), st.text()),
     st.builds(Report, st.text(), st.text(), st.dictionaries(st.text(), st.integers(0, 2**62)),
-              st.dictionaries(tps, st.integers(0, 2**62)), st.tuples(st.integers(0, 99), st.integers(0, 99))),
+              st.dictionaries(tps, st.integers(0, 2**62)), st.tuples(st.integers(0, 99), st.integers(0, 99)),
+              times),
     st.builds(Released, st.text(), st.text(), positions),
     st.builds(GoMsg, positions),
     st.builds(StopMsg, st.text()),
