@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
@@ -32,6 +32,7 @@ from mm2py.config.models import FlowConfig
 from mm2py.config.security import Side
 from mm2py.engine.checkpoints import CheckpointLog, offsets_to_sync, translate_group
 from mm2py.engine.controller import Controller
+from mm2py.engine.latency import Histogram
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, fold, progress_topic
 from mm2py.protocol.errors import ProtocolError
@@ -54,6 +55,9 @@ class CheckpointMetrics:
     failures: int = 0
     groups: int = 0  # source groups currently selected
     last_error: str | None = None
+    #: per group: from reading its offsets on the source to its checkpoints acknowledged on the
+    #: target (MM2's checkpoint-latency-ms, measured the same way)
+    latency: dict[str, Histogram] = field(default_factory=dict)
 
 
 def mirror_rule(
@@ -172,6 +176,7 @@ class CheckpointConnector:
         self._progress_tail.catch_up(timeout)
         if not self._syncs_tail.catch_up(timeout):
             return []  # no offset syncs yet: nothing can be translated
+        read_at = time.monotonic()
         offsets = self.source_admin.group_offsets(self.groups)
         changed: list[Checkpoint] = []
         for group, committed in offsets.items():
@@ -182,6 +187,9 @@ class CheckpointConnector:
             changed.extend(self.latest.changed(cps.values()))
         if write and changed:
             self._write(changed)
+            took = time.monotonic() - read_at
+            for group in {cp.group for cp in changed}:
+                self.metrics.latency.setdefault(group, Histogram()).observe(took)
         for cp in changed:
             self.latest.add(cp)
         return changed

@@ -118,6 +118,10 @@ class WorkerCollector(Collector):
         groups = GaugeMetricFamily(
             "mm2py_checkpoint_groups", "Source consumer groups selected for checkpointing", labels=["flow"]
         )
+        latency = HistogramMetricFamily(
+            "mm2py_checkpoint_latency_seconds",
+            "A group's offsets read on the source to its checkpoints acknowledged on the target",
+            labels=["flow", "group"])
         for flow_name, flow in self.worker.flows.items():
             if flow.checkpoints is None:
                 continue
@@ -125,5 +129,8 @@ class WorkerCollector(Collector):
             for name, family in counters.items():
                 family.add_metric([flow_name], float(getattr(m, name)))
             groups.add_metric([flow_name], float(m.groups))
+            for group, h in sorted(m.latency.items()):
+                latency.add_metric([flow_name, group], h.cumulative(), h.total)
         yield from counters.values()
         yield groups
+        yield latency

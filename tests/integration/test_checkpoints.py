@@ -133,10 +133,13 @@ def test_group_offsets_are_checkpointed_and_synced_exactly(east: KafkaCluster, w
                    30, 0.5, "target group at the translated offsets")
         status = bg.worker.flows["east->west"].status()["checkpoints"]
         samples = {s.name: s.value for family in WorkerCollector(bg.worker).collect() for s in family.samples
-                   if s.labels.get("flow") == "east->west"}
+                   if s.labels.get("flow") == "east->west" and s.labels.get("group") in (None, group)}
     assert status["checkpoints_emitted"] >= 2 and status["group_syncs"] >= 1, status
     assert samples["mm2py_checkpoint_checkpoints_emitted_total"] == status["checkpoints_emitted"]
     assert samples["mm2py_checkpoint_offsets_synced_total"] >= 2 and samples["mm2py_checkpoint_groups"] == 1
+    # checkpoint latency of the group: one observation per round that wrote its checkpoints
+    assert samples["mm2py_checkpoint_latency_seconds_count"] >= 1
+    assert 0 < samples["mm2py_checkpoint_latency_seconds_sum"] < 30
     assert expected != committed, "source and target offsets should differ (transaction markers)"
 
     latest = {cp.topic_partition: cp for cp in _checkpoints(west) if cp.group == group}

@@ -56,10 +56,35 @@ def test_metrics_endpoint_reports_what_was_mirrored(
         assert samples["mm2py_task_partitions{flow=east->west,task=0}"] == 2
         assert samples["mm2py_codec_operations_total{operation=decompress}"] == 0
         assert samples[f"mm2py_partition_lag_records{{flow=east->west,partition=0,topic={topic}}}"] == 0
+        for p in (0, 1):  # time-based figures per partition
+            labels = f"{{flow=east->west,partition={p},topic={topic}}}"
+            assert samples[f"mm2py_replication_latency_seconds_count{labels}"] > 0
+            assert samples[f"mm2py_replication_latency_seconds_sum{labels}"] > 0
+            assert samples[f"mm2py_record_age_seconds_count{labels}"] > 0
+            assert samples[f"mm2py_partition_lag_seconds{labels}"] == 0  # caught up
+        _assert_dashboard_names_exported_metrics({k.split("{")[0] for k in samples})
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]
+
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "grafana" / "mm2py-dashboard.json"
+
+
+def _dashboard_metric_names() -> set[str]:
+    import re
+
+    doc = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in doc["panels"] for t in panel.get("targets", [])]
+    assert len(exprs) >= 8
+    return {name for expr in exprs for name in re.findall(r"\bmm2py_[a-z_]+", expr)}
+
+
+def _assert_dashboard_names_exported_metrics(exported: set[str]) -> None:
+    """Every series the example Grafana dashboard queries is one the worker serves."""
+    missing = _dashboard_metric_names() - exported
+    assert not missing, f"the dashboard queries metrics the worker does not export: {sorted(missing)}"
 
 
 def test_worker_status_lines_say_what_runs(east: KafkaCluster, west: KafkaCluster) -> None:
