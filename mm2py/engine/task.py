@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from mm2py.engine.committer import Committer
 from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.task_api import (
@@ -69,6 +70,7 @@ class TaskRunner:
         self.wall_clock = wall_clock  # compared with record timestamps (latency, record age)
         self.reconcile = reconcile
         self.metrics = TaskMetrics()
+        self.committer = Committer(progress, self.metrics, commit_interval, clock, str(spec.task_id))
         self.state = "UNASSIGNED"
         self.trace: str | None = None
         self._fetch_pos: dict[TopicPartition, int] = {}
@@ -76,12 +78,6 @@ class TaskRunner:
         self._target_next: dict[TopicPartition, int | None] = {}
         self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
         self._assignment_applied = asyncio.Event()
-        self._last_commit = clock()
-        #: the periodic commit under way: it runs beside the mirror loop (a commit must not hold
-        #: up the next produce); at most one at a time
-        self._committing: asyncio.Task[None] | None = None
-        #: serialises every write of positions (periodic, forced, hand-over, first start)
-        self._persisting = asyncio.Lock()
         self._round_end: dict[TopicPartition, int] = {}
         #: positions handed over by the previous holder of a partition (Spark leases): trusted as
         #: they are, so the partition needs neither the progress topic nor the tail reconciler
@@ -148,8 +144,8 @@ class TaskRunner:
         removed = [tp for tp in self._acked if tp not in wanted]
         if removed:
             # the next owner starts from the committed position: make it this task's last one
-            await self._settle_commit()  # an older snapshot must not land after this one
-            await self._write(self._positions(removed))
+            await self.committer.settle()  # an older snapshot must not land after this one
+            await self.committer.write(self._positions(removed))
         for tp in removed:
             del self._acked[tp]
             self._fetch_pos.pop(tp, None)
@@ -170,7 +166,7 @@ class TaskRunner:
             # committed before anything is produced, so a worker killed before its first periodic
             # commit resumes exactly (the tail reconciler skips what reached the target)
             seeds = {tp: Position(fresh.get(tp, 0), targets[tp]) for tp in missing}
-            await self._write(seeds)
+            await self.committer.write(seeds)
         for tp in new:
             target: int | None = None
             if tp in seeded:
@@ -358,53 +354,19 @@ class TaskRunner:
         return ok
 
     async def _commit(self, force: bool) -> None:
-        """Periodic (``force=False``): start a commit in the background when one is due and none
-        is under way. Forced: wait for the one under way, commit now, raise if it failed."""
-        now = self.clock()
-        if not force:
-            if now - self._last_commit < self.commit_interval:
-                return
-            if self._committing is not None and not self._committing.done():
-                return  # the previous one is slow (target busy): the next interval catches up
-            self._last_commit = now
-            self._committing = asyncio.create_task(self._commit_in_background(self._positions(self._acked)))
-            return
-        await self._settle_commit()
-        self._last_commit = now
-        await self._write(self._positions(self._acked))
-        self.metrics.commits += 1
+        """Periodic (``force=False``): in the background when due. Forced: now; raises if it failed."""
+        snapshot = self._snapshot  # called on the event loop, when the commit starts
+        await (self.committer.now(snapshot) if force else self.committer.maybe(snapshot))
 
-    async def _commit_in_background(self, positions: Mapping[TopicPartition, Position]) -> None:
-        try:
-            await self._write(positions)
-        except Exception as exc:
-            # the target is unreachable for now: keep mirroring, commit again next interval
-            self.metrics.commit_failures += 1
-            log.warning("task %s: committing progress failed (%s); will retry", self.spec.task_id, exc)
-            return
-        self.metrics.commits += 1
-
-    async def _settle_commit(self) -> None:
-        if self._committing is not None:
-            await asyncio.gather(self._committing, return_exceptions=True)
-            self._committing = None
-
-    async def _write(self, positions: Mapping[TopicPartition, Position]) -> None:
-        """``positions`` as snapshotted on the event loop, written in a thread, one write at a time."""
-        async with self._persisting:
-            await asyncio.to_thread(self._persist, positions)
+    def _snapshot(self) -> dict[TopicPartition, Position]:
+        return self._positions(self._acked)
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Position]:
         """A snapshot of what to commit, taken on the event loop."""
         return {tp: Position(self._acked[tp], self._target_next.get(tp)) for tp in partitions}
 
-    def _persist(self, positions: Mapping[TopicPartition, Position]) -> None:
-        """Flush offset syncs, then commit ``positions`` (blocking: run in a thread)."""
-        self.progress.flush_syncs()
-        self.progress.commit(positions)
-
     async def close(self) -> None:
-        await self._settle_commit()
+        await self.committer.settle()
         await self.source.close()
         await self.sink.close()
         await asyncio.to_thread(self.progress.close)

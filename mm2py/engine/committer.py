@@ -1,0 +1,80 @@
+"""When and how a task writes its progress: the :class:`Committer` of one :class:`TaskRunner`.
+
+Invariants it keeps:
+
+- **SYNCS_BEFORE_PROGRESS**: every write flushes the offset syncs sent so far before it commits the
+  positions, so a committed position never runs ahead of the syncs that translate it.
+- **MONOTONIC**: writes are serialised and a forced write waits for the periodic one under way, so
+  an older snapshot never lands after a newer one.
+- **NO_STALL**: a periodic commit runs beside the mirror loop (a slow target must not hold up the
+  next produce); at most one is under way, and a failed one is retried at the next interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+
+from mm2py.engine.task_api import ProgressKeeper, TaskMetrics
+from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.types import TopicPartition
+
+__all__ = ["Committer"]
+
+log = logging.getLogger("mm2py.engine.task")
+
+
+class Committer:
+    def __init__(self, progress: ProgressKeeper, metrics: TaskMetrics, interval: float,
+                 clock: Callable[[], float], name: str) -> None:
+        self.progress = progress
+        self.metrics = metrics
+        self.interval = interval
+        self.clock = clock
+        self.name = name  # for log lines
+        self._last = clock()
+        self._periodic: asyncio.Task[None] | None = None  # guards NO_STALL: the one under way
+        self._writing = asyncio.Lock()  # guards MONOTONIC
+
+    async def maybe(self, snapshot: Callable[[], Mapping[TopicPartition, Position]]) -> None:
+        """Start a periodic commit of ``snapshot()`` when one is due and none is under way."""
+        now = self.clock()
+        if now - self._last < self.interval:
+            return
+        if self._periodic is not None and not self._periodic.done():
+            return  # the previous one is slow (target busy): the next interval catches up
+        self._last = now
+        self._periodic = asyncio.create_task(self._in_background(snapshot()))
+
+    async def now(self, snapshot: Callable[[], Mapping[TopicPartition, Position]]) -> None:
+        """Commit ``snapshot()`` now (after the periodic one under way); raises if it failed."""
+        await self.settle()
+        self._last = self.clock()
+        await self.write(snapshot())
+        self.metrics.commits += 1
+
+    async def _in_background(self, positions: Mapping[TopicPartition, Position]) -> None:
+        try:
+            await self.write(positions)
+        except Exception as exc:
+            # the target is unreachable for now: keep mirroring, commit again next interval
+            self.metrics.commit_failures += 1
+            log.warning("task %s: committing progress failed (%s); will retry", self.name, exc)
+            return
+        self.metrics.commits += 1
+
+    async def settle(self) -> None:
+        """Wait for the periodic commit under way, if any (it never raises)."""
+        if self._periodic is not None:
+            await asyncio.gather(self._periodic, return_exceptions=True)
+            self._periodic = None
+
+    async def write(self, positions: Mapping[TopicPartition, Position]) -> None:
+        """``positions`` (snapshotted on the event loop), written in a thread, one write at a time."""
+        async with self._writing:
+            await asyncio.to_thread(self._persist, positions)
+
+    def _persist(self, positions: Mapping[TopicPartition, Position]) -> None:
+        self.progress.flush_syncs()  # SYNCS_BEFORE_PROGRESS
+        self.progress.commit(positions)
