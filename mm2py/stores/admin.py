@@ -25,6 +25,7 @@ from mm2py.config.models import FlowConfig
 from mm2py.config.security import Kind, Side, cluster_security
 from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin_settings import admin_settings
 from mm2py.stores.rdkafka_log import LibrdkafkaLog
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class ClusterAdmin:
     def __init__(
         self, alias: str, bootstrap: str, overrides: Mapping[str, object] | None = None,
         timeout: float = 30.0, unreachable_timeout: float = 5.0,
+        admin_settings: Mapping[str, str] | None = None,
     ) -> None:
         self.alias = alias
         self.bootstrap = bootstrap
@@ -136,16 +138,22 @@ class ClusterAdmin:
         self.overrides: dict[str, Any] = dict(overrides or {})
         self._refused: str | None = None  # a TLS/SASL refusal reported by librdkafka
         self._last_error: str | None = None
-        self._client = AdminClient(client_config(bootstrap, {"error_cb": self._on_error, **self.overrides}))
+        #: admin-only settings (``<alias>.admin.*``): not shared with the other clients
+        self.admin_settings = dict(admin_settings or {})
+        self._client = AdminClient(client_config(
+            bootstrap, {"error_cb": self._on_error, **self.overrides, **self.admin_settings}))
 
     @classmethod
     def for_cluster(cls, flow: FlowConfig, side: Side, *, timeout: float | None = None) -> ClusterAdmin:
         """The admin client of ``flow``'s ``side`` (``admin.timeout.ms`` unless ``timeout`` is given)."""
         alias = flow.source if side == "source" else flow.target
         cluster = flow.source_cluster if side == "source" else flow.target_cluster
+        tuned = admin_settings(flow, side)  # <alias>.admin.* overrides
+        if timeout is None:
+            timeout = tuned.timeout if tuned.timeout is not None else flow.admin_timeout_ms / 1000
         return cls(alias, cluster.bootstrap_servers, librdkafka_security(flow, side, "admin"),
-                   timeout=flow.admin_timeout_ms / 1000 if timeout is None else timeout,
-                   unreachable_timeout=flow.unreachable_timeout_ms / 1000)
+                   timeout=timeout, unreachable_timeout=flow.unreachable_timeout_ms / 1000,
+                   admin_settings=tuned.librdkafka)
 
     def client_config(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Configuration for a producer or consumer of the same cluster, with the same security."""

@@ -1,0 +1,47 @@
+"""``<alias>.admin.*`` overrides reach confluent-kafka's admin client (and only it)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from mm2py.config.errors import ConfigError
+from mm2py.config.models import MirrorMakerConfig
+from mm2py.stores.admin import ClusterAdmin
+from mm2py.stores.admin_settings import admin_settings
+
+
+def flow(**extra: str) -> object:
+    config = MirrorMakerConfig.from_flat({
+        "clusters": "east, west", "east.bootstrap.servers": "127.0.0.1:1", "west.bootstrap.servers": "w:9092",
+        "east->west.enabled": "true", **extra,
+    })
+    return config.enabled_flows()[0]
+
+
+def test_admin_overrides_become_librdkafka_settings_of_the_admin_client_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    f = flow(**{"east.admin.client.id": "mirror-admin", "east.admin.request.timeout.ms": "5000",
+                "east.admin.metadata.max.age.ms": "30000", "east.admin.default.api.timeout.ms": "7000",
+                "east.admin.some.java.only.key": "x", "east.producer.client.id": "not-for-admin"})
+    with caplog.at_level(logging.WARNING, "mm2py.stores.admin_settings"):
+        tuned = admin_settings(f, "source")  # type: ignore[arg-type]
+    assert tuned.librdkafka == {"client.id": "mirror-admin", "socket.timeout.ms": "5000",
+                                "metadata.max.age.ms": "30000"}
+    assert tuned.timeout == 7.0
+    assert tuned.ignored == ("east.admin.some.java.only.key",)
+    assert "east.admin.some.java.only.key" in caplog.text
+    admin = ClusterAdmin.for_cluster(f, "source")  # type: ignore[arg-type]
+    assert admin.admin_settings == tuned.librdkafka and admin.timeout == 7.0
+    assert "client.id" not in admin.client_config()  # producers and consumers do not get them
+    assert admin_settings(f, "target").librdkafka == {}  # another cluster  # type: ignore[arg-type]
+
+
+def test_a_flow_level_admin_override_wins_and_bad_values_name_their_key() -> None:
+    f = flow(**{"east.admin.retry.backoff.ms": "100", "east->west.source.admin.retry.backoff.ms": "250"})
+    assert admin_settings(f, "source").librdkafka == {"retry.backoff.ms": "250"}  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as err:
+        admin_settings(flow(**{"east.admin.request.timeout.ms": "soon"}), "source")  # type: ignore[arg-type]
+    assert err.value.key == "east.admin.request.timeout.ms"
