@@ -79,6 +79,7 @@ class TaskStatus(BaseModel):
     rebuilt_batches: int
     syncs: int
     lag: int
+    restarts: int = 0  # failed and started again by the worker (with back-off)
 
 
 class FlowStatus(BaseModel):

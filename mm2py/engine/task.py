@@ -95,6 +95,12 @@ class TaskRunner:
         """Acknowledged positions (next source offset not yet on the target)."""
         return dict(self._acked)
 
+    @property
+    def assignment(self) -> tuple[TopicPartition, ...]:
+        """The partitions this task is to mirror (an assignment not yet taken included)."""
+        pending = self._pending_assignment
+        return tuple(pending) if pending is not None else self.partitions
+
     def committed_positions(self) -> dict[TopicPartition, Position]:
         """Each partition's acknowledged position with the target end it maps to."""
         return self._positions(self._acked)

@@ -117,6 +117,7 @@ class TaskMetrics:
     commits: int = 0
     commit_failures: int = 0
     skipped_on_resume: int = 0
+    restarts: int = 0  # the task failed and was started again from its committed progress
     lag: dict[TopicPartition, int] = field(default_factory=dict)
     #: replication latency, record age and lag in time per partition (see engine.latency)
     times: dict[TopicPartition, PartitionTimes] = field(default_factory=dict)

@@ -19,7 +19,7 @@ from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Controller, Plan
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import TaskSpec
+from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec
 from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.runtime.worker_base import WorkerBase
 from mm2py.stores.admin import ClusterAdmin
@@ -135,7 +135,7 @@ class FlowRunner:
                     assert self.builder is not None
                     runner = await self.builder(TaskSpec(self.flow, task_id, tuple(parts)))
                     self.tasks[task_id] = runner
-                    self._running[task_id] = asyncio.create_task(self._run_task(runner))
+                    self._running[task_id] = asyncio.create_task(self._run_task(task_id))
                 else:
                     runner.assign(parts)
             for task_id, runner in self.tasks.items():
@@ -146,9 +146,40 @@ class FlowRunner:
     def set_topic_filter(self, topic_filter: TopicFilter) -> None:
         self.controller.set_topic_filter(topic_filter)
 
-    async def _run_task(self, runner: TaskRunner) -> None:
-        with contextlib.suppress(Exception):  # state and trace are kept on the runner
-            await runner.run(self._stop)
+    async def _run_task(self, task_id: int) -> None:
+        """Run a task until the flow stops; a task that fails is started again from its committed
+        progress after a back-off (0.5 s doubling to 60 s), as a fresh TaskRunner — the progress
+        topic and the target's tail decide where it resumes, exactly as after a crash."""
+        failures = 0
+        while not self._stop.is_set():
+            runner = self.tasks[task_id]
+            try:
+                await runner.run(self._stop)
+                return
+            except Exception:  # state and trace are kept on the runner (FAILED) meanwhile
+                failures += 1
+            delay = min(60.0, 0.5 * 2 ** (failures - 1))
+            log.warning("%s task %d failed (%s); restarting it in %.1fs from its committed progress",
+                        self.name, task_id, runner.trace, delay)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            if not self._stop.is_set():
+                await self._replace_task(task_id, runner)
+
+    async def _replace_task(self, task_id: int, failed: TaskRunner) -> None:
+        async with self._refresh_lock:  # the assignment does not change meanwhile
+            with contextlib.suppress(Exception):
+                await failed.close()
+            assert self.builder is not None
+            try:
+                fresh = await self.builder(TaskSpec(self.flow, task_id, failed.assignment))
+            except Exception as exc:  # a cluster unreachable right now: try again after the back-off
+                failed.trace = f"restarting failed: {type(exc).__name__}: {exc}"
+                return
+            for name in TASK_COUNTERS:  # the task's figures go on across restarts
+                setattr(fresh.metrics, name, getattr(failed.metrics, name))
+            fresh.metrics.restarts += 1
+            self.tasks[task_id] = fresh
 
     async def _refresh_loop(self) -> None:
         interval = self.flow.refresh_topics_interval_seconds
@@ -188,7 +219,7 @@ class FlowRunner:
                 "partitions": [str(tp) for tp in r.partitions],
                 "batches": m.batches, "records": m.records, "bytes": m.bytes,
                 "rebuilt_batches": m.rebuilt_batches, "syncs": m.syncs,
-                "lag": sum(m.lag.values()),
+                "lag": sum(m.lag.values()), "restarts": m.restarts,
             })
         return {
             "name": self.name, "state": self.state, "trace": self.trace,

@@ -29,6 +29,7 @@ _TASK_COUNTERS = {
     "sink_failures": "Produce rounds that failed and were retried from the last acknowledged batch",
     "skipped_on_resume": "Source offsets found already on the target after a restart",
     "offsets_lost_to_retention": "Source offsets deleted by retention before they were mirrored",
+    "restarts": "Times the task failed and was started again from its committed progress",
 }
 
 

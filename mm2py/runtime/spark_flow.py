@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_COUNTERS = TASK_COUNTERS
+#: counters the executors count (restarts are the driver's: failed leases or rounds)
+_COUNTERS = tuple(n for n in TASK_COUNTERS if n != "restarts")
 
 
 @dataclass
@@ -67,6 +68,7 @@ class SparkTask:
     def fail(self, error: str, now: float) -> None:
         self.state, self.trace = "FAILED", error
         self.failed_rounds += 1
+        self.metrics.restarts += 1  # run again from its committed progress after the back-off
         self.consecutive_failures += 1
         self.retry_at = now + min(30.0, 0.5 * 2 ** (self.consecutive_failures - 1))
 
@@ -247,7 +249,7 @@ class SparkFlowRunner:
                 "partitions": [str(tp) for tp in t.partitions],
                 "batches": t.metrics.batches, "records": t.metrics.records, "bytes": t.metrics.bytes,
                 "rebuilt_batches": t.metrics.rebuilt_batches, "syncs": t.metrics.syncs,
-                "lag": sum(t.metrics.lag.values()),
+                "lag": sum(t.metrics.lag.values()), "restarts": t.metrics.restarts,
             } for task_id, t in sorted(self.tasks.items())]
             return {
                 "name": self.name, "state": self.state, "trace": self.trace,

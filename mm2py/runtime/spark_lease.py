@@ -34,7 +34,8 @@ from mm2py.runtime.spark_round import capture_warnings
 
 log = logging.getLogger(__name__)
 
-_COUNTERS = TASK_COUNTERS
+#: counters the executors count (restarts are the driver's: failed leases or rounds)
+_COUNTERS = tuple(n for n in TASK_COUNTERS if n != "restarts")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LeaseScheduler", "LeaseSettings"]
 
-_COUNTERS = TASK_COUNTERS
+#: counters the executors count (restarts are the driver's: failed leases or rounds)
+_COUNTERS = tuple(n for n in TASK_COUNTERS if n != "restarts")
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,7 @@ def test_spark_mirrors_exactly_resumes_exactly_and_picks_up_new_topics(
         f"{a}-0", f"{a}-1", f"{b}-0", f"{b}-1"]
     assert sum(t["records"] for t in status["tasks"]) == 3200
     assert set(status["tasks"][0]) == {"id", "state", "trace", "partitions", "batches", "records", "bytes",
-                                       "rebuilt_batches", "syncs", "lag"}
+                                       "rebuilt_batches", "syncs", "lag", "restarts"}
 
     # offset syncs for every partition, in MM2's format; progress committed at the source ends
     synced = {s.topic_partition for s in read_syncs(east.bootstrap, "mm2-offset-syncs.west.internal")}
