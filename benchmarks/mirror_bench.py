@@ -25,55 +25,38 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_support import (
+    COMMANDS,
+    OffsetProbe,
+    Setup,
     WanPorts,
-    cpu_seconds,
     create_topic,
-    peak_rss_mib,
+    make_values,
+    peer_process,
     start_latency_proxy,
     stop_process,
     total_cpu,
+    tree_cpu,
+    tree_rss_mib,
 )
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from mm2py.kafka_local import KafkaCluster
 
-ROOT = Path(__file__).resolve().parent.parent
 PEERS = ("mm2py", "mm2", "mm2-tuned", "record-copy")
-JVM_OPTS = ["-Xms256m", "-Xmx2g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",  # connect-mirror-maker.sh
-            "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
-            "-Djava.awt.headless=true"]
-LOG4J2 = """status = warn
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-"""
 
 
 # ---------------------------------------------------------------------------------- topic data
-def make_values(size: int, count: int = 8192) -> list[bytes]:
-    """Half random hex, half repetitive: lz4/zstd shrink these roughly 2-3x, like typical JSON."""
-    half = size // 2
-    return [os.urandom(half // 2 + 1).hex()[:half].encode() + b"x" * (size - half) for _ in range(count)]
-
-
 def seed(bootstrap: str, topic: str, args: argparse.Namespace) -> float:
     """Produce the backlog: ``args.records`` records round-robin over the partitions."""
     values = make_values(args.record_size)
@@ -142,137 +125,6 @@ def scan_batches(bootstrap: str, topic: str) -> BatchSummary:
     return asyncio.run(scan())
 
 
-class OffsetProbe:
-    """End offsets of a topic, cheaply (one ListOffsets per partition per call)."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4()}"})
-
-    def ends(self, topic: str) -> dict[int, int] | None:
-        try:
-            md = self.consumer.list_topics(topic, timeout=5).topics.get(topic)
-            if md is None or md.error is not None or not md.partitions:
-                return None
-            return {p: self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
-                    for p in md.partitions}
-        except KafkaException:  # a topic just created may have no leader yet
-            return None
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-# ------------------------------------------------------------------------------------- peers
-@dataclass
-class Setup:
-    source: str  # what the peers bootstrap from (through the latency proxy with --rtt-ms)
-    target: str
-    topic: str
-    workdir: Path
-    args: argparse.Namespace
-    target_direct: str = ""  # the target as the script's own probes reach it (no added latency)
-    proxy_pid: int | None = None
-
-
-def properties(items: dict[str, object]) -> str:
-    return "".join(f"{k} = {v}\n" for k, v in items.items())
-
-
-def mm2py_command(s: Setup, src: str, dst: str) -> list[str]:
-    cfg = s.workdir / "mm2py.properties"
-    cfg.write_text(properties({
-        "clusters": f"{src}, {dst}", f"{src}.bootstrap.servers": s.source,
-        f"{dst}.bootstrap.servers": s.target, f"{src}->{dst}.enabled": "true",
-        f"{src}->{dst}.topics": s.topic, "tasks.max": s.args.tasks,
-        "replication.factor": 1, "offset-syncs.topic.replication.factor": 1,
-        "checkpoints.topic.replication.factor": 1, "heartbeats.topic.replication.factor": 1,
-        "sync.topic.acls.enabled": "false",
-        **dict(kv.format(src=src, dst=dst).split("=", 1) for kv in s.args.mm2py_prop),
-    }))
-    if s.args.runtime == "spark":
-        return [sys.executable, "-c", SPARK_RUNNER, str(cfg), s.args.spark_master]
-    return [sys.executable, "-m", "mm2py.cli", "run", "-c", str(cfg), "--log-level", "warning"]
-
-
-#: mm2py on the Spark runtime until SIGTERM (what ``mm2py run --runtime spark`` will do)
-SPARK_RUNNER = """
-import logging, signal, sys, threading
-from mm2py.config.models import load_config
-from mm2py.runtime.spark import run_spark
-logging.basicConfig(level=logging.WARNING)
-logging.getLogger("mm2py.librdkafka").setLevel(logging.ERROR)
-stop = threading.Event()
-signal.signal(signal.SIGTERM, lambda *_: stop.set())
-run_spark(load_config(sys.argv[1]), stop, master=sys.argv[2] or None)
-"""
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its live descendants (the Spark runtime's JVM, pyspark daemon and workers)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def tree_cpu(pid: int) -> float | None:
-    """utime+stime of ``pid`` and its live descendants."""
-    own = cpu_seconds(pid)
-    return None if own is None else own + total_cpu(process_tree(pid)[1:])
-
-
-def tree_rss_mib(pid: int) -> float | None:
-    """Sum of the peak RSS of ``pid`` and its live descendants (an upper bound of the joint peak)."""
-    own = peak_rss_mib(pid)
-    return None if own is None else own + sum(peak_rss_mib(p) or 0.0 for p in process_tree(pid)[1:])
-
-
-def mm2_command(s: Setup, src: str, dst: str, tuned: bool = False) -> list[str]:
-    from mm2py.kafka_local import resolve_jars
-    from mm2py.kafka_local.jars import java_executable
-
-    tag = "mm2-tuned" if tuned else "mm2"
-    cfg, log4j = s.workdir / f"{tag}.properties", s.workdir / f"{tag}-log4j2.properties"
-    log4j.write_text(LOG4J2.format(log=s.workdir / f"{tag}.log"))
-    cfg.write_text(properties({
-        "clusters": f"{src}, {dst}", f"{src}.bootstrap.servers": s.source,
-        f"{dst}.bootstrap.servers": s.target, f"{src}->{dst}.enabled": "true",
-        f"{dst}->{src}.enabled": "false", f"{src}->{dst}.topics": s.topic, "tasks.max": s.args.tasks,
-        # the copy is recompressed by MM2's producer: give it the source codec, as the others have
-        f"{dst}.producer.compression.type": s.args.codec,
-        "replication.factor": 1, "offset.storage.replication.factor": 1,
-        "config.storage.replication.factor": 1, "status.storage.replication.factor": 1,
-        "checkpoints.topic.replication.factor": 1, "heartbeats.topic.replication.factor": 1,
-        "offset-syncs.topic.replication.factor": 1, "sync.topic.acls.enabled": "false",
-        "emit.checkpoints.enabled": "true", "emit.heartbeats.enabled": "true",
-        **({f"{dst}.producer.batch.size": s.args.batch_kib * 1024, f"{dst}.producer.linger.ms": 20}
-           if tuned else {}),
-        **dict(kv.format(src=src, dst=dst).split("=", 1) for kv in s.args.mm2_prop),
-    }))
-    libs = resolve_jars(profile="mirrormaker")
-    return [java_executable(), *JVM_OPTS, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*",
-            "org.apache.kafka.connect.mirror.MirrorMaker", str(cfg)]
-
-
-def record_copy_command(s: Setup, src: str, _dst: str) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve().with_name("record_copy.py")), "--source", s.source,
-            "--target", s.target, "--topic", s.topic, "--dest", f"{src}.{s.topic}",
-            "--codec", s.args.codec, "--batch-kib", str(s.args.batch_kib)]
-
-
-COMMANDS: dict[str, Callable[[Setup, str, str], list[str]]] = {
-    "mm2py": mm2py_command, "mm2": mm2_command, "record-copy": record_copy_command,
-    "mm2-tuned": lambda s, src, dst: mm2_command(s, src, dst, tuned=True),
-}
-
-
 @dataclass
 class Result:
     peer: str
@@ -290,31 +142,12 @@ class Result:
     stored: BatchSummary | None = None
 
 
-@contextlib.contextmanager
-def peer_process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``cmd`` in its own process group; SIGTERM it (SIGKILL after 20 s) on the way out."""
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=ROOT, start_new_session=True,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        yield proc
-    finally:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not orphan it
-        for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
-            if proc.poll() is not None:
-                break
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(wait)
-        signal.signal(signal.SIGINT, previous)
-
-
-def run_peer(peer: str, index: int, s: Setup, source_ends: dict[int, int], brokers: list[int]) -> Result:
+def run_peer(peer: str, index: int, s: Setup, args: argparse.Namespace, source_ends: dict[int, int],
+             brokers: list[int]) -> Result:
     src, dst = f"src{index}", f"dst{index}"
     res = Result(peer, f"{src}.{s.topic}")
-    cmd = COMMANDS[peer](s, src, dst)
+    # --runtime spark: the mm2py peer is the `mm2py run --runtime spark` command
+    cmd = COMMANDS["mm2py-spark" if peer == "mm2py" and args.runtime == "spark" else peer](s, src, dst)
     probe = OffsetProbe(s.target_direct or s.target)
     expected = sum(source_ends.values())
     proxies = [s.proxy_pid] if s.proxy_pid else []
@@ -323,7 +156,7 @@ def run_peer(peer: str, index: int, s: Setup, source_ends: dict[int, int], broke
         start = time.monotonic()
         with peer_process(cmd, s.workdir / f"{peer}.out") as proc:
             while True:
-                time.sleep(s.args.poll)
+                time.sleep(args.poll)
                 elapsed = time.monotonic() - start
                 if proc.poll() is not None:
                     res.error = f"exited with {proc.returncode}; see {s.workdir / (peer + '.out')}"
@@ -337,7 +170,7 @@ def run_peer(peer: str, index: int, s: Setup, source_ends: dict[int, int], broke
                     res.broker_cpu = total_cpu(brokers) - broker_cpu0 if brokers else None
                     res.proxy_cpu = total_cpu(proxies) - proxy_cpu0 if proxies else None
                     break
-                if elapsed > s.args.timeout:
+                if elapsed > args.timeout:
                     res.error = f"timeout: {sum(ends.values()):,}/{expected:,} records after {elapsed:.0f}s"
                     res.cpu, res.rss_mib = tree_cpu(proc.pid), tree_rss_mib(proc.pid)
                     return res
@@ -480,12 +313,14 @@ def main(argv: list[str]) -> int:
         probe.close()
         expected = sum(source_ends.values())
         print(f"seeded {topic}: {stored.line()} ({args.record_size} B values, produced in {took:.1f}s)")
-        setup = Setup(source, target, topic, workdir, args, target_direct=direct["target"],
+        setup = Setup(source, target, topic, workdir, tasks=args.tasks, codec=args.codec,
+                      batch_kib=args.batch_kib, mm2py_props=args.mm2py_prop, mm2_props=args.mm2_prop,
+                      spark_master=args.spark_master, target_direct=direct["target"],
                       proxy_pid=proxy.pid if proxy else None)
         results = []
         for i, peer in enumerate(args.peers, start=1):
             print(f"running {peer} ...", flush=True)
-            res = run_peer(peer, i, setup, source_ends, brokers)
+            res = run_peer(peer, i, setup, args, source_ends, brokers)
             if res.seconds is not None:
                 res.stored = scan_batches(direct["target"], res.target_topic)
             print(f"  {peer}: {fmt(res.seconds, '.1f')} s {res.error}", flush=True)
