@@ -107,7 +107,8 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
             await flows
         if self.mode == "leases":
             host = self.spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
-            jobs = max(8, 2 * sum(f.flow.tasks_max for f in self.flows.values()) + 4)
+            # each lease blocks a thread; flows added over REST need more: leave plenty of room
+            jobs = max(64, 4 * sum(f.flow.tasks_max for f in self.flows.values()))
             self.leases = LeaseScheduler(self.flows, self._collect_lease, self.lease_settings,
                                          host=host, max_jobs=jobs, on_job_failed=self._job_failed)
             await self.leases.start()
