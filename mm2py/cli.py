@@ -38,6 +38,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from mm2py.config.models import load_config
     from mm2py.errors import Mm2pyError
+    from mm2py.runtime import log_throttle
     from mm2py.runtime.inprocess import Worker
     from mm2py.stores.admin import interrupt_admin_calls
 
@@ -46,6 +47,7 @@ def _run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("mm2py.librdkafka").setLevel(logging.ERROR)
+    log_throttle.install()  # a warning repeated on every retry: once, then once a minute
     config = load_config(args.config)
     if not config.enabled_flows() and not args.rest_port and not args.state_file:
         print(f"mm2py: error: {args.config} enables no flow (set e.g. 'east->west.enabled = true', "
