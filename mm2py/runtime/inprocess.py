@@ -248,10 +248,11 @@ class Worker(WorkerBase[FlowRunner]):
     async def start(self) -> None:
         self._started = True
         self._start_heartbeats()
-        await asyncio.gather(*(f.start() for f in self.flows.values()))
+        await self._start_flows()
 
     async def stop(self) -> None:
         self._beats_stop.set()
+        await self._stop_retries()
         await asyncio.gather(
             *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
         )

@@ -94,7 +94,7 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         # pyspark leaves the process's SIGINT handling alone
         session = None if self.spark is not None else asyncio.to_thread(
             spark_session, self.master, self.spark_conf)
-        flows = asyncio.gather(*(f.start() for f in self.flows.values()))
+        flows = self._start_flows()
         if session is not None:
             started = await asyncio.gather(session, flows, return_exceptions=True)
             if not isinstance(started[0], BaseException):
@@ -209,6 +209,7 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         if self.leases is not None:
             await self.leases.stop()
         self._beats_stop.set()
+        await self._stop_retries()
         await asyncio.gather(
             *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
         )

@@ -8,12 +8,15 @@ configuration, :mod:`.steering`), and MM2's heartbeats are the same for both.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from connectors.heartbeat import HeartbeatEmitter
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
+from mm2py.errors import ClusterUnreachableError
 from mm2py.protocol.compression import CodecCounters
 from mm2py.runtime.steering import (
     FILTER_KEYS,
@@ -26,6 +29,8 @@ from mm2py.runtime.steering import (
 )
 
 __all__ = ["FlowHandle", "WorkerBase"]
+
+log = logging.getLogger(__name__)
 
 
 class FlowHandle(Protocol):
@@ -77,8 +82,9 @@ class WorkerBase(Generic[R]):
         self.heartbeats: dict[str, HeartbeatEmitter] = {}
         for f in config.heartbeat_flows():
             self._add_heartbeat(f)
-        self._beats_stop = asyncio.Event()
+        self._beats_stop = asyncio.Event()  # also ends the start retries (_retry_start)
         self._beats: dict[str, asyncio.Task[None]] = {}
+        self._retries: list[asyncio.Task[None]] = []
 
     def _add_heartbeat(self, flow: FlowConfig) -> None:
         if flow.emit_heartbeats_enabled and flow.emit_heartbeats_interval_seconds >= 0:
@@ -186,6 +192,46 @@ class WorkerBase(Generic[R]):
         if self._started:
             await fresh.start()
         return fresh
+
+    # -- start-up ---------------------------------------------------------------------------------
+    async def _start_flows(self) -> None:
+        """Start every flow. A flow whose cluster cannot be reached is left FAILED (its status says
+        why) and started again in the background, every 5 s doubling to 60 s, while the worker and
+        its other flows run; any other start failure (a configuration refused by a broker, say)
+        stops the worker."""
+        runners = list(self.flows.values())
+        outcomes = await asyncio.gather(*(r.start() for r in runners), return_exceptions=True)
+        for runner, outcome in zip(runners, outcomes, strict=True):
+            if isinstance(outcome, ClusterUnreachableError):
+                log.error("%s: not started: %s; trying again in the background", runner.flow.name, outcome)
+                self._retries.append(asyncio.create_task(self._retry_start(runner)))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _retry_start(self, runner: R) -> None:
+        name, delay = runner.flow.name, 5.0
+        while not self._beats_stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beats_stop.wait(), delay)
+            if self._beats_stop.is_set() or self.flows.get(name) is not runner:
+                return  # stopping, or the flow was replaced or removed meanwhile
+            try:
+                await runner.start()
+            except ClusterUnreachableError as exc:
+                delay = min(60.0, delay * 2)
+                log.warning("%s: still not started: %s", name, exc)
+                continue
+            except Exception as exc:
+                log.error("%s: start failed: %s", name, exc)
+                return
+            log.info("%s: started", name)
+            return
+
+    async def _stop_retries(self) -> None:
+        for task in self._retries:
+            task.cancel()
+        await asyncio.gather(*self._retries, return_exceptions=True)
+        self._retries.clear()
 
     def _commit_overlay(self, overlay: dict[str, Any], config: MirrorMakerConfig) -> None:
         self.store.save(overlay)
