@@ -19,3 +19,6 @@ fi
 PY="${PYTHON:-python3}"
 "$PY" -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 "$PY" -c 'from mm2py.kafka_local import resolve_jars; print("kafka jars:", resolve_jars())'
+# brokers with KIP-405 remote storage (tests/integration/test_tiered_storage.py) also need the
+# LocalTieredStorage of kafka-storage's test artifact
+"$PY" -c 'from mm2py.kafka_local import resolve_jars; print("tiered:", resolve_jars(profile="tiered"))'

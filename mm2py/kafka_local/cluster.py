@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .jars import KAFKA_VERSION, HarnessError, java_executable, resolve_jars
 from .security import BrokerSecurity, TlsFiles, broker_properties, generate_tls_files, scram_format_args
+from .tiered import TIERED_PROFILE, tiered_broker_config
 
 LOG4J2 = """\
 status = warn
@@ -86,6 +87,8 @@ class KafkaCluster:
     version: str = KAFKA_VERSION
     #: TLS material of a cluster created with secured listeners
     tls: TlsFiles | None = None
+    #: Maven profile of extra broker jars (``tiered``: KIP-405 remote storage, see ``tiered.py``)
+    jar_profile: str | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -112,6 +115,7 @@ class KafkaCluster:
         return {
             "name": self.name, "workdir": str(self.workdir), "cluster_id": self.cluster_id,
             "version": self.version, "tls": None if self.tls is None else str(self.tls.directory),
+            "jar_profile": self.jar_profile,
             "nodes": [
                 {"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
                  "workdir": str(n.workdir), "pid": n.pid, "secured_ports": n.secured_ports}
@@ -128,6 +132,7 @@ class KafkaCluster:
             name=str(state["name"]), workdir=Path(str(state["workdir"])),
             cluster_id=str(state["cluster_id"]), version=str(state["version"]),
             tls=None if tls is None else TlsFiles(Path(str(tls))),
+            jar_profile=None if state.get("jar_profile") is None else str(state["jar_profile"]),
             nodes=[
                 KafkaNode(int(n["node_id"]), int(n["port"]), int(n["controller_port"]),
                           Path(n["workdir"]), pid=n["pid"], secured_ports=dict(n.get("secured_ports", {})))
@@ -147,16 +152,20 @@ class KafkaCluster:
         broker_config: Mapping[str, str] | None = None,
         ports: list[tuple[int, int]] | None = None,
         security: BrokerSecurity | None = None,
+        tiered_storage: bool = False,
     ) -> KafkaCluster:
         """Lay out config and format storage for a new cluster (not started yet).
 
         With ``security``, every node also gets the secured client listeners it names (see
-        :mod:`mm2py.kafka_local.security`); ``bootstrap_for(protocol)`` gives their addresses."""
+        :mod:`mm2py.kafka_local.security`); ``bootstrap_for(protocol)`` gives their addresses.
+        With ``tiered_storage``, remote log storage (KIP-405) is on, backed by ``workdir/remote``
+        (see :mod:`mm2py.kafka_local.tiered`; topics opt in with ``tiered_topic_config()``)."""
         workdir = Path(workdir)
         if workdir.exists():
             shutil.rmtree(workdir)
         workdir.mkdir(parents=True)
         cluster = cls(name=name, workdir=workdir, version=version)
+        cluster.jar_profile = TIERED_PROFILE if tiered_storage else None
         cluster.cluster_id = _random_cluster_id()
         for i in range(1, nodes + 1):
             port, cport = ports[i - 1] if ports else (free_port(), free_port())
@@ -166,7 +175,7 @@ class KafkaCluster:
         if security is not None:
             cluster.tls = generate_tls_files(workdir / "tls", security.client_key_password)
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in cluster.nodes)
-        libs = resolve_jars(version)
+        libs = resolve_jars(version, profile=cluster.jar_profile)
         for node in cluster.nodes:
             node.workdir.mkdir()
             props = _server_properties(node, voters, len(cluster.nodes))
@@ -176,6 +185,8 @@ class KafkaCluster:
                 _add_listeners(props, node.secured_ports)
                 props.update(broker_properties(security, cluster.tls))
                 format_args = scram_format_args(security)
+            if tiered_storage:
+                props.update(tiered_broker_config(workdir / "remote", min(3, nodes)))
             props.update(broker_config or {})
             (node.workdir / "server.properties").write_text(
                 "".join(f"{k}={v}\n" for k, v in props.items())
@@ -193,7 +204,7 @@ class KafkaCluster:
         return cluster
 
     def start(self, timeout: float = 60.0) -> KafkaCluster:
-        libs = resolve_jars(self.version)
+        libs = resolve_jars(self.version, profile=self.jar_profile)
         for node in self.nodes:
             if node.is_alive():
                 continue
@@ -375,9 +386,11 @@ def start_all(clusters: Sequence[KafkaCluster], timeout: float = 90.0) -> None:
 
 @contextlib.contextmanager
 def running_cluster(
-    name: str, workdir: Path, *, nodes: int = 1, security: BrokerSecurity | None = None
+    name: str, workdir: Path, *, nodes: int = 1, security: BrokerSecurity | None = None,
+    tiered_storage: bool = False,
 ) -> Iterator[KafkaCluster]:
-    cluster = KafkaCluster.create(name, workdir, nodes=nodes, security=security)
+    cluster = KafkaCluster.create(name, workdir, nodes=nodes, security=security,
+                                  tiered_storage=tiered_storage)
     try:
         yield cluster.start()
     finally:
