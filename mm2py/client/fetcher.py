@@ -10,12 +10,18 @@ Per partition the fetcher (all per batch, never per record on the common path):
 * under read_committed applies :class:`AbortedTransactionFilter`; control batches are never
   returned (in either isolation level: no producer may write them);
 * reports errors such as OFFSET_OUT_OF_RANGE in :class:`FetchedPartition` (the caller picks a
-  reset policy); retriable routing errors are retried inside :meth:`RawFetcher.fetch`.
+  reset policy); retriable routing errors are retried inside :meth:`RawFetcher.fetch`;
+* puts first in its next request every partition the broker left without a batch although it has
+  data there (:attr:`FetchedPartition.stalled`, :attr:`FetchedPartition.starved`), longest-waiting
+  first: only the first partition of a request is granted "at least one batch" beyond the size
+  limits, and a tiered-storage (KIP-405) broker reads remote data for one partition per request and
+  answers for a remote batch larger than the partition limit with nothing at all unless it is first.
+  Without that rotation a partition behind others that always have data could wait forever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mm2py.client.cluster import ClusterClient, topic_namer
@@ -64,6 +70,9 @@ class FetchedPartition:
     error_code: int = NONE
     #: bytes of an incomplete trailing batch that were dropped
     truncated_bytes: int = 0
+    #: nothing at all was returned although the partition has (visible) data at ``fetch_offset``:
+    #: the broker gave it no room in this response (see the module docstring)
+    starved: bool = False
 
     @property
     def error_name(self) -> str:
@@ -126,14 +135,34 @@ def process_partition(
             batch = cropped
         kept.append(batch)
     out.next_offset = next_offset
+    end = resp.last_stable_offset if read_committed and resp.last_stable_offset >= 0 else resp.high_watermark
+    out.starved = not batches and trailing == 0 and fetch_offset < end
     return out
+
+
+class WaitingPartitions:
+    """The order of partitions in a fetch request: those left without data (stalled or starved)
+    for the most consecutive rounds first, ties and the rest in the caller's order. A partition
+    served is back to the end, so partitions waiting together take turns at the front."""
+
+    def __init__(self) -> None:
+        self.rounds: dict[TopicPartition, int] = {}
+
+    def order(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        return sorted(partitions, key=lambda tp: -self.rounds.get(tp, 0))
+
+    def note(self, fetched: FetchedPartition) -> None:
+        if fetched.stalled or fetched.starved:
+            self.rounds[fetched.tp] = self.rounds.get(fetched.tp, 0) + 1
+        else:
+            self.rounds.pop(fetched.tp, None)
 
 
 class RawFetcher:
     def __init__(self, cluster: ClusterClient, config: FetcherConfig | None = None) -> None:
         self.cluster = cluster
         self.config = config or FetcherConfig()
-        self._stalled: set[TopicPartition] = set()
+        self._waiting = WaitingPartitions()
 
     async def fetch(
         self,
@@ -154,13 +183,12 @@ class RawFetcher:
             cap = None if all(ids.values()) else FIRST_TOPIC_ID_VERSION - 1
             version = self.cluster.version_for(conn, ApiKey.FETCH, cap)
             by_topic: dict[str, list[FetchPartitionRequest]] = {}
-            # Stalled partitions first: the broker returns the first batch whole even if too big.
-            order = sorted(batch.items(), key=lambda kv: kv[0] not in self._stalled)
-            for tp, offset in order:
+            # Waiting partitions first: the broker returns the first batch whole even if too big.
+            for tp in self._waiting.order(batch):
                 by_topic.setdefault(tp.topic, []).append(
                     FetchPartitionRequest(
                         tp.partition,
-                        offset,
+                        batch[tp],
                         limits.get(tp, cfg.partition_max_bytes),
                         current_leader_epoch=self.cluster.leader_epoch_of(tp),
                     )
@@ -184,10 +212,7 @@ class RawFetcher:
                 tp = TopicPartition(name, p.partition)
                 if tp in batch:
                     fetched = process_partition(tp, batch[tp], p, read_committed)
-                    if fetched.stalled:
-                        self._stalled.add(tp)
-                    else:
-                        self._stalled.discard(tp)
+                    self._waiting.note(fetched)
                     out[tp] = fetched
             return out
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from mm2py.client.connection import BrokerConnection, ConnectionConfig
-from mm2py.client.fetcher import process_partition
+from mm2py.client.fetcher import FetchedPartition, WaitingPartitions, process_partition
 from mm2py.client.producer import prepare_batch
 from mm2py.client.types import ConnectionLostError, RequestTimeoutError, TopicPartition
 from mm2py.protocol.api import (
@@ -101,6 +101,37 @@ def test_process_partition_stalled_when_only_a_partial_batch() -> None:
     out = process_partition(TP, 0, response(big[:40]), read_committed=True)
     assert out.stalled and out.next_offset == 0
     assert not process_partition(TP, 0, response(b""), read_committed=True).stalled
+
+
+def test_process_partition_starved_when_nothing_returned_below_the_end() -> None:
+    # response(): high watermark 100, last stable offset 90
+    assert process_partition(TP, 0, response(b""), read_committed=True).starved
+    assert process_partition(TP, 95, response(b""), read_committed=False).starved
+    # at the end (the LSO under read_committed): nothing to return, not starved
+    assert not process_partition(TP, 95, response(b""), read_committed=True).starved
+    assert not process_partition(TP, 100, response(b""), read_committed=False).starved
+    # data returned, a partial batch (stalled instead), an error: not starved
+    assert not process_partition(TP, 0, response(data_batch(0, 3)), read_committed=True).starved
+    partial = process_partition(TP, 0, response(data_batch(0, 10)[:40]), read_committed=True)
+    assert partial.stalled and not partial.starved
+    assert not process_partition(TP, 0, response(b"", None, OFFSET_OUT_OF_RANGE), read_committed=True).starved
+
+
+def test_waiting_partitions_take_turns_when_the_broker_serves_only_the_first() -> None:
+    """Like a tiered-storage broker: one remote partition per request, the others get nothing,
+    while a local partition (l) first in the caller's order always has data."""
+    local, remote = TopicPartition("l", 0), [TopicPartition("r", p) for p in range(3)]
+    waiting = WaitingPartitions()
+    served: list[TopicPartition] = []
+    for _ in range(9):
+        order = waiting.order([local, *remote])
+        first_remote = next(tp for tp in order if tp in remote)
+        served.append(first_remote)
+        for tp in order:
+            got = tp == local or tp == first_remote
+            waiting.note(FetchedPartition(tp, 0, next_offset=1 if got else 0, starved=not got))
+    assert served[:3] == remote and served[3:6] == remote and served[6:] == remote
+    assert waiting.order([local, remote[0]]) == [remote[0], local]  # waited one round, goes first
 
 
 def test_process_partition_never_returns_corrupt_batch() -> None:
