@@ -102,6 +102,17 @@ def three_node_cluster() -> Iterator[KafkaCluster]:
         cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def tiered_source_cluster() -> Iterator[KafkaCluster]:
+    """A 1-broker cluster with KIP-405 remote log storage (Kafka's LocalTieredStorage), only for
+    tiered-storage tests (stopped after the module). Topics opt in with ``tiered_topic_config()``."""
+    cluster = KafkaCluster.create("tiered", RUN_DIR / "tiered", tiered_storage=True)
+    try:
+        yield cluster.start(timeout=120)
+    finally:
+        cluster.stop()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _CLUSTERS.stop_all()
     if not RUN_DIR.exists():

@@ -128,7 +128,7 @@ def test_waiting_partitions_take_turns_when_the_broker_serves_only_the_first() -
         first_remote = next(tp for tp in order if tp in remote)
         served.append(first_remote)
         for tp in order:
-            got = tp == local or tp == first_remote
+            got = tp in (local, first_remote)
             waiting.note(FetchedPartition(tp, 0, next_offset=1 if got else 0, starved=not got))
     assert served[:3] == remote and served[3:6] == remote and served[6:] == remote
     assert waiting.order([local, remote[0]]) == [remote[0], local]  # waited one round, goes first
