@@ -5,6 +5,12 @@ the first one cropped to the requested offset, aborted transactions and control 
 (read_committed), and says where the next fetch starts. A batch that fails its CRC is never passed
 on: the fetch is retried, and after ``corrupt_retries`` attempts the task fails with the position
 unchanged, so nothing is skipped.
+
+A partition whose fetch returns an error (other than OFFSET_OUT_OF_RANGE, which resets it) is left
+out of the next fetches for a while, doubling up to ``error_backoff[1]`` seconds while the error
+lasts: a broker answers such a fetch at once (e.g. UNKNOWN_SERVER_ERROR when reading remote,
+tiered storage fails), which would otherwise turn the task's fetch loop into a busy loop, while the
+other partitions keep being fetched as usual.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class MirrorSource:
         *,
         corrupt_retries: int = 3,
         reset_to_earliest: bool = True,
+        error_backoff: tuple[float, float] = (0.1, 5.0),
     ) -> None:
         self.cluster = cluster
         self.fetcher = RawFetcher(cluster, config)
@@ -43,6 +50,9 @@ class MirrorSource:
         self.reset_to_earliest = reset_to_earliest
         self.corrupt_batches_seen = 0
         self.unavailable_rounds = 0
+        self.error_backoff = error_backoff
+        #: partitions whose last fetch failed: (time to fetch again, current delay)
+        self._failing: dict[TopicPartition, tuple[float, float]] = {}
 
     async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """MM2's default for partitions never mirrored: start at the earliest offset."""
@@ -51,10 +61,15 @@ class MirrorSource:
         return await self.cluster.list_offsets(partitions, EARLIEST if self.reset_to_earliest else LATEST)
 
     async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]:
+        now = asyncio.get_running_loop().time()
+        ready = {tp: o for tp, o in positions.items() if self._failing.get(tp, (now, 0.0))[0] <= now}
+        if positions and not ready:  # every partition waits after an error: wait for the first
+            await asyncio.sleep(min(self._failing[tp][0] for tp in positions) - now)
+            return {}
         attempt = 0
         while True:
             try:
-                fetched = await self.fetcher.fetch(positions)
+                fetched = await self.fetcher.fetch(ready)
                 self.unavailable_rounds = 0
                 break
             except (ClientError, BrokerError) as exc:
@@ -79,8 +94,9 @@ class MirrorSource:
                 resets.append(tp)
                 continue
             if not f.ok:
-                log.warning("fetch %s: %s", tp, f.error_name)
+                self._back_off(tp, f.error_name)
                 continue
+            self._failing.pop(tp, None)
             out[tp] = Polled(f.batches, max(f.next_offset, f.fetch_offset), f.high_watermark,
                              fetch_offset=f.fetch_offset)
         if resets:
@@ -88,6 +104,12 @@ class MirrorSource:
             for tp in resets:
                 out[tp] = Polled([], positions[tp], -1, reset_to=earliest[tp], fetch_offset=positions[tp])
         return out
+
+    def _back_off(self, tp: TopicPartition, error: str) -> None:
+        first, most = self.error_backoff
+        delay = min(most, self._failing[tp][1] * 2) if tp in self._failing else first
+        self._failing[tp] = (asyncio.get_running_loop().time() + delay, delay)
+        log.warning("fetch %s: %s; fetching it again in %.1fs", tp, error, delay)
 
     async def close(self) -> None:
         await self.cluster.close()

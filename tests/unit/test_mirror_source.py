@@ -1,0 +1,67 @@
+"""MirrorSource over a scripted fetcher: a partition whose fetch fails is backed off, alone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+from connectors.mirror_source import MirrorSource
+from mm2py.client.fetcher import FetchedPartition
+from mm2py.protocol.errors_codes import NONE, UNKNOWN_SERVER_ERROR
+from mm2py.protocol.types import TopicPartition
+
+BAD, GOOD = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+class ScriptedFetcher:
+    """Answers at once, like a broker whose remote read fails: BAD errors while ``failing``."""
+
+    def __init__(self) -> None:
+        self.failing = True
+        self.requests: list[set[TopicPartition]] = []
+
+    async def fetch(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, FetchedPartition]:
+        self.requests.append(set(positions))
+        out = {}
+        for tp, offset in positions.items():
+            error = UNKNOWN_SERVER_ERROR if tp == BAD and self.failing else NONE
+            out[tp] = FetchedPartition(tp, offset, next_offset=offset, error_code=error)
+        return out
+
+
+def source_with(fetcher: ScriptedFetcher) -> MirrorSource:
+    source = MirrorSource(None, error_backoff=(0.2, 0.4))  # type: ignore[arg-type]
+    source.fetcher = fetcher  # type: ignore[assignment]
+    return source
+
+
+async def test_a_failing_partition_is_backed_off_while_the_others_are_fetched() -> None:
+    fetcher = ScriptedFetcher()
+    source = source_with(fetcher)
+    positions = {BAD: 5, GOOD: 7}
+    first = await source.poll(positions)
+    assert set(first) == {GOOD}  # the error is not handed on as data
+    for _ in range(20):
+        assert set(await source.poll(positions)) == {GOOD}
+    assert sum(BAD in r for r in fetcher.requests) == 1, "the failing partition was fetched in a busy loop"
+    assert all(GOOD in r for r in fetcher.requests)
+
+    await asyncio.sleep(0.25)  # the first delay (0.2 s) is over: fetched again, fails again
+    await source.poll(positions)
+    assert sum(BAD in r for r in fetcher.requests) == 2
+    fetcher.failing = False
+    await asyncio.sleep(0.45)  # the second delay (doubled, capped at 0.4 s)
+    assert set(await source.poll(positions)) == {BAD, GOOD}
+    assert set(await source.poll(positions)) == {BAD, GOOD}  # recovered: no delay any more
+
+
+async def test_a_poll_of_only_failing_partitions_waits_instead_of_spinning() -> None:
+    fetcher = ScriptedFetcher()
+    source = source_with(fetcher)
+    await source.poll({BAD: 0})
+    start = time.monotonic()
+    assert await source.poll({BAD: 0}) == {}
+    assert time.monotonic() - start >= 0.15
+    assert len(fetcher.requests) == 1
+    assert await source.poll({}) == {}
