@@ -12,6 +12,7 @@ partition of a request. The target is the session's plain ``west`` cluster.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -233,3 +234,36 @@ def test_remote_partitions_behind_a_busy_local_one_take_turns(source: KafkaClust
 
     served = asyncio.run(rounds())
     assert all(n >= 5 for n in served.values()), f"rounds in which each remote partition got data: {served}"
+
+
+def _remote_read_errors(source: KafkaCluster, tp: TopicPartition) -> int:
+    text = source.nodes[0].log_file.read_text(errors="replace")
+    return text.count(f"Error occurred while reading the remote data for {tp.topic}-{tp.partition}")
+
+
+def test_failing_remote_reads_are_retried_slowly_and_block_nothing_else(
+    source: KafkaCluster, target: KafkaCluster
+) -> None:
+    """Remote storage lost partition 0's old segments: the broker answers each fetch of them at once
+    with UNKNOWN_SERVER_ERROR. The task neither skips them nor fetches them in a busy loop, and
+    partition 1 keeps being mirrored."""
+    topic = create_topic(source.bootstrap, unique("tier-lost"), partitions=2, config=tiered_topic_config())
+    tp0 = TopicPartition(topic, 0)
+    produce_records(source.bootstrap, topic, make_records(3000, partition=0), extra=SMALL_BATCHES)
+    _wait_remote_only(source, tp0, 1500)
+    lost = list((source.workdir / "remote").glob(f"kafka-tiered-storage/{topic}-0-*/*.log"))
+    assert lost
+    for segment in lost:
+        segment.unlink()
+    errors_before = _remote_read_errors(source, tp0)
+    mirrored = f"{SOURCE}.{topic}"
+    live = make_records(3, partition=1, tag="live")
+    with BackgroundWorker(_config(source, target, topic)) as bg:
+        produce_records(source.bootstrap, topic, live)
+        _wait_mirrored(target, mirrored, {0: 0, 1: len(live)}, 30)
+        time.sleep(4)
+        tasks = bg.worker.flows[f"{SOURCE}->{TARGET}"].status()["tasks"]
+    assert [t["state"] for t in tasks] == ["RUNNING"]
+    assert _ends(target, mirrored) == {0: 0, 1: len(live)}, "lost offsets were skipped"
+    failed_reads = _remote_read_errors(source, tp0) - errors_before
+    assert 1 <= failed_reads <= 15, f"{failed_reads} failed remote reads: fetched in a busy loop"
