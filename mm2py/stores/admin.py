@@ -57,6 +57,10 @@ def interrupt_admin_calls() -> None:
     _INTERRUPTED.set()
 
 
+class BrokerRefusedError(StoreError):
+    """The cluster answered and refused the request (e.g. a topic config it does not support)."""
+
+
 class GroupOffsetsRefusedError(StoreError):
     """The broker did not accept a group offset commit (e.g. the group has active members)."""
 
@@ -182,8 +186,15 @@ class ClusterAdmin:
     def _reached(self) -> None:
         self._down_since = None
 
-    def _fail(self, what: str, exc: BaseException) -> ClusterUnreachableError | ClusterSecurityError:
+    def _fail(self, what: str, exc: BaseException) -> Mm2pyError:
         self._client.poll(0)  # serve error callbacks: the reason may be there
+        err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+        where = f"cluster '{self.alias}' ({self.bootstrap})"
+        if isinstance(err, KafkaError) and err.code() == KafkaError.SASL_AUTHENTICATION_FAILED:
+            return ClusterSecurityError(f"{where}: {what} failed: {err.str()}")
+        if isinstance(err, KafkaError) and err.code() > 0:
+            # a broker answered with an error code: the cluster is reachable, it refused the request
+            return BrokerRefusedError(f"{where}: {what} refused: {err.str()}")
         if self._refused is not None:
             return ClusterSecurityError(
                 f"cluster '{self.alias}' ({self.bootstrap}): {what} failed: {self._refused}")

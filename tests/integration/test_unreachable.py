@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,3 +107,16 @@ def test_sigint_during_start_up_against_a_silent_cluster_stops_within_seconds(
     assert proc.wait(10) == 0, log.read_text()
     assert time.monotonic() - started < 5
     assert "interrupted: the process is stopping" in log.read_text()  # the wait was cut short
+
+
+def test_a_request_the_broker_refuses_is_not_called_unreachable(east: Any) -> None:
+    """The cluster answered with an error code: a clear refusal naming the cluster, at once."""
+    from mm2py.stores.admin import BrokerRefusedError, TopicSpec
+
+    admin = ClusterAdmin("east", east.bootstrap, timeout=60)
+    started = time.monotonic()
+    with pytest.raises(BrokerRefusedError) as err:
+        admin.create_topics([TopicSpec(f"refused-{os.getpid()}", 1, 1, {"cleanup.policy": "sometimes"})])
+    assert time.monotonic() - started < 10
+    assert "'east'" in str(err.value) and "refused" in str(err.value)
+    assert not isinstance(err.value, ClusterUnreachableError)
