@@ -32,9 +32,16 @@ def _dev(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import signal
+
+    # a stop asked for while the worker is still being set up is kept, not fatal (SIG_DFL would
+    # kill the process without a word); the event loop takes the signals over below
+    early: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
+
     import asyncio
     import logging
-    import signal
 
     from mm2py.config.models import load_config
     from mm2py.errors import Mm2pyError
@@ -72,6 +79,8 @@ def _run(args: argparse.Namespace) -> int:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
+        if early:
+            on_signal()
         worker: Worker | SparkWorker
         if args.runtime == "spark":
             from mm2py.runtime.spark import SparkWorker
