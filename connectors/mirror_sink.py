@@ -13,8 +13,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from mm2py.client.cluster import LATEST
-from mm2py.client.produce_window import ProduceError
-from mm2py.client.producer import RawProducer
+from mm2py.client.producer import ProduceError, RawProducer
 from mm2py.engine.task_api import Delivered, SinkError
 from mm2py.protocol.batch_edit import rebuild_contiguous
 from mm2py.protocol.records import RecordBatch

@@ -10,6 +10,7 @@ __all__ = [
     "ClientError",
     "ConnectionLostError",
     "NoLeaderError",
+    "ProduceError",
     "RequestTimeoutError",
     "TopicPartition",
     "is_retriable",
@@ -38,6 +39,16 @@ class NoLeaderError(ClientError):
     """Metadata does not (yet) name a reachable leader for a partition."""
 
     retriable = True
+
+
+class ProduceError(ClientError):
+    """A produce call that did not deliver everything; ``offsets`` holds what was acknowledged
+    (a prefix per partition, -1 for the rest, in input order)."""
+
+    def __init__(self, message: str, offsets: list[int], cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.offsets = offsets
+        self.cause = cause
 
 
 def is_retriable(exc: BaseException) -> bool:

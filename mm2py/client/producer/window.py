@@ -9,57 +9,40 @@ batches were appended too, and sending them again with the same sequences is ans
 broker's duplicate detection (it remembers a producer's last five batches per partition, hence
 ``window <= 5``). So the result is always a prefix per partition: acknowledged offsets up to the
 first failure, -1 after it, and the sequences are left right after the prefix.
+
+The window works through two small collaborators: the :class:`ProducerState` (id, epoch,
+sequences) and the :class:`ProduceRequests` (building, sending and reading Produce requests).
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
-from mm2py.client.cluster import topic_namer
-from mm2py.client.types import ClientError, NoLeaderError, TopicPartition
-from mm2py.protocol.api import ApiKey, ProducePartitionResponse, ProduceResponse, decode_produce_response
+from mm2py.client.connection import BrokerConnection
+from mm2py.client.producer.requests import ProduceRequests
+from mm2py.client.producer.state import ProducerState, producer_state_lost
+from mm2py.client.types import ClientError, NoLeaderError, ProduceError
+from mm2py.protocol.api import ProducePartitionResponse
 from mm2py.protocol.batch_edit import for_produce, increment_sequence
-from mm2py.protocol.errors_codes import (
-    INVALID_PRODUCER_EPOCH,
-    NONE,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    UNKNOWN_PRODUCER_ID,
-    BrokerError,
-    invalidates_metadata,
-)
+from mm2py.protocol.errors_codes import NONE, BrokerError, invalidates_metadata
 from mm2py.protocol.records import RecordBatch
+from mm2py.protocol.types import TopicPartition
 
-if TYPE_CHECKING:
-    from mm2py.client.connection import BrokerConnection
-    from mm2py.client.producer import RawProducer
+__all__ = ["produce_windowed"]
 
 Outcome = ProducePartitionResponse | BaseException
 
-#: the first failure of a partition says the broker no longer agrees on our producer state
-_STATE_LOST = frozenset({UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH})
-
-
-class ProduceError(ClientError):
-    """A produce call that did not deliver everything; ``offsets`` holds what was acknowledged
-    (a prefix per partition, -1 for the rest, in input order)."""
-
-    def __init__(self, message: str, offsets: list[int], cause: BaseException | None = None) -> None:
-        super().__init__(message)
-        self.offsets = offsets
-        self.cause = cause
-
 
 async def produce_windowed(
-    producer: RawProducer,
+    state: ProducerState,
+    requests: ProduceRequests,
     items: Sequence[tuple[TopicPartition, RecordBatch]],
     rounds: list[dict[TopicPartition, int]],
     window: int,
 ) -> list[int]:
-    cluster = producer.cluster
+    cluster = requests.cluster
     tps = {tp for tp, _ in items}
     topics = {tp.topic for tp in tps}
     await cluster.ensure_topics(topics)
@@ -77,13 +60,12 @@ async def produce_windowed(
         # a leader that cannot be reached is most likely gone: the next attempt asks for metadata
         cluster.invalidate(topics)
         raise ProduceError(f"cannot reach a partition leader: {exc}", offsets, exc) from exc
-    pid, epoch = await producer.ensure_producer_id()
-    next_seq = {tp: producer.sequence(tp) for tp in tps}
+    pid, epoch = await state.ensure()
+    next_seq = {tp: state.sequence(tp) for tp in tps}
     seqs: list[dict[TopicPartition, int]] = []
     outcomes: list[dict[TopicPartition, Outcome]] = [{} for _ in rounds]
     Sent = list[tuple[list[TopicPartition], asyncio.Task[dict[TopicPartition, Outcome]]]]
     inflight: deque[tuple[int, Sent]] = deque()
-    timeout_s = producer.config.timeout_ms / 1000
 
     async def collect() -> None:
         k, sent = inflight.popleft()
@@ -107,12 +89,10 @@ async def produce_windowed(
         seqs.append(s_k)
         sent = []
         for node, part in by_node.items():
-            for chunk in producer.chunks(part):
+            for chunk in requests.chunks(part):
                 conn = conns[node]
-                version, body, ids = producer.encode_request(conn, chunk)
                 # the request is written when the task first runs: tasks run in creation order
-                task = asyncio.create_task(_request(conn, version, body, ids, conn.config.request_timeout_s
-                                                    + timeout_s))
+                task = asyncio.create_task(_outcomes(requests, conn, chunk))
                 sent.append((list(chunk), task))
         inflight.append((k, sent))
         await asyncio.sleep(0)
@@ -127,7 +107,7 @@ async def produce_windowed(
             out = outcomes[k].get(tp, BrokerError(-1, f"no result for {tp}"))
             if isinstance(out, ProducePartitionResponse) and out.error_code == NONE:
                 offsets[i] = out.base_offset
-                producer.set_sequence(tp, increment_sequence(seqs[k][tp], items[i][1].records_count))
+                state.set_sequence(tp, increment_sequence(seqs[k][tp], items[i][1].records_count))
             else:
                 first_failure[tp] = out
     if not first_failure:
@@ -137,7 +117,7 @@ async def produce_windowed(
     cause: BaseException | None = None
     for tp, out in first_failure.items():
         if isinstance(out, ProducePartitionResponse):
-            reset |= out.error_code in _STATE_LOST
+            reset |= producer_state_lost(out.error_code)
             if invalidates_metadata(out.error_code):
                 stale.add(tp.topic)
             cause = cause or BrokerError(out.error_code, f"produce to {tp}: {out.error_message or ''}")
@@ -145,27 +125,13 @@ async def produce_windowed(
             stale.add(tp.topic)
             cause = cause or out
     if reset:
-        await producer.reset_producer_id(pid)
+        await state.reset(pid)
     if stale:
         cluster.invalidate(stale)
     raise ProduceError(f"{len(first_failure)} partitions not fully delivered: {cause}", offsets, cause)
 
 
-def by_partition(
-    resp: ProduceResponse, ids: Mapping[str, uuid.UUID | None]
-) -> dict[TopicPartition, ProducePartitionResponse]:
-    """A Produce response's partitions, keyed by (topic name, partition)."""
-    name_of = topic_namer(ids)
-    out: dict[TopicPartition, ProducePartitionResponse] = {}
-    for r in resp.partitions:
-        name = name_of(r.topic, r.topic_id)
-        if name is not None:
-            out[TopicPartition(name, r.partition)] = r
-    return out
-
-
-async def _request(
-    conn: BrokerConnection, version: int, body: bytes, ids: Mapping[str, uuid.UUID | None], timeout: float
+async def _outcomes(
+    requests: ProduceRequests, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]
 ) -> dict[TopicPartition, Outcome]:
-    resp = await conn.request(ApiKey.PRODUCE, version, body, decode_produce_response, timeout)
-    return dict(by_partition(resp, ids))
+    return dict(await requests.request(conn, part))

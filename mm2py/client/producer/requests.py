@@ -1,0 +1,152 @@
+"""Produce and InitProducerId requests for one cluster: building them, sending them, reading the answers.
+
+One batch per partition per request, many partitions per request; a broker's share of a round is
+split into requests of at most ``max_request_bytes`` record bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mm2py.client.cluster import Backoff, ClusterClient, topic_namer
+from mm2py.client.connection import BrokerConnection
+from mm2py.client.types import ClientError
+from mm2py.protocol.api import (
+    ApiKey,
+    ProducePartitionResponse,
+    ProduceResponse,
+    ProduceTopicRequest,
+    decode_init_producer_id_response,
+    decode_produce_response,
+    encode_init_producer_id_request,
+    encode_produce_request,
+)
+from mm2py.protocol.api_produce import FIRST_TOPIC_ID_VERSION
+from mm2py.protocol.errors_codes import NONE, BrokerError, is_retriable
+from mm2py.protocol.types import TopicPartition
+from mm2py.protocol.wire import Buf
+
+__all__ = ["ProduceRequests", "ProducerConfig", "by_partition"]
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    acks: int = -1
+    timeout_ms: int = 30_000
+    #: total time spent retrying one produce round
+    retry_timeout_s: float = 60.0
+    #: split a broker's share of a round into requests of at most this many record bytes
+    max_request_bytes: int = 16 * 1024 * 1024
+    #: stamp batches with our own producer id and sequences (broker-side dedupe of retries)
+    idempotent: bool = True
+    #: request rounds in flight per connection (idempotent only; the broker dedupes at most 5)
+    max_in_flight: int = 5
+
+    def __post_init__(self) -> None:
+        if self.acks not in (-1, 1):
+            raise ValueError("acks must be -1 (all) or 1: the raw producer needs responses")
+        if not 1 <= self.max_in_flight <= 5:
+            raise ValueError("max_in_flight must be 1..5 (the broker remembers 5 batches per producer)")
+
+
+def by_partition(
+    resp: ProduceResponse, ids: Mapping[str, uuid.UUID | None]
+) -> dict[TopicPartition, ProducePartitionResponse]:
+    """A Produce response's partitions, keyed by (topic name, partition)."""
+    name_of = topic_namer(ids)
+    out: dict[TopicPartition, ProducePartitionResponse] = {}
+    for r in resp.partitions:
+        name = name_of(r.topic, r.topic_id)
+        if name is not None:
+            out[TopicPartition(name, r.partition)] = r
+    return out
+
+
+class ProduceRequests:
+    """The requests a producer sends to ``cluster`` under ``config``."""
+
+    def __init__(self, cluster: ClusterClient, config: ProducerConfig) -> None:
+        self.cluster = cluster
+        self.config = config
+
+    def chunks(self, part: Mapping[TopicPartition, bytes]) -> list[dict[TopicPartition, bytes]]:
+        """Split one broker's share of a round into requests of at most max_request_bytes."""
+        chunks: list[dict[TopicPartition, bytes]] = [{}]
+        size = 0
+        for tp, data in part.items():
+            if chunks[-1] and size + len(data) > self.config.max_request_bytes:
+                chunks.append({})
+                size = 0
+            chunks[-1][tp] = data
+            size += len(data)
+        return chunks
+
+    def encode(
+        self, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]
+    ) -> tuple[int, bytes, dict[str, uuid.UUID | None]]:
+        """(version, body, topic ids) of one Produce request carrying one batch per partition."""
+        by_topic: dict[str, list[tuple[int, Buf]]] = {}
+        for tp, data in part.items():
+            by_topic.setdefault(tp.topic, []).append((tp.partition, data))
+        ids = {t: self.cluster.topic_id(t) for t in by_topic}
+        cap = None if all(ids.values()) else FIRST_TOPIC_ID_VERSION - 1
+        version = self.cluster.version_for(conn, ApiKey.PRODUCE, cap)
+        body = encode_produce_request(
+            version,
+            [ProduceTopicRequest(t, ps, ids[t]) for t, ps in by_topic.items()],
+            acks=self.config.acks,
+            timeout_ms=self.config.timeout_ms,
+        )
+        return version, body, ids
+
+    async def request(
+        self, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]
+    ) -> dict[TopicPartition, ProducePartitionResponse]:
+        """One Produce request on ``conn``; it is written before the coroutine first waits."""
+        version, body, ids = self.encode(conn, part)
+        timeout = conn.config.request_timeout_s + self.config.timeout_ms / 1000
+        resp = await conn.request(ApiKey.PRODUCE, version, body, decode_produce_response, timeout)
+        return by_partition(resp, ids)
+
+    async def send_round(
+        self, batches: dict[TopicPartition, bytes]
+    ) -> dict[TopicPartition, ProducePartitionResponse]:
+        """One batch per partition to the partition leaders, retried until acknowledged or timed out."""
+
+        async def send(
+            conn: BrokerConnection, part: dict[TopicPartition, bytes]
+        ) -> dict[TopicPartition, ProducePartitionResponse]:
+            out: dict[TopicPartition, ProducePartitionResponse] = {}
+            for res in await asyncio.gather(*(self.request(conn, c) for c in self.chunks(part))):
+                out.update(res)
+            return out
+
+        return await self.cluster.for_leaders(
+            batches, send, lambda r: r.error_code, timeout=self.config.retry_timeout_s
+        )
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        """A new (producer id, epoch) from any broker, retried while the error is retriable."""
+        backoff = Backoff(0.05, 1.0, self.config.retry_timeout_s)
+        while True:
+            try:
+                conn = await self.cluster.any_connection()
+                version = self.cluster.version_for(conn, ApiKey.INIT_PRODUCER_ID)
+                resp = await conn.request(
+                    ApiKey.INIT_PRODUCER_ID, version,
+                    encode_init_producer_id_request(version),
+                    decode_init_producer_id_response,
+                )
+                if resp.error_code == NONE:
+                    return resp.producer_id, resp.producer_epoch
+                err: BaseException = BrokerError(resp.error_code, "InitProducerId")
+                if not is_retriable(resp.error_code):
+                    raise err
+            except ClientError as exc:
+                err = exc
+            if backoff.expired:
+                raise err
+            await backoff.sleep()
