@@ -20,8 +20,8 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
+from mm2py.client.errors import ClientError
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
-from mm2py.client.types import ClientError
 from mm2py.engine.task_api import Polled, TaskError
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE, BrokerError

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from mm2py.client.connection import BrokerConnection, ConnectionConfig, ConnectionFactory
-from mm2py.client.types import ClientError, ConnectionLostError, NoLeaderError, TopicPartition, is_retriable
+from mm2py.client.errors import ClientError, ConnectionLostError, NoLeaderError, is_retriable_error
 from mm2py.protocol.api import (
     ApiKey,
     BrokerMetadata,
@@ -37,6 +37,7 @@ from mm2py.protocol.errors_codes import (
     BrokerError,
     error_info,
 )
+from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
 X = TypeVar("X")
@@ -296,7 +297,7 @@ class ClusterClient:
             invalid_topics: set[str] = {tp.topic for tp in retry}
             for (_node, batch), outcome in zip(groups.items(), outcomes, strict=True):
                 if isinstance(outcome, BaseException):
-                    if not is_retriable(outcome):
+                    if not is_retriable_error(outcome):
                         raise outcome
                     last_exc = outcome
                     retry.update(batch)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from mm2py.client.types import ConnectionLostError, RequestTimeoutError
+from mm2py.client.errors import ConnectionLostError, RequestTimeoutError
 from mm2py.errors import SecurityError
 from mm2py.protocol.api import (
     SUPPORTED_VERSIONS,

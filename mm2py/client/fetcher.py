@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 from mm2py.client.cluster import ClusterClient, topic_namer
 from mm2py.client.connection import BrokerConnection
-from mm2py.client.types import TopicPartition
 from mm2py.protocol.api import (
     AbortedTransaction,
     ApiKey,
@@ -41,6 +40,7 @@ from mm2py.protocol.batch_edit import crop
 from mm2py.protocol.errors_codes import NONE, error_name
 from mm2py.protocol.records import RecordBatch, split_record_set
 from mm2py.protocol.transactions import AbortedTransactionFilter
+from mm2py.protocol.types import TopicPartition
 
 PROTOCOL_MIN_FETCH_VERSION = 4
 

@@ -86,7 +86,8 @@ def error_name(code: int) -> str:
     return error_info(code).name
 
 
-def is_retriable(code: int) -> bool:
+def is_retriable_code(code: int) -> bool:
+    """Whether a broker error code says the same request may succeed later (the upstream flag)."""
     return error_info(code).retriable
 
 

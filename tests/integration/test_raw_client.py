@@ -10,9 +10,9 @@ from confluent_kafka import Producer
 from helpers import BASE_TS, CODECS, Rec, admin, create_topic, make_records, produce_records, read_all, unique
 
 from mm2py.client.cluster import EARLIEST, LATEST, ClientConfig, ClusterClient
+from mm2py.client.errors import ConnectionLostError
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.client.producer import ProducerConfig, RawProducer
-from mm2py.client.types import ConnectionLostError, TopicPartition
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.api import ApiKey, ProduceTopicRequest, decode_produce_response, encode_produce_request
 from mm2py.protocol.api_fetch import READ_COMMITTED, READ_UNCOMMITTED
@@ -21,6 +21,7 @@ from mm2py.protocol.compression import Codec
 from mm2py.protocol.errors_codes import NONE
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
 from mm2py.protocol.records import RecordBatch
+from mm2py.protocol.types import TopicPartition
 
 pytestmark = pytest.mark.integration
 

@@ -7,10 +7,10 @@ from helpers import BASE_TS, create_topic, read_all, unique
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.producer import ProduceError, RawProducer
-from mm2py.client.types import TopicPartition
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
+from mm2py.protocol.types import TopicPartition
 
 pytestmark = pytest.mark.integration
 

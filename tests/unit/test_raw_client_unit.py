@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from mm2py.client.connection import BrokerConnection, ConnectionConfig
+from mm2py.client.errors import ConnectionLostError, RequestTimeoutError
 from mm2py.client.fetcher import FetchedPartition, WaitingPartitions, process_partition
 from mm2py.client.producer import prepare_batch
-from mm2py.client.types import ConnectionLostError, RequestTimeoutError, TopicPartition
 from mm2py.protocol.api import (
     ApiKey,
     FetchPartitionResponse,
@@ -26,6 +26,7 @@ from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE
 from mm2py.protocol.framing import FrameDecoder, decode_request_header, encode_frame, encode_response_header
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
 from mm2py.protocol.records import RecordBatch
+from mm2py.protocol.types import TopicPartition
 from mm2py.protocol.wire import Writer
 
 TP = TopicPartition("t", 0)

@@ -8,11 +8,11 @@ sending and reading Produce / InitProducerId requests), ``window`` (pipelined ro
 
 from __future__ import annotations
 
+from mm2py.client.errors import ProduceError
 from mm2py.client.producer.batches import BatchLike, normalize_batch, prepare_batch
 from mm2py.client.producer.raw import RawProducer
 from mm2py.client.producer.requests import ProducerConfig
 from mm2py.client.producer.state import CONFIRMED_FOR_S, PRODUCER_STATE_LOST, producer_state_lost
-from mm2py.client.types import ProduceError
 
 __all__ = [
     "CONFIRMED_FOR_S",

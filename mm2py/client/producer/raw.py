@@ -22,11 +22,11 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 
 from mm2py.client.cluster import ClusterClient
+from mm2py.client.errors import ProduceError
 from mm2py.client.producer.batches import BatchLike, normalize_batch, split_rounds, stamp
 from mm2py.client.producer.requests import ProducerConfig, ProduceRequests
 from mm2py.client.producer.state import ProducerState, producer_state_lost
 from mm2py.client.producer.window import produce_windowed
-from mm2py.client.types import ProduceError
 from mm2py.protocol.api import ProducePartitionResponse
 from mm2py.protocol.batch_edit import increment_sequence
 from mm2py.protocol.errors_codes import NONE, BrokerError

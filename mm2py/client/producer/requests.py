@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from mm2py.client.cluster import Backoff, ClusterClient, topic_namer
 from mm2py.client.connection import BrokerConnection
-from mm2py.client.types import ClientError
+from mm2py.client.errors import ClientError
 from mm2py.protocol.api import (
     ApiKey,
     ProducePartitionResponse,
@@ -25,7 +25,7 @@ from mm2py.protocol.api import (
     encode_produce_request,
 )
 from mm2py.protocol.api_produce import FIRST_TOPIC_ID_VERSION
-from mm2py.protocol.errors_codes import NONE, BrokerError, is_retriable
+from mm2py.protocol.errors_codes import NONE, BrokerError, is_retriable_code
 from mm2py.protocol.types import TopicPartition
 from mm2py.protocol.wire import Buf
 
@@ -143,7 +143,7 @@ class ProduceRequests:
                 if resp.error_code == NONE:
                     return resp.producer_id, resp.producer_epoch
                 err: BaseException = BrokerError(resp.error_code, "InitProducerId")
-                if not is_retriable(resp.error_code):
+                if not is_retriable_code(resp.error_code):
                     raise err
             except ClientError as exc:
                 err = exc

@@ -21,9 +21,9 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from mm2py.client.connection import BrokerConnection
+from mm2py.client.errors import ClientError, NoLeaderError, ProduceError
 from mm2py.client.producer.requests import ProduceRequests
 from mm2py.client.producer.state import ProducerState, producer_state_lost
-from mm2py.client.types import ClientError, NoLeaderError, ProduceError
 from mm2py.protocol.api import ProducePartitionResponse
 from mm2py.protocol.batch_edit import for_produce, increment_sequence
 from mm2py.protocol.errors_codes import NONE, BrokerError, invalidates_metadata

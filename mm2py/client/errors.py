@@ -1,10 +1,10 @@
-"""Small types shared by the asyncio client: TopicPartition and client-side errors."""
+"""The asyncio client's errors: the transport failed (not a broker error code), or a produce call
+delivered only part of its batches."""
 
 from __future__ import annotations
 
 from mm2py.errors import Mm2pyError
 from mm2py.protocol.errors_codes import BrokerError
-from mm2py.protocol.types import TopicPartition
 
 __all__ = [
     "ClientError",
@@ -12,8 +12,7 @@ __all__ = [
     "NoLeaderError",
     "ProduceError",
     "RequestTimeoutError",
-    "TopicPartition",
-    "is_retriable",
+    "is_retriable_error",
 ]
 
 
@@ -51,7 +50,9 @@ class ProduceError(ClientError):
         self.cause = cause
 
 
-def is_retriable(exc: BaseException) -> bool:
+def is_retriable_error(exc: BaseException) -> bool:
+    """Whether a failed request may be sent again: a retriable client or broker error, or an OS-level
+    connection failure or time-out."""
     if isinstance(exc, ClientError):
         return exc.retriable
     if isinstance(exc, BrokerError):
