@@ -65,6 +65,21 @@ class TopicMetadata:
     is_internal: bool = False
 
 
+@dataclass
+class _Attempt:
+    """What one pass of ``for_leaders`` leaves to retry: partitions, topics to refresh, last cause."""
+
+    retry: set[TopicPartition] = field(default_factory=set)
+    stale_topics: set[str] = field(default_factory=set)
+    last_exc: BaseException | None = None
+
+    def retry_later(self, tp: TopicPartition, cause: BaseException, *, stale: bool = False) -> None:
+        self.retry.add(tp)
+        self.last_exc = cause
+        if stale:
+            self.stale_topics.add(tp.topic)
+
+
 class Backoff:
     """Exponential backoff with a total deadline."""
 
@@ -278,69 +293,62 @@ class ClusterClient:
         remaining = dict(items)
         results: dict[TopicPartition, R] = {}
         backoff = self._backoff(timeout)
-        last_exc: BaseException | None = None
         while remaining:
-            await self.ensure_topics(tp.topic for tp in remaining)
-            groups: dict[int, dict[TopicPartition, X]] = {}
-            retry: set[TopicPartition] = set()
-            for tp, x in remaining.items():
-                leader = self.leader_of(tp)
-                if leader is None:
-                    retry.add(tp)
-                    last_exc = NoLeaderError(f"no leader known for {tp}")
-                else:
-                    groups.setdefault(leader, {})[tp] = x
-            outcomes = await asyncio.gather(
-                *(self._send_to(node, batch, send) for node, batch in groups.items()),
-                return_exceptions=True,
-            )
-            invalid_topics: set[str] = {tp.topic for tp in retry}
-            for (_node, batch), outcome in zip(groups.items(), outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    if not is_retriable_error(outcome):
-                        raise outcome
-                    last_exc = outcome
-                    retry.update(batch)
-                    invalid_topics.update(tp.topic for tp in batch)
-                    continue
-                for tp in batch:
-                    if tp not in outcome:
-                        retry.add(tp)
-                        last_exc = ClientError(f"broker sent no result for {tp}")
-                        continue
-                    res = outcome[tp]
-                    results[tp] = res
-                    code = error_of(res)
-                    info = error_info(code)
-                    if code != NONE and info.retriable:
-                        retry.add(tp)
-                        last_exc = BrokerError(code, str(tp))
-                        if info.invalidates_metadata:
-                            invalid_topics.add(tp.topic)
-            remaining = {tp: x for tp, x in remaining.items() if tp in retry}
+            attempt = await self._send_once(remaining, send, error_of, results)
+            remaining = {tp: x for tp, x in remaining.items() if tp in attempt.retry}
             if not remaining:
                 break
             if backoff.expired:
                 if all(tp in results for tp in remaining):
                     break
-                assert last_exc is not None
-                raise last_exc
-            log.debug("retrying %d partitions (%r)", len(remaining), last_exc)
+                assert attempt.last_exc is not None
+                raise attempt.last_exc
+            log.debug("retrying %d partitions (%r)", len(remaining), attempt.last_exc)
             await backoff.sleep()
-            if invalid_topics:
-                self.invalidate(invalid_topics)
+            if attempt.stale_topics:
+                self.invalidate(attempt.stale_topics)
                 with contextlib.suppress(ClientError):
-                    await self.refresh_metadata(invalid_topics)
+                    await self.refresh_metadata(attempt.stale_topics)
         return results
 
-    async def _send_to(
+    async def _send_once(
         self,
-        node: int,
-        batch: dict[TopicPartition, X],
+        items: Mapping[TopicPartition, X],
         send: Callable[[BrokerConnection, dict[TopicPartition, X]], Awaitable[dict[TopicPartition, R]]],
-    ) -> dict[TopicPartition, R]:
-        conn = await self.connection(node)
-        return await send(conn, batch)
+        error_of: Callable[[R], int],
+        results: dict[TopicPartition, R],
+    ) -> _Attempt:
+        """One pass of ``for_leaders``: results go into ``results``; says what to retry and why."""
+        await self.ensure_topics(tp.topic for tp in items)
+        attempt = _Attempt()
+        groups: dict[int, dict[TopicPartition, X]] = {}
+        for tp, x in items.items():
+            leader = self.leader_of(tp)
+            if leader is None:
+                attempt.retry_later(tp, NoLeaderError(f"no leader known for {tp}"), stale=True)
+            else:
+                groups.setdefault(leader, {})[tp] = x
+
+        async def to_leader(node: int, batch: dict[TopicPartition, X]) -> dict[TopicPartition, R]:
+            return await send(await self.connection(node), batch)
+
+        outcomes = await asyncio.gather(*(to_leader(n, b) for n, b in groups.items()), return_exceptions=True)
+        for batch, outcome in zip(groups.values(), outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not is_retriable_error(outcome):
+                    raise outcome
+                for tp in batch:
+                    attempt.retry_later(tp, outcome, stale=True)
+                continue
+            for tp in batch:
+                if tp not in outcome:
+                    attempt.retry_later(tp, ClientError(f"broker sent no result for {tp}"))
+                    continue
+                res = results[tp] = outcome[tp]
+                info = error_info(error_of(res))
+                if info.code != NONE and info.retriable:
+                    attempt.retry_later(tp, BrokerError(info.code, str(tp)), stale=info.invalidates_metadata)
+        return attempt
 
     # ------------------------------------------------------------------------------ ListOffsets
     async def list_offsets(

@@ -110,9 +110,7 @@ class RawProducer:
         if rest:
             sub = [normalized[i] for i in rest]
             try:
-                got = await produce_windowed(
-                    self.state, self.requests, sub, split_rounds(sub), self.config.max_in_flight
-                )
+                got = await produce_windowed(self.state, self.requests, sub, self.config.max_in_flight)
             except ProduceError as exc:
                 got, error = exc.offsets, error or exc
             for i, off in zip(rest, got, strict=True):

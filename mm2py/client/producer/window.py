@@ -10,6 +10,11 @@ broker's duplicate detection (it remembers a producer's last five batches per pa
 ``window <= 5``). So the result is always a prefix per partition: acknowledged offsets up to the
 first failure, -1 after it, and the sequences are left right after the prefix.
 
+Routing goes through :meth:`ClusterClient.for_leaders`: it groups the partitions by leader and
+retries those it could not send at all (no leader known, leader unreachable) after a metadata
+refresh. Once a partition's batches were written their outcome is final here (``_written``): what
+follows a failure is sent again by the caller, from the acknowledged prefix.
+
 The window works through two small collaborators: the :class:`ProducerState` (id, epoch,
 sequences) and the :class:`ProduceRequests` (building, sending and reading Produce requests).
 """
@@ -21,7 +26,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from mm2py.client.connection import BrokerConnection
-from mm2py.client.errors import ClientError, NoLeaderError, ProduceError
+from mm2py.client.errors import ClientError, ProduceError
 from mm2py.client.producer.requests import ProduceRequests
 from mm2py.client.producer.state import ProducerState, producer_state_lost
 from mm2py.protocol.api import ProducePartitionResponse
@@ -33,85 +38,109 @@ from mm2py.protocol.types import TopicPartition
 __all__ = ["produce_windowed"]
 
 Outcome = ProducePartitionResponse | BaseException
+#: one partition's batches, in order: (index in the call's items, sequence number, batch)
+Lane = list[tuple[int, int, RecordBatch]]
+#: per partition, the outcome of each of its batches that was sent, in order
+Outcomes = dict[TopicPartition, list[Outcome]]
+#: the requests of one round on one connection: (their partitions, the task awaiting the response)
+Sent = list[tuple[list[TopicPartition], asyncio.Task[dict[TopicPartition, ProducePartitionResponse]]]]
 
 
 async def produce_windowed(
     state: ProducerState,
     requests: ProduceRequests,
     items: Sequence[tuple[TopicPartition, RecordBatch]],
-    rounds: list[dict[TopicPartition, int]],
     window: int,
 ) -> list[int]:
-    cluster = requests.cluster
-    tps = {tp for tp, _ in items}
-    topics = {tp.topic for tp in tps}
-    await cluster.ensure_topics(topics)
-    if any(cluster.leader_of(tp) is None for tp in tps):
-        cluster.invalidate(topics)
-        await cluster.refresh_metadata(topics)
-    offsets = [-1] * len(items)
-    missing = [tp for tp in tps if cluster.leader_of(tp) is None]
-    if missing:
-        raise ProduceError(f"no leader for {missing[:3]}", offsets, NoLeaderError(str(missing[:3])))
-    leaders = {tp: cluster.leader_of(tp) for tp in tps}
-    try:
-        conns = {node: await cluster.connection(node) for node in set(leaders.values()) if node is not None}
-    except ClientError as exc:
-        # a leader that cannot be reached is most likely gone: the next attempt asks for metadata
-        cluster.invalidate(topics)
-        raise ProduceError(f"cannot reach a partition leader: {exc}", offsets, exc) from exc
+    """Produce ``items`` (normalized batches) with up to ``window`` rounds in flight per connection.
+
+    Returns the target base offset of each item; raises ProduceError with the acknowledged prefix
+    per partition when not everything was delivered."""
     pid, epoch = await state.ensure()
-    next_seq = {tp: state.sequence(tp) for tp in tps}
-    seqs: list[dict[TopicPartition, int]] = []
-    outcomes: list[dict[TopicPartition, Outcome]] = [{} for _ in rounds]
-    Sent = list[tuple[list[TopicPartition], asyncio.Task[dict[TopicPartition, Outcome]]]]
-    inflight: deque[tuple[int, Sent]] = deque()
+    lanes: dict[TopicPartition, Lane] = {}
+    next_seq: dict[TopicPartition, int] = {}
+    for i, (tp, b) in enumerate(items):
+        seq = next_seq[tp] if tp in next_seq else state.sequence(tp)
+        next_seq[tp] = increment_sequence(seq, b.records_count)
+        lanes.setdefault(tp, []).append((i, seq, b))
+    outcomes: Outcomes = {}
 
-    async def collect() -> None:
-        k, sent = inflight.popleft()
-        for part, task in sent:
-            try:
-                outcomes[k].update(await task)
-            except Exception as exc:  # the whole request failed: connection lost, time-out
-                outcomes[k].update({tp: exc for tp in part})
+    async def send(conn: BrokerConnection, part: dict[TopicPartition, Lane]) -> Outcomes:
+        got = await _pipeline(requests, conn, part, (pid, epoch), window)
+        outcomes.update(got)  # kept even if routing fails for another broker's partitions
+        return got
 
-    for k, rnd in enumerate(rounds):
+    unsent: BaseException | None = None
+    try:
+        await requests.cluster.for_leaders(lanes, send, _written, timeout=requests.config.retry_timeout_s)
+    except Exception as exc:  # some partitions could not be sent at all (no leader, unreachable)
+        unsent = exc
+    offsets = [-1] * len(items)
+    first_failure: dict[TopicPartition, Outcome] = {}
+    for tp, lane in lanes.items():
+        got = outcomes.get(tp, [])
+        for k, (i, seq, b) in enumerate(lane):
+            out = got[k] if k < len(got) else unsent or ClientError(f"{tp}: no outcome")
+            if not (isinstance(out, ProducePartitionResponse) and out.error_code == NONE):
+                first_failure[tp] = out
+                break
+            offsets[i] = out.base_offset
+            state.set_sequence(tp, increment_sequence(seq, b.records_count))
+    if first_failure:
+        cause = await _after_failures(state, requests, first_failure, pid)
+        raise ProduceError(f"{len(first_failure)} partitions not fully delivered: {cause}", offsets, cause)
+    return offsets
+
+
+def _written(_: list[Outcome]) -> int:
+    """What ``for_leaders`` sees of a partition's outcome: once written, nothing it should resend."""
+    return NONE
+
+
+async def _pipeline(
+    requests: ProduceRequests,
+    conn: BrokerConnection,
+    part: Mapping[TopicPartition, Lane],
+    ident: tuple[int, int],
+    window: int,
+) -> Outcomes:
+    """Round k carries the k-th batch of each partition; up to ``window`` rounds in flight on ``conn``.
+    Never raises: a request that failed as a whole is the outcome of each of its partitions."""
+    pid, epoch = ident
+    got: Outcomes = {tp: [] for tp in part}
+    inflight: deque[Sent] = deque()
+    for k in range(max(len(lane) for lane in part.values())):
         while len(inflight) >= window:
-            await collect()
-        by_node: dict[int, dict[TopicPartition, bytes]] = {}
-        s_k: dict[TopicPartition, int] = {}
-        for tp, i in rnd.items():
-            s_k[tp] = next_seq[tp]
-            next_seq[tp] = increment_sequence(next_seq[tp], items[i][1].records_count)
-            node = leaders[tp]
-            assert node is not None
-            by_node.setdefault(node, {})[tp] = for_produce(items[i][1], pid, epoch, s_k[tp], verify=False)
-        seqs.append(s_k)
-        sent = []
-        for node, part in by_node.items():
-            for chunk in requests.chunks(part):
-                conn = conns[node]
-                # the request is written when the task first runs: tasks run in creation order
-                task = asyncio.create_task(_outcomes(requests, conn, chunk))
-                sent.append((list(chunk), task))
-        inflight.append((k, sent))
+            await _collect(inflight.popleft(), got)
+        batches = {
+            tp: for_produce(lane[k][2], pid, epoch, lane[k][1], verify=False)
+            for tp, lane in part.items() if k < len(lane)
+        }
+        # a request is written when its task first runs, and tasks run in creation order
+        chunks = requests.chunks(batches)
+        inflight.append([(list(c), asyncio.create_task(requests.request(conn, c))) for c in chunks])
         await asyncio.sleep(0)
     while inflight:
-        await collect()
+        await _collect(inflight.popleft(), got)
+    return got
 
-    first_failure: dict[TopicPartition, Outcome] = {}
-    for k, rnd in enumerate(rounds):
-        for tp, i in rnd.items():
-            if tp in first_failure:
-                continue
-            out = outcomes[k].get(tp, BrokerError(-1, f"no result for {tp}"))
-            if isinstance(out, ProducePartitionResponse) and out.error_code == NONE:
-                offsets[i] = out.base_offset
-                state.set_sequence(tp, increment_sequence(seqs[k][tp], items[i][1].records_count))
-            else:
-                first_failure[tp] = out
-    if not first_failure:
-        return offsets
+
+async def _collect(sent: Sent, got: Outcomes) -> None:
+    """The outcomes of one round, appended to each partition's list (rounds are collected in order)."""
+    for tps, task in sent:
+        res: Mapping[TopicPartition, Outcome]
+        try:
+            res = await task
+        except Exception as exc:  # the whole request failed: connection lost, time-out
+            res = {tp: exc for tp in tps}
+        for tp in tps:
+            got[tp].append(res.get(tp, BrokerError(-1, f"no result for {tp}")))
+
+
+async def _after_failures(
+    state: ProducerState, requests: ProduceRequests, first_failure: Mapping[TopicPartition, Outcome], pid: int
+) -> BaseException:
+    """Forget our producer id if the broker did, mark stale metadata; returns the first cause."""
     stale: set[str] = set()
     reset = False
     cause: BaseException | None = None
@@ -127,11 +156,6 @@ async def produce_windowed(
     if reset:
         await state.reset(pid)
     if stale:
-        cluster.invalidate(stale)
-    raise ProduceError(f"{len(first_failure)} partitions not fully delivered: {cause}", offsets, cause)
-
-
-async def _outcomes(
-    requests: ProduceRequests, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]
-) -> dict[TopicPartition, Outcome]:
-    return dict(await requests.request(conn, part))
+        requests.cluster.invalidate(stale)
+    assert cause is not None
+    return cause
