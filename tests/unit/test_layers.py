@@ -66,20 +66,62 @@ def test_imports_only_point_down(module: str, path: Path) -> None:
     assert not upward, f"{module} (layer {own}) imports higher layers: {upward}"
 
 
+def _imported_modules(module: str, path: Path) -> list[str]:
+    """Every name an import statement may bind to a module, absolute: ``from a.b import c`` gives
+    ``a.b.c`` and ``a.b``; relative imports are resolved against the module's package."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):  # every import, TYPE_CHECKING ones included
+        if isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parent, base] if base else parent)
+            names.extend(f"{base}.{a.name}" for a in node.names)
+            names.append(base)
+    return names
+
+
 def _module_graph() -> dict[str, set[str]]:
     """Each production module and the production modules it imports (any import, anywhere)."""
     modules = {name for name, _ in _modules()}
     graph: dict[str, set[str]] = {}
     for name, path in _modules():
         deps = set()
-        for imported in _imports(path):
-            # ``from pkg import mod`` names a module too; keep the longest known prefix
+        for imported in _imported_modules(name, path):
+            # ``from pkg import obj`` names the package; keep the longest known prefix
             while imported and imported not in modules:
                 imported = imported.rpartition(".")[0]
-            if imported and imported != name and not name.startswith(imported + ".") and imported != "mm2py":
+            if imported and imported != name and imported != "mm2py":
                 deps.add(imported)
         graph[name] = deps
     return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or not (each holds a cycle)."""
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for dep in graph.get(todo.pop(), ()):
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
+    reachable = {m: reach(m) for m in graph}
+    groups = {
+        frozenset({m} | {o for o in reachable[m] if m in reachable[o]}) for m in graph if m in reachable[m]
+    }
+    return sorted(sorted(g) for g in groups)
+
+
+def test_no_import_cycles() -> None:
+    cycles = _cycles(_module_graph())
+    assert not cycles, f"modules importing each other (TYPE_CHECKING imports included): {cycles}"
 
 
 def test_a_cycle_would_be_found() -> None:
@@ -87,6 +129,9 @@ def test_a_cycle_would_be_found() -> None:
     graph = _module_graph()
     assert "mm2py.protocol.records" in graph["mm2py.protocol.batch_edit"]
     assert "mm2py.engine.task_api" in graph["mm2py.engine.task"]
+    assert "mm2py.kafka_local.jars" in graph["mm2py.kafka_local.cluster"]  # relative import
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_kafka_client_libraries_only_in_stores_and_above() -> None:
