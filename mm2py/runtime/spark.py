@@ -31,7 +31,7 @@ from mm2py.runtime.spark_flow import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark_lease import LeaseResult, LeaseWork, run_lease
 from mm2py.runtime.spark_leases import LeaseScheduler, LeaseSettings
 from mm2py.runtime.spark_round import RoundResult, RoundWork, run_round
-from mm2py.runtime.spark_session import default_master, spark_session
+from mm2py.runtime.spark_session import default_master, job_error, spark_session
 from mm2py.runtime.worker_base import WorkerBase
 
 __all__ = ["SparkFlowRunner", "SparkTask", "SparkWorker", "run_spark"]
@@ -231,15 +231,6 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
             return (f", {self.leases.leases_running()} Spark leases running "
                     f"({self.leases.started} started, {self.failed_jobs} Spark jobs failed)")
         return f", {self.rounds} Spark rounds ({self.failed_jobs} failed)"
-
-
-def job_error(exc: BaseException) -> str:
-    """One line saying why a Spark job failed (a Py4JJavaError's first line names only the call)."""
-    lines = [line.strip(" :") for line in str(exc).splitlines()]
-    aborted = next((line for line in lines if "Job aborted" in line), None)
-    if aborted is not None:
-        return aborted.split("most recent failure: ", 1)[-1][:500]
-    return f"{type(exc).__name__}: {next((line for line in lines if line), '')}"[:500]
 
 
 def run_spark(

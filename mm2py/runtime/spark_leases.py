@@ -39,6 +39,7 @@ from mm2py.runtime.lease_table import Lease, LeaseState, LeaseTable
 from mm2py.runtime.lease_wire import Report
 from mm2py.runtime.spark_flow import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark_lease import LeaseResult, LeaseWork
+from mm2py.runtime.spark_session import job_error
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +225,6 @@ class LeaseScheduler:
         try:
             result = await loop.run_in_executor(self._pool, self.collect, work)
         except Exception as exc:
-            from mm2py.runtime.spark import job_error
-
             error = job_error(exc)
             log.error("%s task %d: lease %s failed in Spark: %s; its partitions resume from the "
                       "committed progress", flow.name, task.task_id, work.lease_id, error)

@@ -101,3 +101,12 @@ def spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def job_error(exc: BaseException) -> str:
+    """One line saying why a Spark job failed (a Py4JJavaError's first line names only the call)."""
+    lines = [line.strip(" :") for line in str(exc).splitlines()]
+    aborted = next((line for line in lines if "Job aborted" in line), None)
+    if aborted is not None:
+        return aborted.split("most recent failure: ", 1)[-1][:500]
+    return f"{type(exc).__name__}: {next((line for line in lines if line), '')}"[:500]

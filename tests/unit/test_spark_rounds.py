@@ -10,9 +10,9 @@ import pytest
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.task_api import TaskMetrics
 from mm2py.protocol.types import TopicPartition as TP
-from mm2py.runtime.spark import SparkTask, job_error
+from mm2py.runtime.spark import SparkTask
 from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round, reached, run_round
-from mm2py.runtime.spark_session import default_master, session_conf
+from mm2py.runtime.spark_session import default_master, job_error, session_conf
 
 A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
 
