@@ -47,6 +47,17 @@ def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
+def runs_here(master: str) -> bool:
+    """True for masters whose executors run on this machine: ``local[...]``, or a standalone
+    master on loopback (``spark://127.0.0.1:7077``, ``spark://localhost:7077``)."""
+    if is_local(master):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [address.rsplit(":", 1)[0] for address in master[len("spark://"):].split(",")]
+    return all(host in ("127.0.0.1", "localhost", "[::1]") for host in hosts)
+
+
 def default_master(tasks: int) -> str:
     """``local[N]``: one slot per task, so that every task of a round runs at once."""
     return f"local[{max(1, min(tasks, 4 * (os.cpu_count() or 1)))}]"
@@ -69,8 +80,8 @@ def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> d
         settings[key] = value
     if master is not None:
         settings["spark.master"] = master
-    if master is not None and is_local(master):
-        # executors are Python processes forked here: same interpreter, same mm2py sources
+    if master is not None and runs_here(master):
+        # executors are Python processes on this machine: same interpreter, same mm2py sources
         root = str(Path(__file__).resolve().parents[2])
         paths = list(dict.fromkeys([root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
         settings.setdefault("spark.pyspark.python", sys.executable)
@@ -93,7 +104,7 @@ def spark_session(
 
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = default_master(2)
-    if master is not None and is_local(master):
+    if master is not None and runs_here(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
     for key, value in session_conf(master, conf).items():
