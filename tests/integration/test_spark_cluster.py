@@ -1,10 +1,10 @@
 """The Spark runtime on a real Spark standalone cluster (a master and two workers on loopback).
 
 Every test runs the driver as ``mm2py run --runtime spark --spark-master spark://...`` in a
-subprocess, as an operator would, and judges it only by what reaches the target cluster: every
-record, in order per partition, nothing twice. One Spark cluster serves the module; each test
-starts with both workers alive.
-"""
+subprocess, as an operator would, and judges it only by what reaches the clusters: every record on
+the target, in order per partition, nothing twice; offset syncs, checkpoints and target group
+offsets that translate exactly. One Spark cluster serves the module; each test starts with both
+workers alive. The tests hold for any way the runtime schedules its Spark jobs (rounds or leases)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CKTopicPartition
 from helpers import (
     TEST_DEFAULTS,
     create_topic,
@@ -28,13 +27,18 @@ from helpers import (
     make_records,
     produce_records,
     read_all,
+    read_syncs,
     topic_names,
     unique,
     wait_until,
 )
+from live import LiveProducer
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.kafka_local.spark_cluster import QUICK_JVM, SparkStandaloneCluster
+from mm2py.protocol.mm2_records import Checkpoint
+from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -126,54 +130,21 @@ def _pythonpath() -> str:
         os.pathsep))]))
 
 
-class LiveProducer:
-    """Produces numbered records to every partition of ``topic`` at a steady pace until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, per_tick: int = 20) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                                  "enable.idempotence": True, "compression.type": "lz4"})
-        self.topic, self.partitions, self.per_tick = topic, partitions, per_tick
-        self.produced = 0
-        self.stopped = threading.Event()
-        self.errors: list[str] = []
-        self.thread = threading.Thread(target=self._main, daemon=True)
-
-    def _main(self) -> None:
-        def delivered(err: object, _msg: object) -> None:
-            if err is not None:
-                self.errors.append(str(err))
-
-        while not self.stopped.is_set():
-            for _ in range(self.per_tick):
-                i = self.produced
-                self.producer.produce(self.topic, f"live-{i}".encode(), f"k{i}".encode(),
-                                      partition=i % self.partitions, on_delivery=delivered)
-                self.produced += 1
-            self.producer.poll(0)
-            time.sleep(0.05)
-        self.producer.flush(30)
-
-    def __enter__(self) -> LiveProducer:
-        self.thread.start()
-        return self
-
-    def stop(self) -> int:
-        """Stop, wait until everything produced is acknowledged; returns how many records."""
-        self.stopped.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive() and not self.errors, f"producing failed: {self.errors[:3]}"
-        return self.produced
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        self.thread.join(60)
+#: a flow's checkpoint and group-offset sync jobs every second
+FAST_GROUPS = {
+    "emit.checkpoints.interval.seconds": 1,
+    "sync.group.offsets.enabled": True,
+    "sync.group.offsets.interval.seconds": 1,
+    "refresh.groups.interval.seconds": 1,
+}
 
 
-def _config(tmp_path: Path, east: KafkaCluster, west: KafkaCluster, topic: str, **settings: str) -> Path:
+def _config(tmp_path: Path, east: KafkaCluster, west: KafkaCluster, topic: str,
+            flow: dict[str, object] | None = None, **settings: str) -> Path:
     path = tmp_path / "mm2.json"
     path.write_text(json.dumps({
         "clusters": {"east": east.bootstrap, "west": west.bootstrap},
-        "flows": {"east->west": {"topics": topic, "tasks.max": 2}},
+        "flows": {"east->west": {"topics": topic, "tasks.max": 2, **(flow or {})}},
         **TEST_DEFAULTS, **settings,
     }))
     return path
@@ -185,8 +156,10 @@ def _target_ends(west: KafkaCluster, topic: str) -> dict[int, int]:
     return end_offsets(west.bootstrap, f"east.{topic}")
 
 
-def _wait_mirrored(east: KafkaCluster, west: KafkaCluster, topic: str, timeout: float, what: str) -> None:
-    source = end_offsets(east.bootstrap, topic)
+def _wait_mirrored(east: KafkaCluster, west: KafkaCluster, topic: str, timeout: float, what: str,
+                   ends: dict[int, int] | None = None) -> None:
+    """Until the target partitions end at ``ends`` (default: where the source partitions end)."""
+    source = ends or end_offsets(east.bootstrap, topic)
     wait_until(lambda: _target_ends(west, topic) == source, timeout, 0.3,
                f"{what}: target east.{topic} to reach the source ends {source}")
 
@@ -207,6 +180,69 @@ def _assert_mirrored_exactly(east: KafkaCluster, west: KafkaCluster, topic: str)
             pytest.fail(f"partition {p}: source {len(want)} records, target {len(got)}; {missing} missing, "
                         f"{twice} extra (duplicates), first difference at index {first}")
     return len(source)
+
+
+def _abort_a_transaction(bootstrap: str, topic: str, partitions: int, records: int) -> None:
+    """``records`` aborted records and an abort marker at the head of every partition: the source
+    offsets of what follows are ahead of where it lands on the target."""
+    tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("tx"), "linger.ms": 5})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    for p in range(partitions):
+        for i in range(records):
+            tx.produce(topic, f"aborted-{p}-{i}".encode(), partition=p)
+    tx.flush(30)
+    tx.abort_transaction(30)
+
+
+def _consume_and_commit(bootstrap: str, group: str, topic: str, counts: dict[int, int]) -> dict[int, int]:
+    """Group ``group`` reads the first ``counts[p]`` records of each partition and commits; returns
+    its committed source offsets."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    committed = {}
+    try:
+        for p, n in counts.items():
+            c.assign([CKTopicPartition(topic, p, 0)])
+            for _ in range(n):
+                msg = c.poll(10)
+                assert msg is not None and msg.error() is None, f"source read failed: {msg and msg.error()}"
+            committed[p] = msg.offset() + 1
+            c.commit(offsets=[CKTopicPartition(topic, p, committed[p])], asynchronous=False)
+    finally:
+        c.close()
+    return committed
+
+
+def _assert_offsets_translate(east: KafkaCluster, west: KafkaCluster, topic: str) -> None:
+    """Every offset sync of ``topic`` maps a source record to the same record on the target."""
+    source = {(r.partition, r.offset): r.content() for r in read_all(east.bootstrap, topic)}
+    target = {(r.partition, r.offset): r.content() for r in read_all(west.bootstrap, f"east.{topic}")}
+    syncs = [s for s in read_syncs(east.bootstrap, "mm2-offset-syncs.west.internal")
+             if s.topic_partition.topic == topic]
+    assert {s.topic_partition.partition for s in syncs} == {0, 1}, syncs
+    for s in syncs:
+        p = s.topic_partition.partition
+        assert source.get((p, s.upstream_offset)) is not None, f"sync {s} names no source record"
+        assert target.get((p, s.downstream_offset)) == source[(p, s.upstream_offset)], f"sync {s} is wrong"
+
+
+def _where_landed(east: KafkaCluster, west: KafkaCluster, topic: str, at: dict[int, int]) -> dict[int, int]:
+    """The target offset of the source record at each ``at[p]`` (found by its content)."""
+    source = {(r.partition, r.offset): r.content() for r in read_all(east.bootstrap, topic)}
+    target = {(r.partition, r.content()): r.offset for r in read_all(west.bootstrap, f"east.{topic}")}
+    return {p: target[(p, source[(p, u)])] for p, u in at.items()}
+
+
+def _target_group(west: KafkaCluster, group: str) -> dict[int, int]:
+    offsets = ClusterAdmin("west", west.bootstrap).group_offsets([group]).get(group, {})
+    return {tp.partition: o.offset for tp, o in offsets.items()}
+
+
+def _latest_checkpoints(west: KafkaCluster, group: str) -> dict[TopicPartition, Checkpoint]:
+    records = read_all(west.bootstrap, "east.checkpoints.internal")
+    checkpoints = (Checkpoint.from_record(r.key, r.value) for r in records)
+    return {cp.topic_partition: cp for cp in checkpoints if cp.group == group}
 
 
 def _executor_pythonpaths(cluster: SparkStandaloneCluster, app_id: str) -> list[list[str]]:
@@ -234,13 +270,26 @@ def test_a_flow_on_the_standalone_cluster_mirrors_exactly(
     east: KafkaCluster, west: KafkaCluster, cluster: SparkStandaloneCluster, tmp_path: Path
 ) -> None:
     topic = create_topic(east.bootstrap, unique("sa"), partitions=2)
+    _abort_a_transaction(east.bootstrap, topic, 2, 40)
     for p, codec in ((0, "zstd"), (1, "lz4")):
         produce_records(east.bootstrap, topic, make_records(1500, partition=p, tag=f"p{p}"),
                         compression=codec)
-    driver = Driver(_config(tmp_path, east, west, topic), cluster.master_url, tmp_path / "driver.log")
+    group = unique("g")
+    committed = _consume_and_commit(east.bootstrap, group, topic, {0: 500, 1: 1100})
+    config = _config(tmp_path, east, west, topic, {"groups": group, **FAST_GROUPS})
+    driver = Driver(config, cluster.master_url, tmp_path / "driver.log")
     try:
         app = driver.start().wait_app(cluster)
-        _wait_mirrored(east, west, topic, 90, "the backlog")
+        # the target has no aborted records nor markers: its partitions end at 1500
+        _wait_mirrored(east, west, topic, 90, "the backlog", {0: 1500, 1: 1500})
+        # the group's offsets, translated, are checkpointed and committed to the target group
+        want = _where_landed(east, west, topic, committed)
+        assert want != committed, "source and target offsets should differ (the aborted transaction)"
+        wait_until(lambda: _target_group(west, group) == want, 60, 0.5,
+                   f"the target group at the translated offsets {want}")
+        latest = _latest_checkpoints(west, group)
+        assert {tp.partition: (cp.upstream_offset, cp.downstream_offset) for tp, cp in latest.items()} == {
+            p: (committed[p], want[p]) for p in (0, 1)}
         # the executors' Python workers import this checkout (the daemons' environment has no
         # PYTHONPATH: the driver's settings gave it to them)
         paths = _executor_pythonpaths(cluster, app)
@@ -249,6 +298,7 @@ def test_a_flow_on_the_standalone_cluster_mirrors_exactly(
     finally:
         driver.reap()
     assert _assert_mirrored_exactly(east, west, topic) == 3000
+    _assert_offsets_translate(east, west, topic)
     # the rounds ran on the standalone workers' executors
     logs = [p.read_text(errors="replace") for paths in cluster.executor_logs(app).values() for p in paths]
     assert any("Executor: Running task" in text for text in logs), f"no executor of {app} ran a task"
