@@ -11,10 +11,15 @@ worker's directory is also its Spark work dir, where its executors run and log
 Executors (and the Python workers they fork) run with their working directory inside their
 worker's directory, which is how the harness finds them to kill them: ``kill_worker`` SIGKILLs a
 worker with every process of its, and ``stop`` leaves no process of the cluster behind.
+
+To try the Spark runtime on a standalone master by hand:
+``python -m mm2py.kafka_local.spark_cluster`` runs one in the foreground until Ctrl-C and prints
+its ``spark://`` URL for ``mm2py run --runtime spark --spark-master``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -28,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .cluster import free_port
-from .jars import HarnessError
+from .jars import HarnessError, cache_root
 
 LOG4J2 = """\
 rootLogger.level = info
@@ -348,3 +353,35 @@ def _kill_tree(root: int | None, directory: Path) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return sorted(stopped)
+
+
+# -- by hand -----------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """Run a standalone cluster in the foreground until SIGINT or SIGTERM, then stop all of it."""
+    parser = argparse.ArgumentParser(prog="python -m mm2py.kafka_local.spark_cluster",
+                                     description="A Spark standalone master and workers on 127.0.0.1.")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=1, help="cores per worker")
+    parser.add_argument("--memory", default="1g", help="executor memory per worker")
+    parser.add_argument("--dir", type=Path, default=cache_root() / "spark-standalone",
+                        help="work dir (daemon logs, executor logs); emptied at start")
+    args = parser.parse_args(argv)
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    cluster = SparkStandaloneCluster(args.dir, workers=args.workers, cores=args.cores, memory=args.memory)
+    try:
+        with cluster:
+            print(f"{cluster} up; status at http://127.0.0.1:{cluster.ui_port}/, logs under {args.dir}")
+            print(f"  mm2py run -c <config> --runtime spark --spark-master {cluster.master_url}", flush=True)
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

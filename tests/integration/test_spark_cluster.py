@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,8 +161,14 @@ def _wait_mirrored(east: KafkaCluster, west: KafkaCluster, topic: str, timeout: 
                    ends: dict[int, int] | None = None) -> None:
     """Until the target partitions end at ``ends`` (default: where the source partitions end)."""
     source = ends or end_offsets(east.bootstrap, topic)
-    wait_until(lambda: _target_ends(west, topic) == source, timeout, 0.3,
-               f"{what}: target east.{topic} to reach the source ends {source}")
+
+    def reached() -> bool:
+        target = _target_ends(west, topic)
+        over = {p: end for p, end in target.items() if end > source.get(p, 0)}
+        assert not over, f"{what}: target east.{topic} ends {target} past the source's {source} (duplicates)"
+        return target == source
+
+    wait_until(reached, timeout, 0.3, f"{what}: target east.{topic} to reach the source ends {source}")
 
 
 def _assert_mirrored_exactly(east: KafkaCluster, west: KafkaCluster, topic: str) -> int:
@@ -260,10 +267,22 @@ def _executor_pythonpaths(cluster: SparkStandaloneCluster, app_id: str) -> list[
     return out
 
 
-def _tasks_in_flight(cluster: SparkStandaloneCluster, app_id: str, worker: str) -> int:
-    """Spark tasks started and not yet finished by ``app_id``'s executors on ``worker``."""
+def _task_log(cluster: SparkStandaloneCluster, app_id: str, worker: str) -> tuple[int, int]:
+    """How many Spark tasks ``app_id``'s executors on ``worker`` started and finished so far."""
     text = "".join(p.read_text(errors="replace") for p in cluster.executor_logs(app_id)[worker])
-    return text.count("Executor: Running task") - text.count("Executor: Finished task")
+    return text.count("Executor: Running task"), text.count("Executor: Finished task")
+
+
+def _copying_on(cluster: SparkStandaloneCluster, app_id: str, worker: str, west: KafkaCluster,
+                topic: str) -> bool:
+    """True when one Spark task ran on ``worker`` all through a short window in which every target
+    partition grew: with one task per partition on two one-core workers, ``worker``'s task was
+    producing (not starting up, not done)."""
+    tasks, before = _task_log(cluster, app_id, worker), _target_ends(west, topic)
+    time.sleep(0.4)
+    after, running = _target_ends(west, topic), _task_log(cluster, app_id, worker)
+    return (running == tasks and tasks[0] > tasks[1] and len(after) == 2
+            and all(end > before.get(p, 0) for p, end in after.items()))
 
 
 def test_a_flow_on_the_standalone_cluster_mirrors_exactly(
@@ -318,9 +337,8 @@ def test_a_worker_killed_mid_copy_loses_nothing_and_duplicates_nothing(
     try:
         with LiveProducer(east.bootstrap, topic, 2) as live:
             app = driver.start().wait_app(cluster)
-            wait_until(lambda: sum(_target_ends(west, topic).values()) >= 600
-                       and _tasks_in_flight(cluster, app, "worker-1") > 0, 90, 0.1,
-                       "the backlog copy under way with a task on worker-1")
+            wait_until(lambda: _copying_on(cluster, app, "worker-1", west, topic), 90, 0.05,
+                       "both partitions copied, one by a task on worker-1")
             killed = cluster.kill_worker("worker-1")
             at_kill = _target_ends(west, topic)
             assert sum(at_kill.values()) < 6000, f"the backlog was copied before the kill: {at_kill}"

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
+from pathlib import Path
 
 import pytest
 
+import mm2py
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.task_api import TaskMetrics
 from mm2py.protocol.types import TopicPartition as TP
 from mm2py.runtime.spark import SparkTask
 from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round, reached, run_round
-from mm2py.runtime.spark_session import default_master, job_error, session_conf
+from mm2py.runtime.spark_session import default_master, job_error, runs_here, session_conf
 
 A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
 
@@ -109,6 +112,19 @@ def test_session_settings_are_quiet_local_and_never_speculative() -> None:
     with pytest.raises(ValueError, match=r"spark\.speculation"):
         session_conf("local[2]", {"spark.speculation": "true"})
     assert default_master(3) == "local[3]" and default_master(0) == "local[1]"
+
+
+def test_a_standalone_master_on_loopback_gets_this_interpreter_and_checkout() -> None:
+    for here in ("local[2]", "spark://127.0.0.1:7077", "spark://localhost:7077",
+                 "spark://127.0.0.1:7077,localhost:7078"):
+        assert runs_here(here), here
+    for elsewhere in ("spark://10.0.0.5:7077", "spark://127.0.0.1:7077,db1:7077", "yarn", "k8s://x"):
+        assert not runs_here(elsewhere), elsewhere
+    conf = session_conf("spark://127.0.0.1:7077")
+    assert conf["spark.pyspark.python"] == sys.executable
+    root = str(Path(mm2py.__file__).resolve().parent.parent)
+    assert conf["spark.executorEnv.PYTHONPATH"].split(os.pathsep)[0] == root
+    assert conf["spark.driver.host"] == "127.0.0.1"
 
 
 def test_round_work_names_its_flow() -> None:
