@@ -341,7 +341,6 @@ def test_a_worker_killed_mid_copy_loses_nothing_and_duplicates_nothing(
                        "both partitions copied, one by a task on worker-1")
             killed = cluster.kill_worker("worker-1")
             at_kill = _target_ends(west, topic)
-            assert sum(at_kill.values()) < 6000, f"the backlog was copied before the kill: {at_kill}"
             assert len(killed) >= 4, f"worker, executor, Python daemon and worker expected: {killed}"
             assert not any(Path(f"/proc/{pid}").exists() and _not_zombie(pid) for pid in killed)
             wait_until(lambda: cluster.alive_workers() == ["worker-2"], 30, 0.2,
