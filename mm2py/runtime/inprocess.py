@@ -248,14 +248,13 @@ class Worker(WorkerBase[FlowRunner]):
     async def start(self) -> None:
         self._started = True
         self._start_heartbeats()
-        await self._start_flows()
+        await self._start_flows(self._runnable())
 
     async def stop(self) -> None:
         self._beats_stop.set()
         await self._stop_retries()
-        await asyncio.gather(
-            *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
-        )
+        running = [f for name, f in self.flows.items() if name not in self.halted]
+        await asyncio.gather(*(f.stop() for f in running), *self._beats.values(), return_exceptions=True)
 
     def _new_runner(self, flow: FlowConfig) -> FlowRunner:
         return FlowRunner(flow, self.commit_interval)

@@ -32,6 +32,7 @@ from mm2py.runtime.spark_lease import LeaseResult, LeaseWork, run_lease
 from mm2py.runtime.spark_leases import LeaseScheduler, LeaseSettings
 from mm2py.runtime.spark_round import RoundResult, RoundWork, run_round
 from mm2py.runtime.spark_session import default_master, job_error, spark_session
+from mm2py.runtime.steering import NotSupportedError
 from mm2py.runtime.worker_base import WorkerBase
 
 __all__ = ["SparkFlowRunner", "SparkTask", "SparkWorker", "run_spark"]
@@ -61,6 +62,10 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         if mode not in ("leases", "rounds"):
             raise ConfigError(f"Spark mode must be 'leases' or 'rounds', not {mode!r}")
         config = self._init_steering(config, state_file)
+        if self.halted:  # written by an in-process worker; this runtime cannot keep flows halted
+            log.warning("the state file keeps %s paused or stopped; the Spark runtime runs them",
+                        ", ".join(sorted(self.halted)))
+            self.halted.clear()
         self.mode = mode
         self.lease_settings = leases or LeaseSettings(commit_interval=commit_interval)
         self.leases: LeaseScheduler | None = None
@@ -83,6 +88,12 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         self.rounds = 0
         self.failed_jobs = 0
         self.last_job_error: str | None = None
+
+    def _check_halt_supported(self) -> None:
+        raise NotSupportedError(
+            "the Spark runtime cannot pause or stop a flow, nor change its offsets, yet (its leases "
+            "carry positions the driver would have to drop first); remove the flow (DELETE) to stop "
+            "it, or use the in-process runtime for offset resets")
 
     def _new_runner(self, flow: FlowConfig) -> SparkFlowRunner:
         return SparkFlowRunner(flow, round_seconds=self.round_seconds, commit_interval=self.commit_interval)

@@ -22,9 +22,12 @@ from mm2py.errors import Mm2pyError
 
 __all__ = [
     "FILTER_KEYS",
+    "HALTED_STATES",
     "ClusterConflictError",
     "FlowExistsError",
     "FlowNotFoundError",
+    "FlowStateError",
+    "NotSupportedError",
     "OverlayStore",
     "cluster_keys",
     "flow_keys",
@@ -33,6 +36,8 @@ __all__ = [
 
 #: settings a running flow takes without restarting its tasks
 FILTER_KEYS = frozenset({"topics", "topics.exclude"})
+#: a flow kept with its tasks shut down until resumed (Kafka Connect's target states, KIP-875's STOPPED)
+HALTED_STATES = frozenset({"PAUSED", "STOPPED"})
 
 
 class SteeringError(Mm2pyError):
@@ -49,6 +54,14 @@ class FlowExistsError(SteeringError, ValueError):
 
 class ClusterConflictError(SteeringError, ValueError):
     """A cluster alias given again with other connection settings than the running ones."""
+
+
+class FlowStateError(SteeringError):
+    """The flow is not in a state that allows the change (e.g. offsets reset while it runs)."""
+
+
+class NotSupportedError(SteeringError):
+    """This runtime cannot do what was asked (the message says what to do instead)."""
 
 
 def _value(key: str, value: Any) -> str:
@@ -111,10 +124,15 @@ def layered(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> MirrorMakerC
 
 
 class OverlayStore:
-    """The overlay in a JSON file (written atomically), or nowhere when no path is given."""
+    """The overlay in a JSON file (written atomically), or nowhere when no path is given.
+
+    Beside the ``keys``, the file keeps named ``sections`` that are not configuration: which flows
+    are stopped or paused (``states``) and the Kafka Connect facade's connectors (``connectors``).
+    """
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
         self.path = Path(path) if path is not None else None
+        self.sections: dict[str, dict[str, Any]] = {}
 
     def load(self) -> dict[str, Any]:
         if self.path is None or not self.path.exists():
@@ -126,6 +144,10 @@ class OverlayStore:
         keys = doc.get("keys") if isinstance(doc, dict) else None
         if not isinstance(keys, dict):
             raise ConfigError(f"state file {self.path} has no 'keys' object")
+        sections = doc.get("sections", {})
+        if not isinstance(sections, dict) or not all(isinstance(v, dict) for v in sections.values()):
+            raise ConfigError(f"state file {self.path}: 'sections' must be an object of objects")
+        self.sections = sections
         return keys
 
     def save(self, overlay: Mapping[str, Any]) -> None:
@@ -133,9 +155,10 @@ class OverlayStore:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".mm2py-state-", dir=self.path.parent)
+        doc = {"version": 1, "keys": dict(overlay), "sections": self.sections}
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"version": 1, "keys": dict(overlay)}, f, indent=2, sort_keys=True)
+                json.dump(doc, f, indent=2, sort_keys=True)
                 f.write("\n")
             os.replace(tmp, self.path)
         except BaseException:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from connectors.heartbeat import HeartbeatEmitter
@@ -18,10 +18,14 @@ from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.errors import ClusterUnreachableError
 from mm2py.protocol.compression import CodecCounters
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.flow_offsets import PartitionOffset, Reset, reset_offsets
 from mm2py.runtime.steering import (
     FILTER_KEYS,
+    HALTED_STATES,
     FlowExistsError,
     FlowNotFoundError,
+    FlowStateError,
     OverlayStore,
     cluster_keys,
     flow_keys,
@@ -37,6 +41,7 @@ class FlowHandle(Protocol):
     """What a runtime's per-flow runner offers for steering (``FlowRunner``, ``SparkFlowRunner``)."""
 
     flow: FlowConfig
+    state: str
 
     async def start(self) -> None: ...
 
@@ -70,9 +75,20 @@ class WorkerBase(Generic[R]):
         self.store = OverlayStore(state_file)
         self.overlay = self.store.load()
         self.config = layered(self.base_keys, self.overlay) if self.overlay else config
+        #: flows kept PAUSED or STOPPED (tasks shut down) until resumed; kept in the state file
+        self.halted: dict[str, str] = self.store.sections.setdefault("states", {})
+        #: the Kafka Connect facade's connectors (name -> Connect config); kept in the state file
+        self.connectors: dict[str, dict[str, str]] = self.store.sections.setdefault("connectors", {})
         self._steer_lock = asyncio.Lock()
         self._started = False
         return self.config
+
+    def _runnable(self) -> list[R]:
+        """The flows to start: every one not kept paused or stopped."""
+        for name, state in self.halted.items():
+            if name in self.flows:
+                self.flows[name].state = state
+        return [r for name, r in self.flows.items() if name not in self.halted]
 
     def _new_runner(self, flow: FlowConfig) -> R:
         raise NotImplementedError
@@ -99,6 +115,14 @@ class WorkerBase(Generic[R]):
         self._add_heartbeat(flow)
         if self._started:
             self._start_heartbeats()
+
+    def _sync_heartbeat(self, flow: FlowConfig) -> None:
+        """Start or stop the pair's heartbeats after ``emit.heartbeats.*`` changed."""
+        beat = self._beats.pop(flow.name, None)
+        if beat is not None:
+            beat.cancel()
+        self.heartbeats.pop(flow.name, None)
+        self._flow_added(flow)
 
     # -- status -----------------------------------------------------------------------------------
     def codec_operations(self) -> tuple[int, int]:
@@ -155,51 +179,131 @@ class WorkerBase(Generic[R]):
             self._flow_added(runner.flow)
             return runner
 
-    async def update_flow(self, name: str, settings: Mapping[str, Any]) -> R:
-        """Change settings of a running flow: topic lists in place, anything else by a restart."""
+    async def update_flow(self, name: str, settings: Mapping[str, Any], *, replace: bool = False) -> R:
+        """Change settings of a flow: topic lists and heartbeat settings in place, anything else by
+        a restart (a paused or stopped flow stays so). ``replace``: the settings given over HTTP
+        before are dropped first (Kafka Connect's ``PUT .../config``)."""
         async with self._steer_lock:
             runner = self.flow(name)
             keys = flow_keys(name, settings)
-            config = layered(self.base_keys, {**self.overlay, **keys})
+            overlay = {**self.overlay}
+            if replace:
+                kept = {f"{name}.enabled"}
+                overlay = {k: v for k, v in overlay.items() if not k.startswith(f"{name}.") or k in kept}
+            overlay.update(keys)
+            config = layered(self.base_keys, overlay)
             flow = config.flows[name]
-            self._commit_overlay({**self.overlay, **keys}, config)
-            if set(settings) <= FILTER_KEYS:
+            changed = {k for k in set(flow.model_dump(by_alias=True)) if k != "enabled"
+                       and getattr(flow, _field(k)) != getattr(runner.flow, _field(k))}
+            self._commit_overlay(overlay, config)
+            if changed & HEARTBEAT_KEYS:
+                self._sync_heartbeat(flow)
+            if not changed - FILTER_KEYS - HEARTBEAT_KEYS:
                 runner.flow = flow
                 runner.set_topic_filter(flow.topic_filter())
-                await runner.refresh()
+                if name not in self.halted and changed & FILTER_KEYS:
+                    await runner.refresh()
                 return runner
             return await self._replace(runner, flow)
 
+    async def set_pair_settings(
+        self, source: str, target: str, settings: Mapping[str, Any],
+        clusters: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> FlowConfig:
+        """Settings of the pair ``source->target`` that need no running flow (heartbeats): a flow
+        of that pair, if one runs, takes them as :meth:`update_flow` does."""
+        name = f"{source}->{target}"
+        if name in self.flows:
+            return (await self.update_flow(name, settings)).flow
+        async with self._steer_lock:
+            keys = cluster_keys(self.config, clusters or {})
+            layered(self.base_keys, {**self.overlay, **keys}).flow(source, target)  # unknown cluster?
+            keys.update(flow_keys(name, settings))
+            config = layered(self.base_keys, {**self.overlay, **keys})
+            self._commit_overlay({**self.overlay, **keys}, config)
+            self._sync_heartbeat(config.flows[name])
+            return config.flows[name]
+
     async def restart_flow(self, name: str) -> R:
-        """Stop the flow (its tasks commit their progress) and start it again, e.g. after a failure."""
+        """Stop the flow (its tasks commit their progress) and start it again, e.g. after a failure.
+        A paused or stopped flow stays so (resume it instead)."""
         async with self._steer_lock:
             runner = self.flow(name)
             return await self._replace(runner, runner.flow)
+
+    async def halt_flow(self, name: str, state: str = "STOPPED") -> R:
+        """Shut the flow's tasks down (they commit their progress) and keep the flow, ``PAUSED`` or
+        ``STOPPED`` (KIP-875: only a stopped flow's offsets may be changed), until resumed."""
+        if state not in HALTED_STATES:
+            raise ValueError(f"a flow is halted as PAUSED or STOPPED, not {state!r}")
+        async with self._steer_lock:
+            runner = self.flow(name)
+            self._check_halt_supported()
+            if name not in self.halted:
+                await runner.stop()
+            runner.state = self.halted[name] = state
+            self._commit_overlay(self.overlay, self.config)
+            return runner
+
+    async def resume_flow(self, name: str) -> R:
+        """Start a paused or stopped flow again, from its committed (or reset) positions."""
+        async with self._steer_lock:
+            runner = self.flow(name)
+            if name not in self.halted:
+                return runner
+            del self.halted[name]
+            self._commit_overlay(self.overlay, self.config)
+            return await self._replace(runner, runner.flow)
+
+    def _check_halt_supported(self) -> None:
+        """Runtimes that cannot keep a flow stopped raise ``NotSupportedError``."""
+
+    async def reset_offsets(
+        self, source: str, target: str, changes: Mapping[TopicPartition, Reset] | None,
+    ) -> list[PartitionOffset]:
+        """Move the flow's committed source positions (``None``: forget them all); only while the
+        flow is stopped or not running here, so that no task commits over the new positions."""
+        name = f"{source}->{target}"
+        async with self._steer_lock:
+            self._check_halt_supported()
+            runner = self.flows.get(name)
+            if runner is not None and self.halted.get(name) != "STOPPED":
+                raise FlowStateError(
+                    f"flow {name!r} is {runner.state}: its offsets can be changed only while it is "
+                    "STOPPED (stop it first; it resumes from the new positions)")
+            flow = runner.flow if runner is not None else self.config.flow(source, target)
+            return await reset_offsets(flow, changes)
 
     async def remove_flow(self, name: str) -> None:
         """Stop the flow and disable it; its progress stays on the target for a later restart."""
         async with self._steer_lock:
             runner = self.flow(name)
             keys = {f"{name}.enabled": "false"}
+            was_halted = self.halted.pop(name, None) is not None
             self._commit_overlay({**self.overlay, **keys}, layered(self.base_keys, {**self.overlay, **keys}))
             del self.flows[name]
-            await runner.stop()
+            if not was_halted:
+                await runner.stop()
 
     async def _replace(self, runner: R, flow: FlowConfig) -> R:
-        await runner.stop()
+        halted = self.halted.get(flow.name)
+        if runner.state not in HALTED_STATES:
+            await runner.stop()
         fresh = self._new_runner(flow)
         self.flows[flow.name] = fresh
-        if self._started:
+        if halted is not None:
+            fresh.state = halted
+        elif self._started:
             await fresh.start()
         return fresh
 
     # -- start-up ---------------------------------------------------------------------------------
-    async def _start_flows(self) -> None:
+    async def _start_flows(self, runners: Iterable[R] | None = None) -> None:
         """Start every flow. A flow whose cluster cannot be reached is left FAILED (its status says
         why) and started again in the background, every 5 s doubling to 60 s, while the worker and
         its other flows run; any other start failure (a configuration refused by a broker, say)
         stops the worker."""
-        runners = list(self.flows.values())
+        runners = list(self.flows.values() if runners is None else runners)
         outcomes = await asyncio.gather(*(r.start() for r in runners), return_exceptions=True)
         for runner, outcome in zip(runners, outcomes, strict=True):
             if isinstance(outcome, ClusterUnreachableError):
@@ -236,3 +340,16 @@ class WorkerBase(Generic[R]):
     def _commit_overlay(self, overlay: dict[str, Any], config: MirrorMakerConfig) -> None:
         self.store.save(overlay)
         self.overlay, self.config = overlay, config
+
+
+#: settings only the worker's heartbeat emitter reads: no flow restart for them
+HEARTBEAT_KEYS = frozenset({"emit.heartbeats.enabled", "emit.heartbeats.interval.seconds",
+                            "heartbeats.topic.replication.factor"})
+
+
+def _field(alias: str) -> str:
+    """The FlowConfig attribute of an MM2 setting name."""
+    return _FIELDS.get(alias, alias)
+
+
+_FIELDS = {f.alias or n: n for n, f in FlowConfig.model_fields.items()}

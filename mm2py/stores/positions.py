@@ -9,7 +9,7 @@ reached the target after the last commit (see ``connectors/resume.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
@@ -98,6 +98,18 @@ class PositionStore:
         changed = {tp: o for tp, o in positions.items() if self._committed.get(tp) != o}
         if not changed:
             return
+        self._write({tp: encode_value(pos.source - 1, pos.target) for tp, pos in changed.items()}, timeout)
+        self._committed.update(changed)
+
+    def forget(self, partitions: Iterable[TopicPartition], timeout: float = 30.0) -> None:
+        """Tombstone the partitions' positions: a task takes them up again as never mirrored
+        (KIP-875's offset reset); blocks until acknowledged."""
+        parts = list(partitions)
+        self._write(dict.fromkeys(parts), timeout)
+        for tp in parts:
+            self._committed.pop(tp, None)
+
+    def _write(self, values: Mapping[TopicPartition, bytes | None], timeout: float) -> None:
         if self._producer is None:
             self._producer = Producer(self._producer_conf)
         errors: list[str] = []
@@ -106,15 +118,12 @@ class PositionStore:
             if err is not None:
                 errors.append(str(err))
 
-        for tp, pos in changed.items():
-            self._producer.produce(
-                self.topic, encode_value(pos.source - 1, pos.target), encode_key(self.source_alias, tp),
-                on_delivery=on_delivery,
-            )
+        for tp, value in values.items():
+            key = encode_key(self.source_alias, tp)
+            self._producer.produce(self.topic, value, key, on_delivery=on_delivery)
         left = self._producer.flush(timeout)
         if left or errors:
             raise RuntimeError(f"committing progress to {self.topic} failed: {errors[:3] or left}")
-        self._committed.update(changed)
 
     def close(self) -> None:
         if self._producer is not None:
