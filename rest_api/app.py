@@ -26,9 +26,18 @@ from mm2py.failover import (
     check_topic_regex,
     translate,
 )
+from mm2py.runtime.flow_offsets import OffsetResetError
 from mm2py.runtime.inprocess import FlowRunner, Worker
 from mm2py.runtime.metrics import WorkerCollector
-from mm2py.runtime.steering import ClusterConflictError, FlowExistsError, FlowNotFoundError
+from mm2py.runtime.steering import (
+    ClusterConflictError,
+    FlowExistsError,
+    FlowNotFoundError,
+    FlowStateError,
+    NotSupportedError,
+)
+from rest_api.connect import connect_router
+from rest_api.flow_control import flow_control_router
 from rest_api.models import (
     ClusterInfo,
     ErrorBody,
@@ -57,6 +66,9 @@ _STATUS: dict[type[Exception], int] = {
     FlowNotFoundError: 404,
     FlowExistsError: 409,
     ClusterConflictError: 409,
+    FlowStateError: 409,  # e.g. an offsets reset while the flow runs
+    OffsetResetError: 400,
+    NotSupportedError: 501,  # this runtime cannot do it (yet)
     SecurityError: 401,  # the cluster refused our TLS/SASL: a setting to fix, not an outage
     ClusterUnreachableError: 503,
     UnknownGroupError: 404,
@@ -196,6 +208,9 @@ def create_app(worker: AnyWorker) -> FastAPI:
                                 executed=body.execute, previous=previous)
 
         return await asyncio.to_thread(run)
+
+    app.include_router(flow_control_router(worker))
+    app.include_router(connect_router(worker))  # Kafka Connect-shaped facade, errors in Connect's shape
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -82,22 +82,27 @@ async def read_offsets(flow: FlowConfig) -> list[PartitionOffset]:
 
 
 async def reset_offsets(
-    flow: FlowConfig, changes: Mapping[TopicPartition, Reset] | None, *, execute: bool = True
+    flow: FlowConfig, changes: Mapping[TopicPartition, Reset | None] | None, *, execute: bool = True
 ) -> list[PartitionOffset]:
-    """Write the positions ``changes`` asks for (``None``: forget every stored position) and return
-    them; with ``execute=False`` only resolve and check them (a dry run)."""
+    """Write the positions ``changes`` asks for and return them: a partition mapped to ``None`` is
+    forgotten, and ``changes=None`` forgets every stored position. ``execute=False`` only resolves
+    and checks them (a dry run)."""
     store = _store(flow)
     try:
         if changes is None:
-            stored = await asyncio.to_thread(store.load, flow.admin_timeout_ms / 1000)
-            if execute and stored:
-                await asyncio.to_thread(store.forget, list(stored))
-            return _rows(flow, dict.fromkeys(stored))
-        positions = await resolve(flow, changes)
+            forget = list(await asyncio.to_thread(store.load, flow.admin_timeout_ms / 1000))
+            moves: dict[TopicPartition, Reset] = {}
+        else:
+            forget = [tp for tp, to in changes.items() if to is None]
+            moves = {tp: to for tp, to in changes.items() if to is not None}
+        moved = await resolve(flow, moves) if moves else {}
         if execute:
-            await asyncio.to_thread(store.ensure_topic)
-            await asyncio.to_thread(store.commit, positions)
-        return _rows(flow, positions)
+            if forget:
+                await asyncio.to_thread(store.forget, forget)
+            if moved:
+                await asyncio.to_thread(store.ensure_topic)
+                await asyncio.to_thread(store.commit, moved)
+        return _rows(flow, {**dict.fromkeys(forget), **moved})
     except (TimeoutError, RuntimeError) as exc:
         raise StoreError(f"writing {store.topic} on '{flow.target}' failed: {exc}") from None
     finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from connectors.heartbeat import HeartbeatEmitter
@@ -156,9 +156,10 @@ class WorkerBase(Generic[R]):
 
     async def add_flow(
         self, source: str, target: str, settings: Mapping[str, Any],
-        clusters: Mapping[str, Mapping[str, str]] | None = None,
+        clusters: Mapping[str, Mapping[str, str]] | None = None, *, drop: Callable[[str], bool] | None = None,
     ) -> R:
-        """Start ``source->target`` with ``settings`` (MM2 names); new clusters may come with it."""
+        """Start ``source->target`` with ``settings`` (MM2 names); new clusters may come with it.
+        ``drop``: earlier HTTP-given settings of the pair it accepts are dropped first."""
         name = f"{source}->{target}"
         async with self._steer_lock:
             if name in self.flows:
@@ -166,7 +167,8 @@ class WorkerBase(Generic[R]):
             keys = cluster_keys(self.config, clusters or {})
             layered(self.base_keys, {**self.overlay, **keys}).flow(source, target)  # unknown cluster?
             keys.update(flow_keys(name, {**settings, "enabled": True}))
-            config = layered(self.base_keys, {**self.overlay, **keys})
+            overlay = {**_dropped(self.overlay, name, drop), **keys}
+            config = layered(self.base_keys, overlay)
             runner = self._new_runner(config.flows[name])
             if self._started:
                 try:
@@ -174,23 +176,20 @@ class WorkerBase(Generic[R]):
                 except BaseException:
                     await runner.stop()
                     raise
-            self._commit_overlay({**self.overlay, **keys}, config)
+            self._commit_overlay(overlay, config)
             self.flows[name] = runner
             self._flow_added(runner.flow)
             return runner
 
-    async def update_flow(self, name: str, settings: Mapping[str, Any], *, replace: bool = False) -> R:
+    async def update_flow(
+        self, name: str, settings: Mapping[str, Any], *, drop: Callable[[str], bool] | None = None
+    ) -> R:
         """Change settings of a flow: topic lists and heartbeat settings in place, anything else by
-        a restart (a paused or stopped flow stays so). ``replace``: the settings given over HTTP
-        before are dropped first (Kafka Connect's ``PUT .../config``)."""
+        a restart (a paused or stopped flow stays so). ``drop``: settings given over HTTP before
+        whose name it accepts are dropped first (Kafka Connect's ``PUT .../config`` replaces)."""
         async with self._steer_lock:
             runner = self.flow(name)
-            keys = flow_keys(name, settings)
-            overlay = {**self.overlay}
-            if replace:
-                kept = {f"{name}.enabled"}
-                overlay = {k: v for k, v in overlay.items() if not k.startswith(f"{name}.") or k in kept}
-            overlay.update(keys)
+            overlay = {**_dropped(self.overlay, name, drop), **flow_keys(name, settings)}
             config = layered(self.base_keys, overlay)
             flow = config.flows[name]
             changed = {k for k in set(flow.model_dump(by_alias=True)) if k != "enabled"
@@ -208,19 +207,19 @@ class WorkerBase(Generic[R]):
 
     async def set_pair_settings(
         self, source: str, target: str, settings: Mapping[str, Any],
-        clusters: Mapping[str, Mapping[str, str]] | None = None,
+        clusters: Mapping[str, Mapping[str, str]] | None = None, *, drop: Callable[[str], bool] | None = None,
     ) -> FlowConfig:
         """Settings of the pair ``source->target`` that need no running flow (heartbeats): a flow
         of that pair, if one runs, takes them as :meth:`update_flow` does."""
         name = f"{source}->{target}"
         if name in self.flows:
-            return (await self.update_flow(name, settings)).flow
+            return (await self.update_flow(name, settings, drop=drop)).flow
         async with self._steer_lock:
             keys = cluster_keys(self.config, clusters or {})
             layered(self.base_keys, {**self.overlay, **keys}).flow(source, target)  # unknown cluster?
-            keys.update(flow_keys(name, settings))
-            config = layered(self.base_keys, {**self.overlay, **keys})
-            self._commit_overlay({**self.overlay, **keys}, config)
+            overlay = {**_dropped(self.overlay, name, drop), **keys, **flow_keys(name, settings)}
+            config = layered(self.base_keys, overlay)
+            self._commit_overlay(overlay, config)
             self._sync_heartbeat(config.flows[name])
             return config.flows[name]
 
@@ -259,9 +258,10 @@ class WorkerBase(Generic[R]):
         """Runtimes that cannot keep a flow stopped raise ``NotSupportedError``."""
 
     async def reset_offsets(
-        self, source: str, target: str, changes: Mapping[TopicPartition, Reset] | None,
+        self, source: str, target: str, changes: Mapping[TopicPartition, Reset | None] | None,
     ) -> list[PartitionOffset]:
-        """Move the flow's committed source positions (``None``: forget them all); only while the
+        """Move the flow's committed source positions (a partition mapped to ``None`` is forgotten,
+        ``changes=None`` forgets them all); only while the
         flow is stopped or not running here, so that no task commits over the new positions."""
         name = f"{source}->{target}"
         async with self._steer_lock:
@@ -345,6 +345,15 @@ class WorkerBase(Generic[R]):
 #: settings only the worker's heartbeat emitter reads: no flow restart for them
 HEARTBEAT_KEYS = frozenset({"emit.heartbeats.enabled", "emit.heartbeats.interval.seconds",
                             "heartbeats.topic.replication.factor"})
+
+
+def _dropped(overlay: Mapping[str, Any], name: str, drop: Callable[[str], bool] | None) -> dict[str, Any]:
+    """``overlay`` without the settings of flow ``name`` that ``drop`` accepts (never ``enabled``)."""
+    if drop is None:
+        return dict(overlay)
+    prefix = f"{name}."
+    return {k: v for k, v in overlay.items()
+            if not k.startswith(prefix) or k == f"{name}.enabled" or not drop(k[len(prefix):])}
 
 
 def _field(alias: str) -> str:
