@@ -6,6 +6,7 @@ Each test names its source cluster with a fresh alias, so its flow has a progres
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -179,3 +180,54 @@ def test_connect_facade_creates_pauses_resumes_stops_and_deletes_a_mirror_source
         assert r.status_code == 400 and r.json()["error_code"] == 400
         assert "not supported" in r.json()["message"]
         assert http.get("/connectors").json() == []
+
+
+def test_cli_reads_and_resets_the_positions_of_a_flow_no_worker_runs(
+    east: KafkaCluster, west: KafkaCluster, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mm2py.cli import main
+    from mm2py.config.models import load_config
+
+    alias = unique("cli")
+    topic = create_topic(east.bootstrap, unique("cli"), partitions=1)
+    remote = f"{alias}.{topic}"
+    records = make_records(10, partition=0, tag="cli")
+    produce_records(east.bootstrap, topic, records)
+    path = tmp_path / "mm2.properties"
+    path.write_text("\n".join([
+        f"clusters = {alias}, west", f"{alias}.bootstrap.servers = {east.bootstrap}",
+        f"west.bootstrap.servers = {west.bootstrap}", f"{alias}->west.enabled = true",
+        f"{alias}->west.topics = {topic}", "emit.checkpoints.enabled = false",
+        "emit.heartbeats.enabled = false", "replication.factor = 1",
+        "offset-syncs.topic.replication.factor = 1", "checkpoints.topic.replication.factor = 1",
+    ]) + "\n")
+    flow = ["-c", str(path), "--flow", f"{alias}->west"]
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    def position() -> tuple[int, int]:
+        code, out, _ = cli("flow-offsets", "get", *flow, "--json")
+        assert code == 0
+        (row,) = [r for r in json.loads(out) if r["topic"] == topic]
+        return row["position"], row["target_offset"]
+
+    with BackgroundWorker(load_config(str(path))):
+        _settled(west, remote, {0: 10})
+    assert position() == (10, 10)
+
+    code, out, err = cli("flow-offsets", "reset", *flow, "--partition", f"{topic}:0", "--to", "3")
+    assert code == 0 and "dry run" in err and f"{topic}  0          3" in out
+    assert position() == (10, 10)  # a dry run writes nothing
+    assert cli("flow-offsets", "reset", *flow, "-p", f"{topic}:0", "--to", "3", "--execute")[0] == 0
+    assert position() == (3, 10)
+    code, _, err = cli("flow-offsets", "reset", *flow, "-p", f"{topic}:0", "--to", "99")
+    assert code == 2 and "outside the source log (0..10)" in err
+    code, _, err = cli("flow-offsets", "reset", *flow, "-p", topic, "--to", "3")
+    assert code == 2 and "TOPIC:N" in err
+
+    with BackgroundWorker(load_config(str(path))):  # resumes at 3: offsets 3..9 once more, in order
+        _settled(west, remote, {0: 17})
+    assert [r.content() for r in read_all(west.bootstrap, remote)] == _content(records + records[3:])

@@ -77,8 +77,9 @@ def test_checkpoint_and_heartbeat_connectors_own_their_settings_only() -> None:
         "emit.checkpoints.interval.seconds": 5, "replication.policy.class": "IdentityReplicationPolicy",
     })
     assert checkpoint.kind == "checkpoint" and checkpoint.clusters == {}
-    assert checkpoint.settings == {"groups": "app-.*", "sync.group.offsets.enabled": "true",
-                                   "emit.checkpoints.interval.seconds": "5", "emit.checkpoints.enabled": "true"}
+    assert checkpoint.settings == {
+        "groups": "app-.*", "sync.group.offsets.enabled": "true", "emit.checkpoints.interval.seconds": "5",
+        "emit.checkpoints.enabled": "true"}
     assert checkpoint.ignored == ("replication.policy.class",)
     heartbeat = plan_connector({"connector.class": "MirrorHeartbeatConnector", "source.cluster.alias": "a",
                                 "target.cluster.alias": "b", "topics": "x"})

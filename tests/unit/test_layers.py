@@ -25,6 +25,7 @@ LAYERS = {
     "mm2py.cli": 8,
     "mm2py.demo": 8,
     "mm2py.failover": 8,
+    "mm2py.flow_offsets_cli": 8,
 }
 
 

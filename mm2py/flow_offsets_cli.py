@@ -1,0 +1,110 @@
+"""``mm2py flow-offsets``: read or reset a flow's committed source positions, straight on the clusters.
+
+The same as ``GET/PATCH/DELETE /flows/{source}/{target}/offsets`` (KIP-875's idea for MM2's
+source connector) for when no worker runs: ``get`` prints each source partition's position (the
+next offset to mirror) and the target offset it maps to; ``reset`` moves chosen partitions to an
+offset, ``earliest`` or ``latest``, or forgets positions (the partitions then start as never
+mirrored). A reset is a dry run unless ``--execute``. This command cannot see workers: run it only
+while no worker runs the flow (or the flow is stopped), or the worker's next commit overwrites it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from mm2py.config.errors import ConfigError
+from mm2py.config.models import load_config
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.flow_offsets import PartitionOffset, Reset, read_offsets, reset_offsets
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Adds ``flow-offsets get`` and ``flow-offsets reset`` to the ``mm2py`` command line."""
+    cmd = sub.add_parser("flow-offsets", help="read or reset a flow's committed source positions")
+    commands = cmd.add_subparsers(dest="flow_offsets_command", required=True)
+    get = commands.add_parser("get", help="print each source partition's position and target offset")
+    reset = commands.add_parser(
+        "reset", help="move or forget positions (dry run unless --execute; only while no worker runs "
+                      "the flow)")
+    for c in (get, reset):
+        c.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
+        c.add_argument("--flow", required=True, help="source->target, e.g. east->west")
+        c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        c.set_defaults(func=run)
+    reset.add_argument("--partition", "-p", action="append", default=[], metavar="TOPIC:N",
+                       help="a source partition to reset (repeatable)")
+    what = reset.add_mutually_exclusive_group(required=True)
+    what.add_argument("--to", help="earliest, latest, or the next source offset to mirror")
+    what.add_argument("--forget", action="store_true",
+                      help="forget the partitions' positions (they start as never mirrored)")
+    what.add_argument("--all", action="store_true", help="forget every position of the flow")
+    reset.add_argument("--execute", action="store_true", help="write (without it: dry run)")
+
+
+def _partition(text: str) -> TopicPartition:
+    topic, sep, number = text.rpartition(":")
+    if not sep or not topic or not number.isdigit():
+        raise ConfigError(f"--partition expects TOPIC:N, got {text!r}", "--partition")
+    return TopicPartition(topic, int(number))
+
+
+def _target(text: str) -> Reset:
+    if text in ("earliest", "latest"):
+        return text  # type: ignore[return-value]
+    if not text.isdigit():
+        raise ConfigError(f"--to expects earliest, latest or an offset, got {text!r}", "--to")
+    return int(text)
+
+
+def _changes(args: argparse.Namespace) -> dict[TopicPartition, Reset | None] | None:
+    if args.all:
+        if args.partition:
+            raise ConfigError("--all forgets every position: give no --partition with it", "--all")
+        return None
+    if not args.partition:
+        raise ConfigError("name the partitions to reset with --partition TOPIC:N (or use --all)",
+                          "--partition")
+    to = None if args.forget else _target(args.to)
+    return {_partition(p): to for p in args.partition}
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.getLogger("mm2py.librdkafka").setLevel(logging.CRITICAL)
+    if args.flow.count("->") != 1:
+        raise ConfigError(f"--flow must look like source->target, got {args.flow!r}", "--flow")
+    source, target = (part.strip() for part in args.flow.split("->"))
+    flow = load_config(args.config).flow(source, target)
+    if args.flow_offsets_command == "get":
+        rows = asyncio.run(read_offsets(flow))
+        _print(rows, args.json)
+        return 0
+    changes = _changes(args)
+    rows = asyncio.run(reset_offsets(flow, changes, execute=args.execute))
+    _print(rows, args.json)
+    if not args.execute:
+        print("dry run: nothing written (add --execute; only while no worker runs the flow)", file=sys.stderr)
+    return 0
+
+
+def _print(rows: list[PartitionOffset], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return
+
+    def text(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    header = ["TOPIC", "PARTITION", "POSITION", "TARGET TOPIC", "TARGET OFFSET"]
+    table = [[r.topic, str(r.partition), text(r.position), r.target_topic, text(r.target_offset)]
+             for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(header, *table, strict=False)]
+    for line in [header, *table]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
