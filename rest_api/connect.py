@@ -48,8 +48,8 @@ AnyWorker = WorkerBase[Any]
 _SECRET = re.compile(r"password|secret|jaas|token|credential|keystore\.key", re.IGNORECASE)
 
 
-class ConnectError(Exception):
-    """An answer of the facade's own (unknown connector, a name taken, ...)."""
+class ConnectError(Mm2pyError):
+    """An answer of the facade's own (unknown connector, a name taken, ...) with its HTTP status."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
