@@ -11,83 +11,32 @@ name (``east->west``) as a MirrorSourceConnector. Errors have Connect's body,
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 
-from mm2py.config.errors import ConfigError
-from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.flow_offsets import OffsetResetError, Reset, read_offsets
-from mm2py.runtime.steering import (
-    ClusterConflictError,
-    FlowExistsError,
-    FlowNotFoundError,
-    FlowStateError,
-    NotSupportedError,
-)
+from mm2py.runtime.flow_offsets import Reset, read_offsets
 from mm2py.runtime.worker_base import WorkerBase
 from rest_api.connect_config import (
     CLASSES,
     Kind,
+    as_text,
     connector_kind,
     flow_connector_config,
     owned_keys,
     plan_connector,
     released_settings,
 )
+from rest_api.connect_errors import ConnectError, ConnectRoute
 
 __all__ = ["connect_router"]
 
 AnyWorker = WorkerBase[Any]
 _SECRET = re.compile(r"password|secret|jaas|token|credential|keystore\.key", re.IGNORECASE)
 
-
-class ConnectError(Mm2pyError):
-    """An answer of the facade's own (unknown connector, a name taken, ...) with its HTTP status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-#: errors of the layers below as Connect answers them (a reset while running is a 400 in Connect)
-_STATUS: tuple[tuple[type[Exception], int], ...] = (
-    (ConfigError, 400), (OffsetResetError, 400), (FlowStateError, 400), (FlowNotFoundError, 404),
-    (FlowExistsError, 409), (ClusterConflictError, 409), (SecurityError, 401),
-    (NotSupportedError, 501), (ClusterUnreachableError, 503), (Mm2pyError, 500),
-)
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error_code": status, "message": message}, status_code=status)
-
-
-class ConnectRoute(APIRoute):
-    """Routes whose errors use Connect's body instead of the ``/flows`` API's."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handle = super().get_route_handler()
-
-        async def guarded(request: Request) -> Response:
-            try:
-                return await handle(request)
-            except ConnectError as exc:
-                return _error(exc.status, str(exc))
-            except RequestValidationError as exc:
-                first = exc.errors()[0] if exc.errors() else {}
-                where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-                return _error(400, f"invalid request {where!r}: {first.get('msg', 'malformed')}")
-            except Mm2pyError as exc:
-                status = next(code for kind, code in _STATUS if isinstance(exc, kind))
-                return _error(status, str(exc))
-
-        return guarded
 
 
 class NewConnector(BaseModel):
@@ -200,7 +149,7 @@ class Facade:
         if other is not None and other != name:
             raise ConnectError(409, f"{plan.flow} has a {CLASSES[kind]} already: {other!r}")
         await self._apply(name, kind, plan, exists)
-        self.worker.connectors[name] = {**{k: str(v) for k, v in raw.items()}, "name": name}
+        self.worker.connectors[name] = {**as_text(raw), "name": name}
         self.worker.store.save(self.worker.overlay)
         return not exists
 
@@ -276,7 +225,13 @@ def connect_router(worker: AnyWorker) -> APIRouter:
     """The ``/connectors`` routes (Kafka Connect's REST API, KIP-875 offsets included)."""
     router = APIRouter(route_class=ConnectRoute, tags=["Kafka Connect facade"])
     facade = Facade(worker)
+    _config_routes(router, facade)
+    _lifecycle_routes(router, facade)
+    _offset_routes(router, facade)
+    return router
 
+
+def _config_routes(router: APIRouter, facade: Facade) -> None:
     @router.get("/connectors")
     async def list_connectors(request: Request, expand: Annotated[list[str] | None, Query()] = None) -> Any:
         names = facade.names()
@@ -319,6 +274,15 @@ def connect_router(worker: AnyWorker) -> APIRouter:
         info = facade.info(name)
         return [{"id": t, "config": info["config"]} for t in info["tasks"]]
 
+    @router.delete("/connectors/{name}", status_code=204)
+    async def delete(name: str) -> Response:
+        await facade.delete(name)
+        return Response(status_code=204)
+
+
+def _lifecycle_routes(router: APIRouter, facade: Facade) -> None:
+    worker = facade.worker
+
     @router.put("/connectors/{name}/pause", status_code=202)
     async def pause(name: str) -> Response:
         await worker.halt_flow(facade.source_flow(name, "pause"), "PAUSED")
@@ -354,10 +318,9 @@ def connect_router(worker: AnyWorker) -> APIRouter:
         await worker.restart_flow(facade.source_flow(name, "a task restart"))
         return Response(status_code=204)
 
-    @router.delete("/connectors/{name}", status_code=204)
-    async def delete(name: str) -> Response:
-        await facade.delete(name)
-        return Response(status_code=204)
+
+def _offset_routes(router: APIRouter, facade: Facade) -> None:
+    worker = facade.worker
 
     @router.get("/connectors/{name}/offsets")
     async def get_offsets(name: str) -> dict[str, Any]:
@@ -386,5 +349,3 @@ def connect_router(worker: AnyWorker) -> APIRouter:
         rows = await worker.reset_offsets(source, target, None)
         return {"message": f"offsets of {len(rows)} partitions of connector {name!r} reset; "
                            "they apply when it resumes"}
-
-    return router

@@ -31,16 +31,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mm2py.config.errors import ConfigError
-from mm2py.config.models import FlowConfig, FlowSettings
+from mm2py.config.models import FlowConfig
 from mm2py.runtime.worker_base import HEARTBEAT_KEYS
 
 __all__ = [
     "CHECKPOINT_KEYS",
     "CLASSES",
+    "ConnectorConfigError",
     "ConnectorPlan",
     "Kind",
+    "as_text",
     "connector_kind",
     "flow_connector_config",
+    "owned_keys",
     "plan_connector",
     "released_settings",
 ]
@@ -69,7 +72,6 @@ _CONNECT_KEYS = frozenset({"name", "key.converter", "value.converter", "header.c
                            "config.action.reload", "errors.tolerance", "errors.retry.timeout",
                            "errors.retry.delay.max.ms", "errors.log.enable", "errors.log.include.messages"})
 _CONNECT_PREFIXES = ("key.converter.", "value.converter.", "header.converter.")
-_SETTINGS = FlowSettings.setting_names()
 
 
 class ConnectorConfigError(ConfigError):
@@ -106,6 +108,11 @@ def connector_kind(config: Mapping[str, Any]) -> Kind:
         "connector.class")
 
 
+def as_text(config: Mapping[str, Any]) -> dict[str, str]:
+    """A posted config with Connect's string values (``true``, ``3``); other JSON is refused."""
+    return {str(k): _text(str(k), v) for k, v in config.items()}
+
+
 def _text(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -131,7 +138,7 @@ def plan_connector(
 
     ``has_checkpoint`` / ``has_heartbeat``: the pair has those connectors already, so a
     MirrorSourceConnector leaves their settings alone instead of turning them off."""
-    values = {str(k): _text(str(k), v) for k, v in config.items()}
+    values = as_text(config)
     kind = connector_kind(values)
     for key in values:
         if key.split(".", 1)[0] in ("transforms", "predicates"):
@@ -196,8 +203,3 @@ def flow_connector_config(flow: FlowConfig) -> dict[str, str]:
         "replication.policy.class": flow.replication_policy_class,
         "replication.policy.separator": flow.replication_policy_separator,
     }
-
-
-def is_setting(key: str) -> bool:
-    """An MM2 flow setting name (client overrides such as ``consumer.*`` aside)."""
-    return key in _SETTINGS
