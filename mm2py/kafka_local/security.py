@@ -6,6 +6,12 @@ listeners accept PLAIN (users in the listener's JAAS config) and SCRAM-SHA-256/5
 written into the KRaft metadata log by ``kafka-storage format --add-scram``). The SSL listener
 requires a client certificate. A throwaway CA, broker certificate and client certificate are
 generated at creation with the ``cryptography`` package (EC P-256, valid for a day).
+
+With ``authorizer=True`` the nodes run Kafka's standard KRaft authorizer (``StandardAuthorizer``):
+a request is allowed only by an ACL or to a super user. The PLAINTEXT and CONTROLLER listeners
+(broker-internal traffic and the harness's own set-up, principal ``User:ANONYMOUS``) stay super
+users; so are the SASL users named in ``super_users`` (e.g. a mirror's admin principal). Every
+other SASL user can do only what ACLs allow.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ SECURED_PROTOCOLS = ("SASL_SSL", "SASL_PLAINTEXT", "SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 @dataclass(frozen=True)
@@ -31,11 +38,17 @@ class BrokerSecurity:
     scram_users: Mapping[str, str] = field(default_factory=lambda: {"alice": "alice-secret"})
     #: password protecting the client key file (``client.key``); None leaves it unencrypted
     client_key_password: str | None = "client-key-secret"
+    #: run the standard authorizer (ACLs enforced; ``describe_acls`` answers instead of SECURITY_DISABLED)
+    authorizer: bool = False
+    #: SASL user names that bypass ACLs when ``authorizer`` is on (``User:ANONYMOUS`` always does)
+    super_users: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.listeners if p not in SECURED_PROTOCOLS]
         if unknown or not self.listeners:
             raise ValueError(f"secured listeners must be among {SECURED_PROTOCOLS}, got {self.listeners}")
+        if self.super_users and not self.authorizer:
+            raise ValueError("super_users mean something only with authorizer=True")
 
 
 @dataclass(frozen=True)
@@ -160,6 +173,10 @@ def broker_properties(security: BrokerSecurity, tls: TlsFiles) -> dict[str, str]
             props[f"listener.name.{listener}.sasl.enabled.mechanisms"] = ",".join(SASL_MECHANISMS)
         if protocol == "SSL":
             props["listener.name.ssl.ssl.client.auth"] = "required"
+    if security.authorizer:
+        props["authorizer.class.name"] = STANDARD_AUTHORIZER
+        # ANONYMOUS: the PLAINTEXT/CONTROLLER listeners (inter-broker, controller, harness set-up)
+        props["super.users"] = ";".join(["User:ANONYMOUS", *(f"User:{u}" for u in security.super_users)])
     if any(p.endswith("SSL") for p in security.listeners):
         props.update({
             "ssl.keystore.type": "PEM",

@@ -25,6 +25,7 @@ from mm2py.config.models import FlowConfig
 from mm2py.config.security import Kind, Side, cluster_security
 from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.protocol.types import TopicPartition
+from mm2py.stores.acls import TopicAclCalls
 from mm2py.stores.admin_settings import admin_settings
 from mm2py.stores.rdkafka_log import LibrdkafkaLog
 
@@ -123,7 +124,7 @@ def librdkafka_config(
     return client_config(cluster.bootstrap_servers, {**security, **(extra or {})})
 
 
-class ClusterAdmin:
+class ClusterAdmin(TopicAclCalls):
     """The admin operations mm2py needs on one cluster, with errors that name the cluster."""
 
     def __init__(

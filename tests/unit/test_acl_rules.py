@@ -1,0 +1,74 @@
+"""MM2's topic ACL sync rule on binding values (mm2py.engine.acls), and the binding conversions."""
+
+from __future__ import annotations
+
+from mm2py.config.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
+from mm2py.engine.acls import acls_to_sync, missing, should_sync, target_acl
+from mm2py.stores.acls import TopicAcl, from_binding, to_binding
+
+
+def acl(topic: str = "orders", operation: str = "READ", permission: str = "ALLOW",
+        pattern: str = "LITERAL", principal: str = "User:bob", host: str = "*") -> TopicAcl:
+    return TopicAcl(topic, pattern, principal, host, operation, permission)
+
+
+def mirrored(topic: str) -> bool:
+    return topic.startswith("orders") or topic == "payments"
+
+
+def rename(topic: str) -> str:
+    return DefaultReplicationPolicy().format_remote_topic("east", topic)
+
+
+def test_allow_read_is_copied_to_the_remote_topic_as_it_is() -> None:
+    source = acl(principal="User:carol", host="10.0.0.7")
+    assert should_sync(source, mirrored)
+    assert target_acl(source, rename) == TopicAcl("east.orders", "LITERAL", "User:carol", "10.0.0.7",
+                                                  "READ", "ALLOW")
+
+
+def test_allow_all_becomes_read_and_allow_write_is_never_copied() -> None:
+    assert target_acl(acl(operation="ALL"), rename).operation == "READ"
+    assert not should_sync(acl(operation="WRITE"), mirrored)
+    assert acls_to_sync([acl(operation="WRITE"), acl(operation="ALL")], mirrored, rename) == [
+        acl("east.orders", "READ")
+    ]
+
+
+def test_other_allow_operations_are_copied_unchanged() -> None:
+    for op in ("DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "DELETE"):
+        assert acls_to_sync([acl(operation=op)], mirrored, rename) == [acl("east.orders", op)]
+
+
+def test_deny_bindings_are_copied_unchanged_so_a_denied_principal_stays_denied() -> None:
+    for op in ("READ", "WRITE", "ALL"):
+        assert acls_to_sync([acl(operation=op, permission="DENY")], mirrored, rename) == [
+            acl("east.orders", op, "DENY")
+        ]
+
+
+def test_only_literal_bindings_of_mirrored_topics() -> None:
+    assert not should_sync(acl("orders", pattern="PREFIXED"), mirrored)
+    assert not should_sync(acl("clicks"), mirrored)  # not mirrored by this flow
+    # the wildcard names no topic ("east.*" would grant nothing), even when every topic is mirrored
+    assert not should_sync(acl("*"), lambda topic: True)
+    assert should_sync(acl("orders-eu"), mirrored)
+
+
+def test_identity_policy_keeps_the_topic_name() -> None:
+    identity = IdentityReplicationPolicy()
+    got = acls_to_sync([acl(operation="ALL")], mirrored, lambda t: identity.format_remote_topic("east", t))
+    assert got == [acl("orders", "READ")]
+
+
+def test_duplicates_fold_and_missing_leaves_out_what_the_target_has() -> None:
+    source = [acl(operation="ALL"), acl(operation="READ"), acl("payments", "READ"), acl("payments", "WRITE")]
+    wanted = acls_to_sync(source, mirrored, rename)
+    assert wanted == [acl("east.orders"), acl("east.payments")]
+    assert missing(wanted, [acl("east.orders"), acl("east.other")]) == [acl("east.payments")]
+    assert missing(wanted, wanted) == []
+
+
+def test_bindings_round_trip_through_confluent_kafka() -> None:
+    for value in (acl(), acl("p-", "ALL", "DENY", "PREFIXED", "User:x", "1.2.3.4")):
+        assert from_binding(to_binding(value)) == value
