@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from connectors.acl_sync import TopicAclSync
 from connectors.checkpoint import CheckpointConnector
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
@@ -78,6 +79,7 @@ class FlowRunner:
     state: str = "UNASSIGNED"
     trace: str | None = None
     checkpoints: CheckpointConnector | None = field(default=None, init=False)
+    acl_sync: TopicAclSync | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         from connectors.client_settings import raw_client_settings
@@ -107,6 +109,7 @@ class FlowRunner:
         self.state = "RUNNING"
         self._refresher = asyncio.create_task(self._refresh_loop())
         self._start_checkpoints()
+        self.acl_sync = TopicAclSync.started(self.flow, self.controller, self._stop)
 
     def _start_checkpoints(self) -> None:
         """MM2's checkpoint connector for this flow, when it emits checkpoints or syncs group offsets."""
@@ -202,6 +205,8 @@ class FlowRunner:
             self._refresher.cancel()
             with contextlib.suppress(BaseException):
                 await self._refresher
+        if self.acl_sync is not None:
+            await self.acl_sync.stop()
         if self._running or self._checkpointing:
             checkpointing = [self._checkpointing] if self._checkpointing else []
             await asyncio.gather(*self._running.values(), *checkpointing, return_exceptions=True)
@@ -226,6 +231,7 @@ class FlowRunner:
             "topics": dict(self.last_plan.topics) if self.last_plan else {},
             "tasks": tasks,
             "checkpoints": self.checkpoints.status() if self.checkpoints else None,
+            "acl_sync": self.acl_sync.status() if self.acl_sync else None,
         }
 
 

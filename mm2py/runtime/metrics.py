@@ -42,6 +42,13 @@ _CHECKPOINT_COUNTERS = {
 }
 
 
+_ACL_COUNTERS = {
+    "syncs": "Topic ACL sync rounds completed (sync.topic.acls)",
+    "acls_created": "Topic ACL bindings created on the target by the ACL sync",
+    "failures": "Topic ACL sync rounds that failed (retried on the next interval)",
+}
+
+
 class WorkerCollector(Collector):
     def __init__(self, worker: Worker | SparkWorker) -> None:
         self.worker = worker
@@ -74,6 +81,7 @@ class WorkerCollector(Collector):
         yield partitions
         yield from self._time_metrics()
         yield from self._checkpoint_metrics()
+        yield from self._acl_metrics()
         codec = CounterMetricFamily(
             "mm2py_codec_operations",
             "Decompressions and compressions done by the worker's tasks (Spark: on its executors too)",
@@ -135,3 +143,14 @@ class WorkerCollector(Collector):
         yield from counters.values()
         yield groups
         yield latency
+
+    def _acl_metrics(self) -> Iterator[Metric]:
+        counters = {
+            name: CounterMetricFamily(f"mm2py_acl_sync_{name}", help_, labels=["flow"])
+            for name, help_ in _ACL_COUNTERS.items()
+        }
+        for flow_name, flow in self.worker.flows.items():
+            if flow.acl_sync is not None:
+                for name, family in counters.items():
+                    family.add_metric([flow_name], float(getattr(flow.acl_sync.metrics, name)))
+        yield from counters.values()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from connectors.acl_sync import TopicAclSync
 from connectors.checkpoint import CheckpointConnector
 from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.config.filters import TopicFilter
@@ -94,6 +95,7 @@ class SparkFlowRunner:
         self.positions: dict[TopicPartition, int] = {}  # committed, as the last rounds reported
         self._source: ClusterClient | None = None
         self.checkpoints: CheckpointConnector | None = None
+        self.acl_sync: TopicAclSync | None = None
         self._stop = asyncio.Event()
         self._checkpointing: asyncio.Task[None] | None = None
         self._next_refresh = 0.0
@@ -116,6 +118,7 @@ class SparkFlowRunner:
             raise
         self.state = "RUNNING"
         self._start_checkpoints()
+        self.acl_sync = TopicAclSync.started(self.flow, self.controller, self._stop)
 
     def _start_checkpoints(self) -> None:
         """MM2's checkpoint connector on the driver, when the flow emits checkpoints or syncs groups
@@ -229,6 +232,8 @@ class SparkFlowRunner:
 
     async def stop(self) -> None:
         self._stop.set()
+        if self.acl_sync is not None:
+            await self.acl_sync.stop()
         if self._checkpointing is not None:
             await asyncio.gather(self._checkpointing, return_exceptions=True)
         if self._source is not None:
@@ -256,4 +261,5 @@ class SparkFlowRunner:
                 "topics": dict(self.last_plan.topics) if self.last_plan else {},
                 "tasks": tasks,
                 "checkpoints": self.checkpoints.status() if self.checkpoints else None,
+                "acl_sync": self.acl_sync.status() if self.acl_sync else None,
             }

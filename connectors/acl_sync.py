@@ -1,0 +1,119 @@
+"""MM2's topic ACL sync for one flow (``sync.topic.acls.enabled``, ``sync.topic.acls.interval.seconds``).
+
+At the flow's start and then every interval, :class:`TopicAclSync` reads the source's topic ACL
+bindings, keeps those MM2 copies (:mod:`mm2py.engine.acls`: literal bindings of mirrored topics,
+ALLOW WRITE left out, ALLOW ALL as READ) and creates on the target the ones it lacks, on the
+remote topic names. Nothing is ever deleted on the target, as in MM2.
+
+A cluster without an authorizer keeps no ACLs: the sync says so in one log line and stops for this
+flow (until the flow is restarted) instead of failing every interval. Other failures (a cluster
+unreachable, the mirror's principal not allowed to describe or create ACLs) are logged and retried
+at the next interval. Both runtimes run it beside the flow's controller (``started`` / ``stop``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mm2py.config.models import FlowConfig
+from mm2py.engine.acls import acls_to_sync, missing
+from mm2py.engine.controller import Controller
+from mm2py.stores.acls import NoAuthorizerError, TopicAcl
+from mm2py.stores.admin import ClusterAdmin
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AclSyncMetrics:
+    syncs: int = 0  # sync rounds that completed
+    acls_created: int = 0  # bindings created on the target
+    failures: int = 0  # sync rounds that failed (retried on the next interval)
+    last_error: str | None = None
+
+
+class TopicAclSync:
+    """Copies one flow's topic ACLs from its source to its target cluster."""
+
+    def __init__(
+        self, flow: FlowConfig, source_admin: ClusterAdmin, target_admin: ClusterAdmin, *,
+        mirrored: Callable[[str], bool], rename: Callable[[str], str],
+    ) -> None:
+        self.flow = flow
+        self.source_admin, self.target_admin = source_admin, target_admin
+        self.mirrored, self.rename = mirrored, rename
+        self.metrics = AclSyncMetrics()
+        #: UNASSIGNED, RUNNING, STOPPED, or NO_AUTHORIZER (a cluster keeps no ACLs: given up)
+        self.state = "UNASSIGNED"
+        self._task: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def wanted(flow: FlowConfig) -> bool:
+        """MM2: ``sync.topic.acls.enabled`` and a non-negative interval."""
+        return flow.sync_topic_acls_enabled and flow.sync_topic_acls_interval_seconds >= 0
+
+    @classmethod
+    def started(cls, flow: FlowConfig, controller: Controller, stop: asyncio.Event) -> TopicAclSync | None:
+        """The running sync of a started flow (deciding what is mirrored as its controller does, with
+        its admin clients), or None when the flow does not sync ACLs. Call from the event loop."""
+        if not cls.wanted(flow):
+            return None
+        sync = cls(flow, controller.source_admin, controller.target_admin,
+                   mirrored=controller.should_replicate, rename=controller.target_topic)
+        sync._task = asyncio.create_task(sync.run(stop))
+        return sync
+
+    def sync_once(self) -> list[TopicAcl]:
+        """One round (blocking admin calls): the target bindings created."""
+        wanted = acls_to_sync(self.source_admin.describe_topic_acls(), self.mirrored, self.rename)
+        todo = missing(wanted, self.target_admin.describe_topic_acls()) if wanted else []
+        created = self.target_admin.create_topic_acls(todo)
+        self.metrics.syncs += 1
+        self.metrics.acls_created += len(created)
+        if created:
+            log.info("%s: synced %d topic ACL bindings to %s: %s", self.flow.name, len(created),
+                     self.flow.target, ", ".join(map(str, created)))
+        return created
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sync now and every interval until ``stop`` is set, or until a cluster proves to have no
+        authorizer."""
+        self.state = "RUNNING"
+        interval = max(1.0, float(self.flow.sync_topic_acls_interval_seconds))
+        try:
+            while not stop.is_set():
+                try:
+                    await asyncio.to_thread(self.sync_once)
+                except NoAuthorizerError as exc:
+                    self.state = "NO_AUTHORIZER"
+                    log.info("%s: %s, so no topic ACLs are synced for this flow (set "
+                             "sync.topic.acls.enabled=false to skip this check)", self.flow.name, exc)
+                    return
+                except Exception as exc:
+                    self.metrics.failures += 1
+                    self.metrics.last_error = f"{type(exc).__name__}: {exc}"
+                    log.warning("%s: topic ACL sync failed (%s); retrying in %.0fs",
+                                self.flow.name, exc, interval)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+        finally:
+            if self.state == "RUNNING":
+                self.state = "STOPPED"
+
+    async def stop(self) -> None:
+        """End the loop now (a round blocked on a slow cluster is not waited for)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        if self.state == "RUNNING":
+            self.state = "STOPPED"
+
+    def status(self) -> dict[str, object]:
+        m = self.metrics
+        return {"state": self.state, "syncs": m.syncs, "acls_created": m.acls_created,
+                "failures": m.failures, "last_error": m.last_error}
