@@ -72,3 +72,43 @@ def test_duplicates_fold_and_missing_leaves_out_what_the_target_has() -> None:
 def test_bindings_round_trip_through_confluent_kafka() -> None:
     for value in (acl(), acl("p-", "ALL", "DENY", "PREFIXED", "User:x", "1.2.3.4")):
         assert from_binding(to_binding(value)) == value
+
+
+class FakeAdmin:
+    """Stands in for ClusterAdmin's two ACL calls (the real ones run in tests/integration)."""
+
+    def __init__(self, acls: list[TopicAcl]) -> None:
+        self.acls = list(acls)
+
+    def describe_topic_acls(self) -> list[TopicAcl]:
+        return sorted(self.acls)
+
+    def create_topic_acls(self, acls: list[TopicAcl]) -> list[TopicAcl]:
+        self.acls.extend(acls)
+        return list(acls)
+
+
+def test_a_sync_round_creates_only_what_the_target_lacks_and_counts_it() -> None:
+    from types import SimpleNamespace
+
+    from connectors.acl_sync import TopicAclSync
+    from mm2py.config.models import MirrorMakerConfig
+    from mm2py.runtime.metrics import WorkerCollector
+
+    flow = MirrorMakerConfig.from_mapping({
+        "clusters": {"east": "127.0.0.1:1", "west": "127.0.0.1:2"}, "flows": {"east->west": {}},
+    }).enabled_flows()[0]
+    source = FakeAdmin([acl(operation="ALL"), acl(operation="WRITE"), acl("payments")])
+    target = FakeAdmin([acl("east.orders")])
+    sync = TopicAclSync(flow, source, target, mirrored=mirrored, rename=rename)  # type: ignore[arg-type]
+    assert sync.sync_once() == [acl("east.payments")]
+    assert sync.sync_once() == []
+    assert sorted(target.acls) == [acl("east.orders"), acl("east.payments")]
+    assert sync.status() == {"state": "UNASSIGNED", "syncs": 2, "acls_created": 1, "failures": 0,
+                             "last_error": None}
+    worker = SimpleNamespace(flows={"east->west": SimpleNamespace(tasks={}, checkpoints=None, acl_sync=sync)},
+                             codec_operations=lambda: (0, 0))
+    samples = {s.name: s.value for m in WorkerCollector(worker).collect()  # type: ignore[arg-type]
+               for s in m.samples if s.name.startswith("mm2py_acl_sync")}
+    assert samples == {"mm2py_acl_sync_syncs_total": 2, "mm2py_acl_sync_acls_created_total": 1,
+                       "mm2py_acl_sync_failures_total": 0}
