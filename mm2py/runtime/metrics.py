@@ -150,7 +150,8 @@ class WorkerCollector(Collector):
             for name, help_ in _ACL_COUNTERS.items()
         }
         for flow_name, flow in self.worker.flows.items():
-            if flow.acl_sync is not None:
+            acl_sync = getattr(flow, "acl_sync", None)  # a flow runner without one: no figures
+            if acl_sync is not None:
                 for name, family in counters.items():
-                    family.add_metric([flow_name], float(getattr(flow.acl_sync.metrics, name)))
+                    family.add_metric([flow_name], float(getattr(acl_sync.metrics, name)))
         yield from counters.values()

@@ -151,8 +151,7 @@ def test_the_prometheus_collector_reads_spark_tasks_like_in_process_ones() -> No
 
     task = SparkTask(0, (A0,))
     task.absorb(_result(100, lag=7), now=0)
-    flow = SimpleNamespace(tasks={0: task}, checkpoints=None, acl_sync=None)
-    worker = SimpleNamespace(flows={"east->west": flow},
+    worker = SimpleNamespace(flows={"east->west": SimpleNamespace(tasks={0: task}, checkpoints=None)},
                              codec_operations=lambda: (3, 1))  # executors' codec work included
     samples = {(m.name, s.name): s.value for m in WorkerCollector(worker).collect()  # type: ignore[arg-type]
                for s in m.samples}
