@@ -20,6 +20,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the scripts import mm2py from this checkout, installed or not
+    sys.path.insert(1, str(ROOT))
 
 
 def cpu_seconds(pid: int) -> float | None:
