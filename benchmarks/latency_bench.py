@@ -10,8 +10,10 @@ and lasts ``--seconds`` s. Per peer it prints:
 
 * ``startup s`` / ``startup CPU s`` - from process start until the first record was seen on the target;
 * ``src rec/s`` - records the producer got onto the source in the window, per second;
-* ``records``, ``missing``, ``dupes`` - window records seen on the target, not seen, seen again;
-* ``p50`` ... ``max`` - latency percentiles of the window records (ms);
+* ``records``, ``not arrived``, ``dupes`` - window records seen on the target, not seen by the time
+  every partition had gone past the window or ``--drain-timeout`` ran out, seen again;
+* ``p50`` ... ``max`` - latency percentiles of the window records (ms; records that had not arrived
+  rank above all others: a percentile that falls on them prints ``late``);
 * ``CPU s``, ``CPU %`` - CPU of the mirror's process tree during the window (% of one core);
 * ``peak RSS MiB`` - ``VmHWM`` of the mirror (summed over its process tree);
 * ``brokers CPU s`` - both brokers' CPU during the window (clusters this script started only).
@@ -209,7 +211,7 @@ def consume_window(res: Result, proc: subprocess.Popen[bytes] | None, consumer: 
             return ""
         if now_us > res.window[1] + args.drain_timeout * 1e6:
             return (f"{args.drain_timeout:.0f}s after the window some partitions had not gone past "
-                    "it; what did not arrive counts as missing")
+                    "it; what had not arrived ranks as late")
     return error
 
 

@@ -59,9 +59,13 @@ class Result:
         return medians[0], medians[1]
 
     def percentile(self, q: float) -> float | None:
-        """Nearest-rank percentile of the (sorted) latencies."""
-        lat = self.latencies_ms
-        return lat[max(0, math.ceil(q * len(lat)) - 1)] if lat else None
+        """Nearest-rank percentile over every window record: those that had not arrived when the
+        script stopped waiting rank above all others, as infinity (printed "late")."""
+        lat, n = self.latencies_ms, len(self.latencies_ms) + self.missing
+        if not n:
+            return None
+        rank = max(0, math.ceil(q * n) - 1)
+        return lat[rank] if rank < len(lat) else math.inf
 
 
 @dataclass
@@ -156,11 +160,11 @@ def tally(res: Result, received: Received, expected: set[int], csv: Path) -> Non
 
 
 def fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    return "-" if value is None else "late" if value == math.inf else format(value, spec)
 
 
 def print_report(results: list[Result]) -> None:
-    head = ("peer", "startup s", "startup CPU s", "src rec/s", "records", "missing", "dupes",
+    head = ("peer", "startup s", "startup CPU s", "src rec/s", "records", "not arrived", "dupes",
             *(f"{name} ms" for name, _ in PERCENTILES), "max ms", "CPU s", "CPU %", "peak RSS MiB",
             "brokers CPU s")
     rows = []
@@ -173,7 +177,7 @@ def print_report(results: list[Result]) -> None:
             f"{len(r.latencies_ms):,}" if measured else "-",
             f"{r.missing:,}" if measured else "-", f"{r.dupes:,}" if measured else "-",
             *(fmt(r.percentile(q), ".1f") for _, q in PERCENTILES),
-            fmt(r.latencies_ms[-1] if r.latencies_ms else None, ".1f"),
+            fmt(r.percentile(1.0), ".1f"),
             fmt(r.cpu, ".1f"), fmt(r.cpu / secs * 100 if r.cpu is not None and secs else None, ".0f"),
             fmt(r.rss_mib, ".0f"), fmt(r.broker_cpu, ".1f"),
         ))
@@ -198,7 +202,9 @@ def print_report(results: list[Result]) -> None:
             print(f"{r.peer}: p50 of the records sent in the first / last tenth of the window: {first:.1f} / "
                   f"{last:.1f} ms" + ("" if settled else " - STILL CATCHING UP when the window began "
                                       "(a longer --warmup measures the steady state)"))
-        problems = [f"{n:,} {what}" for n, what in ((r.missing, "missing"), (r.dupes, "duplicates"),
+        problems = [f"{n:,} {what}" for n, what in (
+                    (r.missing, "not arrived when the script stopped waiting (late or lost)"),
+                    (r.dupes, "duplicates"),
                     (r.unknown, "unknown records"), (r.bad_timestamps, "changed timestamps")) if n]
         if problems:
-            print(f"{r.peer}: NOT exactly once - " + ", ".join(problems))
+            print(f"{r.peer}: NOT shown exactly once - " + ", ".join(problems))
