@@ -1,12 +1,14 @@
 """Replication latency of mirrors under a fixed live rate, side by side, between two real Kafka clusters.
 
-Not a test. For each peer in turn: a fresh source topic, a producer process writing ``--rate``
-records/s into it (small records, lz4, ``linger.ms=5``: small batches, as live traffic makes them),
-the peer mirroring it to its own target topic, and a consumer in this script reading the target
-topic. A record's latency is the time this consumer sees it minus the time it was produced (its
-CreateTime, taken from the same clock; the value carries it in µs). Records count if they were
-produced in the window that starts ``--warmup`` s after the peer's first record reached the target
-and lasts ``--seconds`` s. Per peer it prints:
+Not a test. For each peer in turn: a fresh source topic, a producer process writing into it
+(small records, lz4, ``linger.ms=5``: small batches, as live traffic makes them), the peer mirroring
+it to its own target topic, and a consumer in this script reading the target topic. The producer
+trickles ``--startup-rate`` records/s until the peer's first record reaches the target (so a slow
+start-up leaves no backlog to catch up), then writes ``--rate`` records/s. A record's latency is
+the time this consumer sees it minus the time it was produced (its CreateTime, taken from the same
+clock; the value carries it in µs). Records count if they were produced in the window that starts
+``--warmup`` s after the peer's first record reached the target and lasts ``--seconds`` s. Per peer
+it prints:
 
 * ``startup s`` / ``startup CPU s`` - from process start until the first record was seen on the target;
 * ``src rec/s`` - records the producer got onto the source in the window, per second;
@@ -40,7 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -84,7 +86,8 @@ def producer_command(bootstrap: str, topic: str, stats: Path, args: argparse.Nam
     return [sys.executable, str(Path(__file__).resolve().with_name("rate_producer.py")),
             "--bootstrap", bootstrap, "--topic", topic, "--rate", str(args.rate),
             "--partitions", str(args.partitions), "--record-size", str(args.record_size),
-            "--codec", args.codec, "--linger-ms", str(args.linger_ms), "--stats", str(stats)]
+            "--codec", args.codec, "--linger-ms", str(args.linger_ms), "--stats", str(stats),
+            "--start-rate", str(min(args.startup_rate, args.rate))]
 
 
 def run_peer(peer: str, index: int, s: Setup, args: argparse.Namespace, brokers: list[int]) -> Result:
@@ -104,11 +107,12 @@ def run_peer(peer: str, index: int, s: Setup, args: argparse.Namespace, brokers:
     received = Received()
     try:
         with contextlib.ExitStack() as stack:  # on the way out: the peer stops first, then the producer
-            stack.enter_context(peer_process(producer_command(s.source, topic, stats, args),
-                                             s.workdir / f"{index}-{peer}-producer.out"))
+            producer = stack.enter_context(peer_process(producer_command(s.source, topic, stats, args),
+                                                        s.workdir / f"{index}-{peer}-producer.out"))
             start = time.monotonic()
             proc = stack.enter_context(peer_process(cmd, s.workdir / f"{index}-{peer}.out")) if cmd else None
-            res.error = measure(res, proc, consumer, received, start, args, brokers)
+            res.error = measure(res, proc, consumer, received, start, args, brokers,
+                                lambda: os.kill(producer.pid, signal.SIGUSR1))
         res.producer = json.loads(stats.read_text()) if stats.exists() else {}
     finally:
         consumer.close()
@@ -173,9 +177,10 @@ def exited(proc: subprocess.Popen[bytes] | None) -> str:
 
 
 def await_first(res: Result, proc: subprocess.Popen[bytes] | None, consumer: Consumer,
-                received: Received, start: float, args: argparse.Namespace) -> str:
-    """Wait for the target topic and its first record: sets ``res.startup`` and the window.
-    Returns an error, or ""."""
+                received: Received, start: float, args: argparse.Namespace, full_rate: Callable[[], None]
+                ) -> str:
+    """Wait for the target topic and its first record: sets ``res.startup`` and the window, and
+    switches the producer to the full rate. Returns an error, or ""."""
     assigned = False
     while not (error := exited(proc)):
         if time.monotonic() - start > args.startup_timeout:
@@ -190,6 +195,7 @@ def await_first(res: Result, proc: subprocess.Popen[bytes] | None, consumer: Con
         if received.first:
             res.startup = time.monotonic() - start
             res.startup_cpu = tree_cpu(proc.pid) if proc else None
+            full_rate()
             t0 = now_us + int(args.warmup * 1e6)
             res.window = (t0, t0 + int(args.seconds * 1e6))
             return ""
@@ -216,13 +222,14 @@ def consume_window(res: Result, proc: subprocess.Popen[bytes] | None, consumer: 
 
 
 def measure(res: Result, proc: subprocess.Popen[bytes] | None, consumer: Consumer, received: Received,
-            start: float, args: argparse.Namespace, brokers: list[int]) -> str:
+            start: float, args: argparse.Namespace, brokers: list[int], full_rate: Callable[[], None]
+            ) -> str:
     """Consume the target topic from the peer's start until every partition has gone past the
     window; fills ``res`` (start-up, window, CPU, RSS). Returns an error, or ""."""
     probe = Probe(proc, brokers)
     gc.disable()  # a full collection over ~10^5 entries would show up as latency
     try:
-        return (await_first(res, proc, consumer, received, start, args)
+        return (await_first(res, proc, consumer, received, start, args, full_rate)
                 or consume_window(res, proc, consumer, received, probe, args))
     finally:
         gc.enable()
@@ -239,6 +246,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--linger-ms", "--batch-linger", type=float, default=5.0,
                     help="the source producer's linger.ms (small values: small batches, as live traffic)")
     ap.add_argument("--seconds", type=float, help="measurement window per peer (default 60; 20 with --quick)")
+    ap.add_argument("--startup-rate", type=float, default=10.0,
+                    help="records/s until the peer's first record reaches the target, so a slow start "
+                    "leaves no backlog to catch up (0: --rate from the start)")
     ap.add_argument("--warmup", type=float, default=10.0,
                     help="seconds after the peer's first record on the target before the window starts")
     ap.add_argument("--quick", action="store_true", help="a 20 s window instead of 60 s")
@@ -268,6 +278,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ap.error(f"--record-size must be at least {HEADER} (sequence number and send time)")
     if args.seconds <= 0 or args.warmup < 0:
         ap.error("--seconds must be > 0 and --warmup >= 0")
+    if args.startup_rate < 0:
+        ap.error("--startup-rate must be >= 0")
     if args.linger_ms < 0 or args.tasks < 1 or args.startup_timeout <= 0 or args.drain_timeout <= 0:
         ap.error("--linger-ms must be >= 0, --tasks >= 1, the timeouts > 0")
     if args.rate * args.seconds < 1000:

@@ -191,8 +191,9 @@ def print_report(results: list[Result]) -> None:
         p = r.producer
         if p:
             behind_ms = p.get("max_behind_s", 0.0) * 1000
-            print(f"{r.peer}: producer {p.get('produced', 0):,} records in {p.get('seconds', 0.0):.0f}s "
-                  f"({p.get('rate', 0.0):,.0f}/s overall), at most {behind_ms:.0f} ms behind schedule"
+            print(f"{r.peer}: producer {p.get('produced', 0):,} records; at full rate "
+                  f"{p.get('rate', 0.0):,.0f}/s over {p.get('seconds', 0.0):.0f}s, at most "
+                  f"{behind_ms:.0f} ms behind schedule"
                   + (f", errors {p['errors']}" if p.get("errors") else ""))
         if r.error:
             print(f"{r.peer}: FAILED - {r.error}")
