@@ -228,7 +228,9 @@ COMMANDS: dict[str, Callable[[Setup, str, str], list[str]]] = {
 
 @contextlib.contextmanager
 def peer_process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``cmd`` in its own process group; SIGTERM it (SIGKILL after 20 s) on the way out."""
+    """Run ``cmd`` in its own process group. On the way out: SIGTERM to the process itself (so it
+    stops its children in order, e.g. the Spark runtime its JVM), SIGKILL to the group after 20 s,
+    and SIGKILL to whatever is left in the group."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=ROOT, start_new_session=True,
@@ -241,7 +243,7 @@ def peer_process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]
             if proc.poll() is not None:
                 break
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
+                (os.kill if sig == signal.SIGTERM else os.killpg)(proc.pid, sig)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(wait)
         with contextlib.suppress(ProcessLookupError):  # whatever it left behind in its group

@@ -260,7 +260,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="extra mm2.properties line for MM2 ({src}/{dst} expand), repeatable")
     ap.add_argument("--source", help="source bootstrap servers (default: start a local cluster)")
     ap.add_argument("--target", help="target bootstrap servers (default: start a local cluster)")
-    ap.add_argument("--startup-timeout", type=float, default=180.0,
+    ap.add_argument("--startup-timeout", type=float, default=300.0,
                     help="seconds a peer may take to its first record on the target")
     ap.add_argument("--drain-timeout", type=float, default=30.0,
                     help="seconds after the window for its last records to arrive")
