@@ -70,7 +70,7 @@ from latency_support import (
 )
 from rate_producer import HEADER
 
-from mm2py.kafka_local import KafkaCluster
+from mm2py.kafka_local import KafkaCluster, start_all
 
 PEERS = ("direct", "mm2py", "mm2py-spark", "mm2", "mm2-tuned", "record-copy")
 DEFAULT_PEERS = "direct,mm2py,mm2py-spark,mm2"
@@ -305,7 +305,7 @@ def local_clusters(workdir: Path) -> Iterator[tuple[str, str, list[int]]]:
     try:
         for name in ("source", "target"):
             clusters.append(KafkaCluster.create(name, workdir / name))
-            clusters[-1].start(timeout=120)
+        start_all(clusters, timeout=300)  # both JVMs boot at once; a busy machine needs the time
         pids = [n.pid for c in clusters for n in c.nodes if n.pid]
         yield clusters[0].bootstrap, clusters[1].bootstrap, pids
     finally:
