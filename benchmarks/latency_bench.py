@@ -90,6 +90,11 @@ def producer_command(bootstrap: str, topic: str, stats: Path, args: argparse.Nam
             "--start-rate", str(min(args.startup_rate, args.rate))]
 
 
+def last_line(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
 def run_peer(peer: str, index: int, s: Setup, args: argparse.Namespace, brokers: list[int]) -> Result:
     """Producer on, peer on, measure, peer off, producer off; then read the window back from the source."""
     src, dst = f"src{index}", f"dst{index}"
@@ -105,18 +110,25 @@ def run_peer(peer: str, index: int, s: Setup, args: argparse.Namespace, brokers:
         return res
     consumer = target_consumer(s.source if direct else s.target)
     received = Received()
+    log = s.workdir / f"{index}-{peer}.out"
     try:
         with contextlib.ExitStack() as stack:  # on the way out: the peer stops first, then the producer
             producer = stack.enter_context(peer_process(producer_command(s.source, topic, stats, args),
                                                         s.workdir / f"{index}-{peer}-producer.out"))
             start = time.monotonic()
-            proc = stack.enter_context(peer_process(cmd, s.workdir / f"{index}-{peer}.out")) if cmd else None
-            res.error = measure(res, proc, consumer, received, start, args, brokers,
-                                lambda: os.kill(producer.pid, signal.SIGUSR1))
+            try:
+                proc = stack.enter_context(peer_process(cmd, log)) if cmd else None
+            except OSError as exc:  # e.g. no java
+                res.error = f"could not start {cmd[0]}: {exc}"
+            else:
+                res.error = measure(res, proc, consumer, received, start, args, brokers,
+                                    lambda: os.kill(producer.pid, signal.SIGUSR1))
         res.producer = json.loads(stats.read_text()) if stats.exists() else {}
     finally:
         consumer.close()
     if res.startup is None:
+        if cmd and log.exists():
+            res.error += f" (its output: {log}, ending {last_line(log)!r})"
         return res
     try:
         expected = source_window(s.source, topic, res.window, timeout=120)
@@ -172,7 +184,7 @@ def poll_once(consumer: Consumer, received: Received) -> int:
 
 def exited(proc: subprocess.Popen[bytes] | None) -> str:
     if proc is not None and proc.poll() is not None:
-        return f"the mirror exited with status {proc.returncode}; see its .out file in the workdir"
+        return f"the mirror exited with status {proc.returncode}"
     return ""
 
 
