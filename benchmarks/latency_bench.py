@@ -280,6 +280,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="keep configs, logs and per-record latencies here (default: a temp dir)")
     args = ap.parse_args(argv)
     args.seconds = args.seconds if args.seconds is not None else (20.0 if args.quick else 60.0)
+    check_args(ap, args)
+    return args
+
+
+def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what cannot be measured (exits with a usage error); splits ``args.peers``."""
     if bool(args.source) != bool(args.target):
         ap.error("give both --source and --target, or neither")
     if not 0 < args.rate <= 100_000:
@@ -307,7 +313,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for kv in args.mm2py_prop + args.mm2_prop:
         if "=" not in kv or not kv.split("=", 1)[0].strip():
             ap.error(f"expected KEY=VALUE, got {kv!r}")
-    return args
 
 
 @contextlib.contextmanager
