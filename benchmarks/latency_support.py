@@ -191,7 +191,8 @@ def print_report(results: list[Result]) -> None:
         p = r.producer
         if p:
             behind_ms = p.get("max_behind_s", 0.0) * 1000
-            print(f"{r.peer}: producer {p.get('produced', 0):,} records; at full rate "
+            phase = "at full rate" if p.get("full_rate") else "never past the start-up trickle:"
+            print(f"{r.peer}: producer {p.get('produced', 0):,} records; {phase} "
                   f"{p.get('rate', 0.0):,.0f}/s over {p.get('seconds', 0.0):.0f}s, at most "
                   f"{behind_ms:.0f} ms behind schedule"
                   + (f", errors {p['errors']}" if p.get("errors") else ""))
