@@ -19,6 +19,13 @@ confluent-kafka consumer+producer loop: decompress, per-record objects, recompre
 
     python benchmarks/mirror_bench.py [--quick] [--records N] [--peers mm2py,mm2,record-copy]
     python benchmarks/mirror_bench.py --rtt-ms 40 [--rtt-side target]   # one cluster across a WAN-like RTT
+    python benchmarks/mirror_bench.py --scenario small-batches --records 500000   # 1 KiB batches
+
+Scenarios: ``backlog`` (default) seeds with ``batch.size`` = ``--batch-kib`` and ``linger.ms=50``,
+large batches that every peer copies at its best; ``small-batches`` seeds a backlog written in
+tiny batches (``batch.size=1024``, ``batch.num.messages=4``, ``linger.ms=0``: about 1 KiB and 4
+records each, lz4 by default), where mm2py coalesces runs of small batches (``mm2py.coalesce.*``).
+Each peer's line "target ...: avg batch" shows the batch size the target was left with.
 """
 
 from __future__ import annotations
@@ -60,10 +67,13 @@ PEERS = ("mm2py", "mm2", "mm2-tuned", "record-copy")
 def seed(bootstrap: str, topic: str, args: argparse.Namespace) -> float:
     """Produce the backlog: ``args.records`` records round-robin over the partitions."""
     values = make_values(args.record_size)
+    batching: dict[str, int] = {"linger.ms": 50, "batch.size": args.batch_kib * 1024,
+                                "batch.num.messages": 1_000_000}
+    if args.scenario == "small-batches":  # a linger.ms=0 producer under light load
+        batching = {"linger.ms": 0, "batch.size": 1024, "batch.num.messages": 4}
     producer = Producer({
         "bootstrap.servers": bootstrap, "compression.type": args.codec, "acks": "all",
-        "enable.idempotence": True, "linger.ms": 50, "batch.size": args.batch_kib * 1024,
-        "batch.num.messages": 1_000_000, "queue.buffering.max.kbytes": 262144,
+        "enable.idempotence": True, "queue.buffering.max.kbytes": 262144, **batching,
     })
     errors: list[str] = []
 
@@ -230,6 +240,8 @@ def print_report(results: list[Result], source: BatchSummary, expected: int) -> 
 # -------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="backlog", choices=["backlog", "small-batches"],
+                    help="backlog: large producer batches; small-batches: ~1 KiB batches of 4 records")
     ap.add_argument("--quick", action="store_true", help="100k records (under ~2 minutes)")
     ap.add_argument("--records", type=int, help="records to seed (default 1,000,000; 100,000 with --quick)")
     ap.add_argument("--record-size", type=int, default=200, help="value bytes per record")
@@ -325,7 +337,8 @@ def main(argv: list[str]) -> int:
                 res.stored = scan_batches(direct["target"], res.target_topic)
             print(f"  {peer}: {fmt(res.seconds, '.1f')} s {res.error}", flush=True)
             results.append(res)
-        print(f"\n{expected:,} records, {stored.bytes / 1e6:.1f} MB stored ({args.codec}), "
+        print(f"\nscenario {args.scenario}: {expected:,} records, {stored.bytes / 1e6:.1f} MB stored "
+              f"({args.codec}, avg batch {stored.bytes / max(1, stored.batches) / 1024:.1f} KiB), "
               f"{args.partitions} partitions, tasks.max={args.tasks}, mm2py runtime {args.runtime}, "
               + (f"{args.rtt_side} cluster +{args.rtt_ms:g} ms RTT (latency proxy), " if args.rtt_ms else "")
               + f"{os.cpu_count()} CPUs, "

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from connectors.client_settings import raw_client_settings
 from connectors.mirror_sink import MirrorSink
 from connectors.mirror_source import MirrorSource
+from connectors.outgoing import CoalesceSettings
 from connectors.resume import TailReconciler
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.producer import RawProducer
@@ -59,6 +60,17 @@ class FlowProgressKeeper:
             self.syncs.flush()
 
 
+def coalesce_settings(flow: FlowConfig) -> CoalesceSettings:
+    """``mm2py.coalesce.*``; a merged batch is at most 1 MiB (the brokers' default
+    ``message.max.bytes``) unless the target size asks for more."""
+    return CoalesceSettings(
+        enabled=flow.coalesce_enabled,
+        threshold=flow.coalesce_threshold_bytes,
+        target=flow.coalesce_target_bytes,
+        max_bytes=max(1024 * 1024, flow.coalesce_target_bytes),
+    )
+
+
 async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRunner:
     """Connect to both clusters and assemble source, sink and checkpointer for ``spec``.
 
@@ -77,7 +89,7 @@ async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRun
     def rename(topic: str) -> str:
         return policy.format_remote_topic(flow.source, topic)
 
-    sink = MirrorSink(RawProducer(target_client, settings.producer), rename)
+    sink = MirrorSink(RawProducer(target_client, settings.producer), rename, coalesce_settings(flow))
     return TaskRunner(
         spec, source, sink, FlowProgressKeeper(flow),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,

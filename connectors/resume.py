@@ -4,17 +4,20 @@ A worker that dies between delivering batches and committing its position would,
 mirror those batches again on restart. mm2py stores with each position the target end offset
 it maps to, so on restart it reads the target partition from there and walks it in lockstep
 with the source from the stored position, preparing each source batch exactly as the mirror
-would (crop, read_committed filter, compaction rebuild). Every target batch whose records are
-byte-for-byte those of the next source batch (attributes, timestamps and records; producer
-fields excepted, the mirror replaces them) is already mirrored, so the source position moves past
-it. The first difference, or the end of the target, ends the walk: nothing is ever skipped that
-the target does not hold.
+would (crop, read_committed filter, compaction rebuild). A target batch may hold one source batch
+or, when the mirror merged small batches (``mm2py.coalesce.*``), a run of consecutive ones:
+:func:`mm2py.protocol.batch_merge.match_run` says how many of the next source batches it holds
+exactly (attributes, timestamps and records; producer fields excepted, the mirror replaces them),
+whatever coalescing settings and fetch boundaries were in force when it was written. Those source
+batches are already mirrored, so the source position moves past them. The first difference, or
+the end of the target, ends the walk: nothing is ever skipped that the target does not hold.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from connectors.mirror_source import MirrorSource
 from mm2py.client.cluster import LATEST, ClusterClient
@@ -22,20 +25,76 @@ from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.engine.task_api import Delivered
 from mm2py.protocol.api_fetch import READ_UNCOMMITTED
 from mm2py.protocol.batch_edit import rebuild_contiguous
+from mm2py.protocol.batch_merge import match_run
 from mm2py.protocol.connect_offsets import Position
-from mm2py.protocol.records import ATTR_TRANSACTIONAL, RecordBatch
+from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
 
-def same_records(source: RecordBatch, target: RecordBatch) -> bool:
-    """True if ``target`` holds exactly the records of ``source`` as the mirror writes them."""
-    if source.attributes & ~ATTR_TRANSACTIONAL != target.attributes & ~ATTR_TRANSACTIONAL:
-        return False
-    s, t = source.buf, target.buf
-    # lastOffsetDelta, baseTimestamp, maxTimestamp | recordsCount and the records
-    return s[23:43] == t[23:43] and s[57:] == t[57:]
+@dataclass(frozen=True)
+class _Prepared:
+    """A source batch as the mirror hands it to coalescing (rebuilt when it has gaps)."""
+
+    batch: RecordBatch
+    offsets: list[int] | None  # each record's source offset, when rebuilt
+    next_offset: int  # the source position after the original batch
+
+
+class _SourceWindow:
+    """A partition's source batches from a position on, prepared, fetched as they are needed."""
+
+    def __init__(self, source: MirrorSource, tp: TopicPartition, start: int) -> None:
+        self.source = source
+        self.tp = tp
+        self.pending: list[_Prepared] = []
+        self.next = start  # where the next source fetch starts (past filtered batches too)
+
+    async def fill(self, records: int) -> bool:
+        """Hold at least ``records`` records; False when the source has no more to give."""
+        while sum(p.batch.records_count for p in self.pending) < records:
+            polled = (await self.source.poll({self.tp: self.next})).get(self.tp)
+            if polled is None or polled.reset_to is not None or polled.next_offset <= self.next:
+                return False
+            for sb in polled.batches:
+                if sb.next_offset <= self.next:
+                    continue
+                if sb.is_contiguous():
+                    self.pending.append(_Prepared(sb, None, sb.next_offset))
+                else:
+                    rebuilt, offsets = rebuild_contiguous(sb)
+                    if offsets:
+                        self.pending.append(_Prepared(rebuilt, offsets, sb.next_offset))
+            self.next = polled.next_offset
+        return True
+
+    def match(self, target: RecordBatch) -> list[_Prepared]:
+        """Take the leading source batches ``target`` holds (none if it holds something else)."""
+        if not self.pending:
+            return []
+        if self.pending[0].offsets is not None:
+            candidates = self.pending[:1]  # a rebuilt batch is never merged with others
+        else:
+            candidates = []
+            for p in self.pending:
+                if p.offsets is not None:
+                    break
+                candidates.append(p)
+        k = match_run(target, [p.batch for p in candidates])
+        taken, self.pending = self.pending[:k], self.pending[k:]
+        return taken
+
+
+def _delivered(tp: TopicPartition, run: list[_Prepared], tb: RecordBatch) -> Delivered:
+    if len(run) == 1 and run[0].offsets is not None:
+        offsets = run[0].offsets
+        first, last = offsets[0], offsets[-1]
+    else:
+        offsets = None
+        first, last = run[0].batch.base_offset, run[-1].batch.last_offset
+    return Delivered(tp, first, last, run[-1].next_offset, tb.base_offset, offsets, tb.size,
+                     tb.records_count)
 
 
 class TailReconciler:
@@ -67,29 +126,21 @@ class TailReconciler:
             log.warning("%s: target %s ends at %d, below the committed %d", tp, ttp, end, pos_t)
             return Position(pos_s, None), []
         already: list[Delivered] = []
+        window = _SourceWindow(self.source, tp, pos_s)
         while pos_t < end and len(already) < self.max_batches:
             fetched = (await self._fetcher.fetch({ttp: pos_t})).get(ttp)
             if fetched is None or not fetched.ok or not fetched.batches:
                 break
-            polled = (await self.source.poll({tp: pos_s})).get(tp)
-            if polled is None or not polled.batches:
-                break
-            matched = 0
-            for tb, sb in zip(fetched.batches, polled.batches, strict=False):
-                offsets: list[int] | None = None
-                prepared = sb
-                if not sb.is_contiguous():
-                    prepared, offsets = rebuild_contiguous(sb)
-                if not same_records(prepared, tb):
-                    log.info("%s: target batch at %d differs from source at %d: stop skipping",
-                             tp, tb.base_offset, sb.base_offset)
+            for tb in fetched.batches:
+                if not await window.fill(tb.records_count):
                     return Position(pos_s, pos_t), already
-                first = offsets[0] if offsets else sb.base_offset
-                last = offsets[-1] if offsets else sb.last_offset
-                already.append(Delivered(tp, first, last, sb.next_offset, tb.base_offset, offsets,
-                                         tb.size, tb.records_count))
-                pos_s, pos_t = sb.next_offset, tb.next_offset
-                matched += 1
-            if matched == len(polled.batches):
-                pos_s = max(pos_s, polled.next_offset)  # a filtered stretch after the last batch
+                run = window.match(tb)
+                if not run:
+                    log.info("%s: target batch at %d differs from source at %d: stop skipping",
+                             tp, tb.base_offset, pos_s)
+                    return Position(pos_s, pos_t), already
+                already.append(_delivered(tp, run, tb))
+                pos_s, pos_t = run[-1].next_offset, tb.next_offset
+                if not window.pending:
+                    pos_s = max(pos_s, window.next)  # a filtered stretch after the last batch
         return Position(pos_s, pos_t), already

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -10,6 +11,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from mm2py.protocol.records import RecordBatch
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -323,3 +326,37 @@ def read_syncs(bootstrap: str, topic: str) -> list[Any]:
             out.append(OffsetSync.from_record(msg.key(), msg.value()))
     finally:
         c.close()
+
+
+def raw_batches(bootstrap: str, topic: str, partitions: int) -> dict[int, list[RecordBatch]]:
+    """Every record batch of ``topic`` as stored (read_committed fetches: no aborted or control
+    batches), per partition."""
+    from mm2py.client.cluster import ClusterClient
+    from mm2py.client.fetcher import FetcherConfig, RawFetcher
+    from mm2py.protocol.types import TopicPartition
+
+    async def fetch_all() -> dict[int, list[RecordBatch]]:
+        client = ClusterClient(bootstrap)
+        await client.start()
+        try:
+            fetcher = RawFetcher(client, FetcherConfig(max_wait_ms=100))
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            ends = await client.list_offsets(tps)
+            pos = {tp: 0 for tp in tps}
+            out: dict[int, list[RecordBatch]] = {p: [] for p in range(partitions)}
+            while any(pos[tp] < ends[tp] for tp in tps):
+                got = await fetcher.fetch({tp: o for tp, o in pos.items() if o < ends[tp]})
+                for tp, f in got.items():
+                    out[tp.partition].extend(RecordBatch(bytes(b)) for b in f.batches)
+                    pos[tp] = max(pos[tp], f.next_offset)
+            return out
+        finally:
+            await client.close()
+
+    return asyncio.run(fetch_all())
+
+
+def without_producer_state(b: RecordBatch) -> bytes:
+    """Attributes onward, minus producerId/epoch/baseSequence (stripped for the target broker)."""
+    raw = bytes(b)
+    return raw[21:43] + raw[57:]

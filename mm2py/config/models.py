@@ -132,6 +132,12 @@ class FlowSettings(BaseModel):
     # mm2py-specific
     max_inflight_bytes_per_task: int = Field(64 * _MIB, alias="mm2py.max.inflight.bytes.per.task", ge=1)
     fetch_max_bytes: int = Field(50 * _MIB, alias="mm2py.fetch.max.bytes", ge=1)
+    #: merge runs of consecutive small batches of a partition (see mm2py.protocol.coalesce);
+    #: false mirrors every batch as it came (byte-identical records sections)
+    coalesce_enabled: bool = Field(True, alias="mm2py.coalesce.enabled")
+    coalesce_threshold_bytes: int = Field(8 * 1024, alias="mm2py.coalesce.threshold.bytes", ge=0)
+    coalesce_target_bytes: int = Field(64 * 1024, alias="mm2py.coalesce.target.bytes", ge=1,
+                                       le=16 * _MIB)
     #: every broker of a cluster refusing connections this long fails an admin call (a flow's
     #: start, a REST request) at once with the broker's reason, instead of after admin.timeout.ms
     unreachable_timeout_ms: int = Field(5_000, alias="mm2py.unreachable.timeout.ms", ge=0)

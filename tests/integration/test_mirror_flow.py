@@ -17,19 +17,18 @@ from helpers import (
     end_offsets,
     mirror_config,
     produce_records,
+    raw_batches,
     read_all,
     read_syncs,
     topic_names,
     unique,
     wait_until,
+    without_producer_state,
 )
 
-from mm2py.client.cluster import ClusterClient
-from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.mm2_records import Heartbeat
-from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
 pytestmark = pytest.mark.integration
@@ -53,35 +52,7 @@ def _mirrored(east: KafkaCluster, west: KafkaCluster, pairs: dict[str, str]) -> 
     return True
 
 
-def _raw_batches(bootstrap: str, topic: str, partitions: int) -> dict[int, list[RecordBatch]]:
-    async def fetch_all() -> dict[int, list[RecordBatch]]:
-        client = ClusterClient(bootstrap)
-        await client.start()
-        try:
-            fetcher = RawFetcher(client, FetcherConfig(max_wait_ms=100))
-            tps = [TopicPartition(topic, p) for p in range(partitions)]
-            ends = await client.list_offsets(tps)
-            pos = {tp: 0 for tp in tps}
-            out: dict[int, list[RecordBatch]] = {p: [] for p in range(partitions)}
-            while any(pos[tp] < ends[tp] for tp in tps):
-                got = await fetcher.fetch({tp: o for tp, o in pos.items() if o < ends[tp]})
-                for tp, f in got.items():
-                    out[tp.partition].extend(RecordBatch(bytes(b)) for b in f.batches)
-                    pos[tp] = max(pos[tp], f.next_offset)
-            return out
-        finally:
-            await client.close()
-
-    return asyncio.run(fetch_all())
-
-
-def _without_producer_state(b: RecordBatch) -> bytes:
-    """Attributes onward, minus producerId/epoch/baseSequence (stripped for the target broker)."""
-    raw = bytes(b)
-    return raw[21:43] + raw[57:]
-
-
-def test_three_topics_all_codecs_mirror_identically_as_raw_batches(
+def test_three_topics_all_codecs_mirror_identically_asraw_batches(
     east: KafkaCluster, west: KafkaCluster
 ) -> None:
     prefix = unique("bulk")
@@ -112,11 +83,11 @@ def test_three_topics_all_codecs_mirror_identically_as_raw_batches(
         sent, got = read_all(east.bootstrap, src), read_all(west.bootstrap, dst)
         assert len(got) == len(sent)
         assert by_partition(got) == by_partition(sent)
-        raw_src = _raw_batches(east.bootstrap, src, 4)
-        raw_dst = _raw_batches(west.bootstrap, dst, 4)
+        raw_src = raw_batches(east.bootstrap, src, 4)
+        raw_dst = raw_batches(west.bootstrap, dst, 4)
         for p in range(4):
-            assert [_without_producer_state(b) for b in raw_dst[p]] == [
-                _without_producer_state(b) for b in raw_src[p]
+            assert [without_producer_state(b) for b in raw_dst[p]] == [
+                without_producer_state(b) for b in raw_src[p]
             ]
             assert {b.codec for b in raw_dst[p]} == {b.codec for b in raw_src[p]}
 
