@@ -35,9 +35,10 @@ from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.record_codec import (
     RawRecord,
     assemble_batch,
+    read_varint,
+    read_varlong,
     records_section,
-    reframe_record,
-    scan_raw_records,
+    varint_bytes,
 )
 from mm2py.protocol.records import ATTR_CODEC_MASK, ATTR_TRANSACTIONAL, RecordBatch
 
@@ -106,16 +107,71 @@ def follows(prev: RecordBatch, nxt: RecordBatch) -> bool:
 Scanned = tuple[bytes, list[RawRecord]]
 
 
+def _frames(section: bytes, count: int) -> list[RawRecord]:
+    """Each record's framing: attributes, timestamp and offset deltas, and where its key, value
+    and headers lie. Lighter than :func:`~mm2py.protocol.record_codec.scan_raw_records`: the
+    key/value/headers bytes are carried into the merged batch as they are, unparsed, just as a
+    passed-through batch carries them (the target broker validates every record it appends).
+    Raises :class:`CorruptBatchError` when the framing does not hold ``count`` records exactly."""
+    out: list[RawRecord] = []
+    pos = 0
+    total = len(section)
+    try:
+        for _ in range(count):
+            length, p = read_varint(section, pos)
+            end = p + length
+            if length < 1 or end > total:
+                raise CorruptBatchError(f"invalid record length {length} at byte {pos}")
+            attrs = section[p]
+            ts_delta, p = read_varlong(section, p + 1)
+            off_delta, p = read_varint(section, p)
+            if p > end:
+                raise CorruptBatchError(f"record at byte {pos} is shorter than its header")
+            out.append((attrs, ts_delta, off_delta, p, end))
+            pos = end
+    except IndexError:
+        raise CorruptBatchError("records section is truncated") from None
+    if pos != total:
+        raise CorruptBatchError(f"{total - pos} bytes remain after the declared {count} records")
+    return out
+
+
 def scan_for_merge(batch: RecordBatch) -> Scanned | None:
-    """Verified, decompressed and parsed records of an eligible batch; ``None`` when its record
-    offset deltas are not 0..n-1 (it cannot keep its offsets in a merge)."""
+    """CRC-verified, decompressed records section of an eligible batch and its records' framing;
+    ``None`` when its record offset deltas are not 0..n-1 (it cannot keep its offsets in a merge)."""
     batch.verify()
     section = records_section(batch)
-    raws = scan_raw_records(section, batch.records_count)
+    raws = _frames(section, batch.records_count)
     for i, raw in enumerate(raws):
         if raw[2] != i:
             return None
     return section, raws
+
+
+#: zigzag varints of -8192..8191 (one or two bytes): record lengths and deltas in merged batches
+_SMALL = 8192
+_VARINTS = [varint_bytes(v) for v in range(-_SMALL, _SMALL)]
+
+
+def _varint(value: int) -> bytes:
+    return _VARINTS[value + _SMALL] if -_SMALL <= value < _SMALL else varint_bytes(value, long=True)
+
+
+def _reframe(out: bytearray, section: bytes, raws: list[RawRecord], ts_shift: int, off_shift: int) -> None:
+    """Append ``raws`` with their deltas shifted (the loop the merge spends its time in)."""
+    view = memoryview(section)
+    small = _SMALL
+    table = _VARINTS
+    for attrs, ts_delta, off_delta, t0, t1 in raws:
+        ts = ts_delta + ts_shift
+        off = off_delta + off_shift
+        ts_b = table[ts + small] if -small <= ts < small else varint_bytes(ts, long=True)
+        off_b = table[off + small] if off < small else varint_bytes(off)
+        out += _varint(1 + len(ts_b) + len(off_b) + t1 - t0)
+        out.append(attrs)
+        out += ts_b
+        out += off_b
+        out += view[t0:t1]
 
 
 def merge_scanned(run: Sequence[RecordBatch], scanned: Sequence[Scanned]) -> MergedRecords:
@@ -140,8 +196,7 @@ def merge_scanned(run: Sequence[RecordBatch], scanned: Sequence[Scanned]) -> Mer
         if off_shift == 0 and ts_shift == 0:
             out += section  # already framed for the merged base offset and timestamp
             continue
-        for attrs, ts_delta, off_delta, t0, t1 in raws:
-            reframe_record(out, attrs, ts_delta + ts_shift, off_delta + off_shift, section[t0:t1])
+        _reframe(out, section, raws, ts_shift, off_shift)
     return MergedRecords(run[0].attributes, first_offset, count, lo, hi, bytes(out))
 
 
