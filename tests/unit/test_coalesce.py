@@ -124,6 +124,8 @@ def test_merged_output_holds_exactly_the_input_records_in_order(
             continue
         # only small, eligible batches without gaps, of one codec and timestamp type, are merged
         assert all(merge_eligible(b) and len(b) < threshold for b in run)
+        assert not any(b.is_control or b.is_transactional or b.timestamp_type or b.has_delete_horizon
+                       or not b.is_contiguous() for b in run)
         assert all(b.base_offset == a.last_offset + 1 for a, b in itertools.pairwise(run))
         assert len({b.attributes for b in run}) == 1 and c.batch.attributes == run[0].attributes
         assert sum(len(b) for b in run) <= target
@@ -264,3 +266,37 @@ def test_coalescing_off_passes_every_batch_through() -> None:
     outgoing = prepare(batches, CoalesceSettings(enabled=False))
     assert [o.batch for o in outgoing] == batches
     assert all(o.batch is b for o, b in zip(outgoing, batches, strict=True))
+
+
+@pytest.mark.parametrize("kind", ["control", "txn", "logappend", "compacted"])
+def test_batches_that_must_keep_their_header_are_never_merged(kind: str) -> None:
+    values = (10, 20, 30)
+    plain = Spec(0, "plain", Codec.LZ4, values, 0, 7)
+    special = Spec(0, kind, Codec.LZ4, values, 0, 7)
+    batches = build([plain, plain, special, special, special, plain, plain])
+    out = coalesce(batches, max_bytes=1 << 20)
+    assert _ranges(out) == [
+        (batches[0].base_offset, batches[1].last_offset, 2),
+        *((b.base_offset, b.last_offset, 1) for b in batches[2:5]),
+        (batches[5].base_offset, batches[6].last_offset, 2),
+    ]
+
+
+@pytest.mark.parametrize(("second", "why"), [
+    (Spec(1, "plain", Codec.LZ4, (10, 20), 0, 7), "offset gap"),
+    (Spec(0, "plain", Codec.ZSTD, (10, 20), 0, 7), "codec change"),
+    (Spec(0, "logappend", Codec.LZ4, (10, 20), 0, 7), "timestamp type change"),
+])
+def test_a_run_ends_at_a_gap_or_a_change_of_codec_or_timestamp_type(second: Spec, why: str) -> None:
+    first = Spec(0, "plain", Codec.LZ4, (10, 20), 0, 7)
+    batches = build([first, first, second])
+    out = coalesce(batches, max_bytes=1 << 20)
+    assert [c.sources for c in out] == [2, 1], why
+    assert out[1].batch is batches[2]
+
+
+def test_batches_of_different_source_producers_are_merged() -> None:
+    """The mirror's producer stamps its own producer id on every batch it writes."""
+    batches = build([Spec(0, "plain", Codec.LZ4, (10, 20), 0, pid) for pid in (7, 8, -1, 7)])
+    assert len({b.producer_id for b in batches}) == 3
+    assert [c.sources for c in coalesce(batches, max_bytes=1 << 20)] == [4]
