@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.outgoing import CoalesceSettings, prepare
+from connectors.outgoing import CoalesceSettings, ResendPlan, prepare
 from mm2py.engine.offset_syncs import OffsetSyncPlanner, OffsetSyncStore
 from mm2py.protocol.batch_edit import for_produce
 from mm2py.protocol.batch_merge import match_run, merge_eligible
@@ -44,6 +44,16 @@ spec_st = st.builds(
     kind=st.sampled_from(KINDS),
     codec=st.sampled_from([Codec.LZ4, Codec.LZ4, Codec.LZ4, *Codec]),
     values=st.lists(st.integers(0, 900), min_size=1, max_size=12).map(tuple),
+    ts=st.integers(-5_000, 5_000),
+    producer=st.sampled_from([-1, 7, 8]),
+)
+#: mostly small plain batches, so that runs form often
+small_spec_st = st.builds(
+    Spec,
+    gap=st.sampled_from([0, 0, 0, 0, 0, 0, 0, 2]),
+    kind=st.sampled_from(("plain",) * 12 + KINDS),
+    codec=st.sampled_from([Codec.LZ4] * 8 + [Codec.NONE, Codec.ZSTD]),
+    values=st.lists(st.integers(0, 200), min_size=1, max_size=5).map(tuple),
     ts=st.integers(-5_000, 5_000),
     producer=st.sampled_from([-1, 7, 8]),
 )
@@ -105,7 +115,7 @@ def _ranges(out: list[Coalesced]) -> list[tuple[int, int, int]]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(spec_st, min_size=1, max_size=40), sizes_st)
+@given(st.lists(st.one_of(spec_st, small_spec_st), min_size=1, max_size=40), sizes_st)
 def test_merged_output_holds_exactly_the_input_records_in_order(
     specs: list[Spec], sizes: tuple[int, int]
 ) -> None:
@@ -140,7 +150,7 @@ def test_merged_output_holds_exactly_the_input_records_in_order(
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(spec_st, min_size=1, max_size=40), sizes_st, st.integers(1, 100))
+@given(st.lists(st.one_of(spec_st, small_spec_st), min_size=1, max_size=40), sizes_st, st.integers(1, 100))
 def test_offset_translation_is_exact_across_merged_batches(
     specs: list[Spec], sizes: tuple[int, int], lag: int
 ) -> None:
@@ -166,7 +176,7 @@ def test_offset_translation_is_exact_across_merged_batches(
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(spec_st, min_size=1, max_size=30), sizes_st)
+@given(st.lists(st.one_of(spec_st, small_spec_st), min_size=1, max_size=30), sizes_st)
 def test_match_run_recognises_each_written_batch_and_nothing_else(
     specs: list[Spec], sizes: tuple[int, int]
 ) -> None:
@@ -191,7 +201,7 @@ def test_match_run_recognises_each_written_batch_and_nothing_else(
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(spec_st, min_size=2, max_size=40), sizes_st, st.data())
+@given(st.lists(st.one_of(spec_st, small_spec_st), min_size=2, max_size=40), sizes_st, st.data())
 def test_cuts_form_the_same_batches_again_from_a_longer_fetch(
     specs: list[Spec], sizes: tuple[int, int], data: st.DataObject
 ) -> None:
@@ -300,3 +310,47 @@ def test_batches_of_different_source_producers_are_merged() -> None:
     batches = build([Spec(0, "plain", Codec.LZ4, (10, 20), 0, pid) for pid in (7, 8, -1, 7)])
     assert len({b.producer_id for b in batches}) == 3
     assert [c.sources for c in coalesce(batches, max_bytes=1 << 20)] == [4]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(small_spec_st, min_size=2, max_size=40), sizes_st, st.data())
+def test_the_sink_re_sends_unacknowledged_batches_as_they_were(
+    specs: list[Spec], sizes: tuple[int, int], data: st.DataObject
+) -> None:
+    """A produce of a fetch's batches fails after k acknowledgements; the next fetches from the
+    acknowledged position (shorter or longer) yield the unacknowledged batches again, record for
+    record, before anything new; a shorter fetch holds back what it cannot form yet."""
+    batches = [b for b in build(specs) if not b.is_control]
+    if not batches:
+        return
+    threshold, target = sizes
+    cfg = CoalesceSettings(threshold=threshold, target=target, max_bytes=2 * target)
+    plan = ResendPlan.empty()
+    m = data.draw(st.integers(1, len(batches)))
+    chosen, cuts, held = plan.cuts(TP, batches[:m])
+    assert (list(chosen), cuts, held) == (batches[:m], [], False)
+    sent = prepare(chosen, cfg, cuts)
+    k = data.draw(st.integers(0, len(sent)))
+    plan.settle(TP, sent, k, held_back=False)
+    unacked = sent[k:]
+    if not unacked:
+        assert TP not in plan.ranges
+        return
+    start = next(i for i, b in enumerate(batches) if b.base_offset == unacked[0].source_base)
+    for _ in range(3):  # fetches of any length from the acknowledged position
+        end = data.draw(st.integers(start + 1, len(batches)))
+        chosen, cuts, held = plan.cuts(TP, batches[start:end])
+        again = prepare(chosen, cfg, cuts)
+        same = min(len(again), len(unacked))
+        assert [rows(o.batch) for o in again[:same]] == [rows(o.batch) for o in unacked[:same]]
+        assert [(o.source_base, o.source_next) for o in again[:same]] == [
+            (o.source_base, o.source_next) for o in unacked[:same]]
+        assert held == (batches[end - 1].last_offset < unacked[-1].source_next - 1)
+        if held:
+            assert len(again) < len(unacked)  # nothing past an incomplete unacknowledged batch
+            plan.settle(TP, again, 0, held_back=True)  # none acknowledged this time either
+            continue
+        assert len(again) >= len(unacked)
+        plan.settle(TP, again, len(again), held_back=False)  # all acknowledged now
+        assert TP not in plan.ranges
+        return
