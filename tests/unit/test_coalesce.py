@@ -354,3 +354,17 @@ def test_the_sink_re_sends_unacknowledged_batches_as_they_were(
         plan.settle(TP, again, len(again), held_back=False)  # all acknowledged now
         assert TP not in plan.ranges
         return
+
+
+def test_settings_default_on_with_documented_sizes_and_reach_the_sink() -> None:
+    from connectors.mirror_task import coalesce_settings
+    from mm2py.config.errors import ConfigError
+    from mm2py.config.models import MirrorMakerConfig
+
+    keys = {"clusters": "a,b", "a.bootstrap.servers": "h:1", "b.bootstrap.servers": "h:2"}
+    flow = MirrorMakerConfig.from_flat(keys).flow("a", "b")
+    assert coalesce_settings(flow) == CoalesceSettings(True, 8192, 65536, 1 << 20)
+    off = MirrorMakerConfig.from_flat({**keys, "a->b.mm2py.coalesce.enabled": "false"}).flow("a", "b")
+    assert coalesce_settings(off).enabled is False
+    with pytest.raises(ConfigError, match=r"mm2py\.coalesce\.threshold\.bytes"):
+        MirrorMakerConfig.from_flat({**keys, "mm2py.coalesce.threshold.bytes": "-1"})
