@@ -227,7 +227,7 @@ def merged_batch(merged: MergedRecords) -> RecordBatch:
 def merge_records(run: Sequence[RecordBatch]) -> MergedRecords:
     """The merge of ``run`` in uncompressed form: a pure function of the run's batches.
 
-    Every batch is CRC-checked and parsed (``CorruptBatchError`` on bad input). Raises
+    Every batch is CRC-checked and its framing parsed (``CorruptBatchError`` on bad input). Raises
     ``ValueError`` when ``run`` is empty or cannot be merged (a batch not :func:`merge_eligible`,
     not :func:`follows` its predecessor, record offset deltas not 0..n-1, timestamps too far
     apart for one batch's deltas).

@@ -35,10 +35,11 @@ A *run* is a maximal group of input batches merged into one output batch.
     ``first_offset + i``. The run's codec is kept (decompressed and compressed again, only for
     merged runs); CRC-32C computed.
 ``VERIFIED``
-    Every batch of a run has its CRC-32C checked and its records parsed before anything is built
-    from it: corrupt input raises :class:`~mm2py.protocol.errors.CorruptBatchError` and nothing is
-    returned. Passed-through batches are checked too unless the caller says it did
-    (``verified=True``).
+    Every batch of a run has its CRC-32C checked, and its records section decompressed and its
+    records' framing (length, attributes, deltas) parsed, before anything is built from it: corrupt
+    input raises :class:`~mm2py.protocol.errors.CorruptBatchError` and nothing is returned. Keys,
+    values and headers are carried over unparsed, as in a passed-through batch. Passed-through
+    batches are CRC-checked too unless the caller says it did (``verified=True``).
 ``CUTS``
     A run always ends at a batch whose last offset is in ``cuts``. Runs are otherwise a function of
     the input only up to its end: a fetch that ends mid-run yields a shorter last run than a
