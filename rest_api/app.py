@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -27,7 +27,7 @@ from mm2py.failover import (
     translate,
 )
 from mm2py.runtime.flow_offsets import OffsetResetError
-from mm2py.runtime.inprocess import FlowRunner, Worker
+from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.metrics import WorkerCollector
 from mm2py.runtime.steering import (
     ClusterConflictError,
@@ -36,6 +36,7 @@ from mm2py.runtime.steering import (
     FlowStateError,
     NotSupportedError,
 )
+from mm2py.runtime.worker_base import WorkerBase
 from rest_api.connect import connect_router
 from rest_api.flow_control import flow_control_router
 from rest_api.models import (
@@ -50,12 +51,9 @@ from rest_api.models import (
     TranslatedOffset,
 )
 
-if TYPE_CHECKING:
-    from mm2py.runtime.spark import SparkWorker
-    from mm2py.runtime.spark_flow import SparkFlowRunner
-
-    AnyWorker = Worker | SparkWorker
-    AnyRunner = FlowRunner | SparkFlowRunner
+#: a worker of any runtime (the in-process ``Worker``, the ``SparkWorker``) and its flow runners
+AnyWorker = WorkerBase[Any]
+AnyRunner = FlowRunnerBase[Any]
 
 #: setting names whose values are not shown back (credentials)
 _SECRET = re.compile(r"password|secret|jaas|token|credential|keystore\.key", re.IGNORECASE)

@@ -5,20 +5,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mm2py.engine.latency import PartitionTimes
+from mm2py.engine.task_api import TASK_COUNTERS
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.inprocess import Worker
+from mm2py.runtime.flows import FlowRunnerBase
+from mm2py.runtime.worker_base import WorkerBase
 
-if TYPE_CHECKING:
-    from mm2py.runtime.spark import SparkWorker
-
-_TASK_COUNTERS = {
+_TASK_COUNTER_HELP = {
     "batches": "Record batches delivered to the target",
     "records": "Records delivered to the target",
     "bytes": "Record batch bytes delivered to the target",
@@ -31,7 +30,8 @@ _TASK_COUNTERS = {
     "offsets_lost_to_retention": "Source offsets deleted by retention before they were mirrored",
     "restarts": "Times the task failed and was started again from its committed progress",
 }
-
+#: one help text per task counter, in TASK_COUNTERS' order (a counter without one fails at import)
+_TASK_COUNTERS = {name: _TASK_COUNTER_HELP[name] for name in TASK_COUNTERS}
 
 _CHECKPOINT_COUNTERS = {
     "checkpoints_emitted": "Checkpoint records written to the target's checkpoints topic",
@@ -50,8 +50,14 @@ _ACL_COUNTERS = {
 
 
 class WorkerCollector(Collector):
-    def __init__(self, worker: Worker | SparkWorker) -> None:
+    """Reads any runtime's worker: the in-process ``Worker`` or the ``SparkWorker``."""
+
+    def __init__(self, worker: WorkerBase[Any]) -> None:
         self.worker = worker
+
+    @property
+    def flows(self) -> Mapping[str, FlowRunnerBase[Any]]:
+        return self.worker.flows
 
     def collect(self) -> Iterator[Metric]:
         labels = ["flow", "task"]
@@ -65,7 +71,7 @@ class WorkerCollector(Collector):
         )
         up = GaugeMetricFamily("mm2py_task_running", "1 while the task runs", labels=labels)
         partitions = GaugeMetricFamily("mm2py_task_partitions", "Source partitions assigned", labels=labels)
-        for flow_name, flow in self.worker.flows.items():
+        for flow_name, flow in self.flows.items():
             for task_id, runner in flow.tasks.items():
                 values = [flow_name, str(task_id)]
                 m = runner.metrics
@@ -105,7 +111,7 @@ class WorkerCollector(Collector):
             "mm2py_partition_lag_seconds",
             "Age of the newest record fetched while the partition had more to fetch (0 when caught up)",
             labels=labels)
-        for flow_name, flow in self.worker.flows.items():
+        for flow_name, flow in self.flows.items():
             merged: dict[TopicPartition, PartitionTimes] = {}
             for runner in flow.tasks.values():  # a partition that moved has figures in two tasks
                 for tp, times in runner.metrics.times.items():
@@ -131,7 +137,7 @@ class WorkerCollector(Collector):
             "mm2py_checkpoint_latency_seconds",
             "A group's offsets read on the source to its checkpoints acknowledged on the target",
             labels=["flow", "group"])
-        for flow_name, flow in self.worker.flows.items():
+        for flow_name, flow in self.flows.items():
             if flow.checkpoints is None:
                 continue
             m = flow.checkpoints.metrics
@@ -149,7 +155,7 @@ class WorkerCollector(Collector):
             name: CounterMetricFamily(f"mm2py_acl_sync_{name}", help_, labels=["flow"])
             for name, help_ in _ACL_COUNTERS.items()
         }
-        for flow_name, flow in self.worker.flows.items():
+        for flow_name, flow in self.flows.items():
             acl_sync = getattr(flow, "acl_sync", None)  # a flow runner without one: no figures
             if acl_sync is not None:
                 for name, family in counters.items():

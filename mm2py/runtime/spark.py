@@ -1,9 +1,8 @@
 """The Spark runtime: the driver is every flow's controller, executors run the tasks in rounds.
 
 The driver does what the in-process runtime's controller does — the same
-:func:`~mm2py.runtime.inprocess.controller_for` and
-:func:`~mm2py.runtime.inprocess.ensure_internal_topics`, a topic refresh every
-``refresh.topics.interval.seconds``, heartbeats — and then runs micro-rounds: it reads the source
+:class:`~mm2py.runtime.flows.FlowRunnerBase` (controller, internal topics, a topic refresh every
+``refresh.topics.interval.seconds``), heartbeats — and then runs micro-rounds: it reads the source
 end offsets of every assigned partition, plans one :class:`~mm2py.runtime.spark_round.RoundWork`
 per task with something to mirror (:func:`~mm2py.runtime.spark_round.plan_round`), runs them as
 one Spark job (one Spark task per mirror task) and folds the results into per-task state and

@@ -1,11 +1,10 @@
 """The Spark driver's side of one flow: controller, topic refresh, round planning, task state.
 
 :class:`SparkFlowRunner` is to the Spark runtime what ``FlowRunner`` is to the in-process one: it
-runs the flow's controller (the same :func:`~mm2py.runtime.inprocess.controller_for` and
-:func:`~mm2py.runtime.inprocess.ensure_internal_topics`) and MM2's checkpoint connector on the
-driver, plans each round's work from the source end offsets, and keeps per-task state and
-metrics (:class:`SparkTask`) from the rounds' results. ``status()`` has ``FlowRunner.status()``'s
-shape.
+shares :class:`~mm2py.runtime.flows.FlowRunnerBase` with it (the flow's controller, start,
+checkpoint connector and topic ACL sync on the driver, ``status()``), plans each round's work
+from the source end offsets, and keeps per-task state and metrics (:class:`SparkTask`) from the
+rounds' results.
 """
 
 from __future__ import annotations
@@ -13,21 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from connectors.acl_sync import TopicAclSync
-from connectors.checkpoint import CheckpointConnector
 from mm2py.client.cluster import LATEST, ClusterClient
-from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Plan
 from mm2py.engine.task_api import TASK_COUNTERS, TaskMetrics
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.inprocess import controller_for, ensure_internal_topics
+from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round
 
 if TYPE_CHECKING:
@@ -74,64 +69,26 @@ class SparkTask:
         self.retry_at = now + min(30.0, 0.5 * 2 ** (self.consecutive_failures - 1))
 
 
-class SparkFlowRunner:
+class SparkFlowRunner(FlowRunnerBase[SparkTask]):
     """One ``source->target`` flow run by the Spark driver (controller here, tasks on executors)."""
 
     def __init__(
         self, flow: FlowConfig, *, round_seconds: float = 10.0, commit_interval: float = 1.0
     ) -> None:
-        from connectors.client_settings import raw_client_settings
-
-        # a bad client override is a configuration error now, not a failed round later
-        self.settings = raw_client_settings(flow, fetch_max_bytes=flow.fetch_max_bytes)
-        self.flow = flow
+        self.settings = self._init_flow(flow)
         self.round_seconds = round_seconds
         self.commit_interval = commit_interval
-        self.controller = controller_for(flow)
-        self.tasks: dict[int, SparkTask] = {}
-        self.last_plan: Plan | None = None
-        self.state = "UNASSIGNED"
-        self.trace: str | None = None
         self.positions: dict[TopicPartition, int] = {}  # committed, as the last rounds reported
         self._source: ClusterClient | None = None
-        self.checkpoints: CheckpointConnector | None = None
-        self.acl_sync: TopicAclSync | None = None
-        self._stop = asyncio.Event()
-        self._checkpointing: asyncio.Task[None] | None = None
         self._next_refresh = 0.0
-        self._refresh_lock = asyncio.Lock()
-        self._lock = threading.Lock()  # status() may be read from other threads
 
-    @property
-    def name(self) -> str:
-        return self.flow.name
-
-    async def start(self) -> None:
-        try:
-            await asyncio.to_thread(ensure_internal_topics, self.flow, self.controller)
-            await self.refresh()
-            source = self.flow.source_cluster.bootstrap_servers
-            self._source = ClusterClient(source, self.settings.source_client)
-            await self._source.start()
-        except Exception as exc:
-            self.state, self.trace = "FAILED", f"{type(exc).__name__}: {exc}"
-            raise
-        self.state = "RUNNING"
-        self._start_checkpoints()
-        self.acl_sync = TopicAclSync.started(self.flow, self.controller, self._stop)
-
-    def _start_checkpoints(self) -> None:
-        """MM2's checkpoint connector on the driver, when the flow emits checkpoints or syncs groups
-        (as the in-process runtime does); it follows the syncs and progress the rounds write."""
-        self.checkpoints = CheckpointConnector.for_flow(self.flow, self.controller)
-        if self.checkpoints is not None:
-            self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
+    async def _connect(self) -> None:
+        source = self.flow.source_cluster.bootstrap_servers
+        self._source = ClusterClient(source, self.settings.source_client)
+        await self._source.start()
 
     def refresh_due(self, now: float) -> bool:
-        interval = self.flow.refresh_topics_interval_seconds
-        if interval < 0 or not self.flow.refresh_topics_enabled:
-            return False  # MM2: a negative interval (or refresh.topics.enabled=false) disables it
-        return now >= self._next_refresh
+        return self.refresh_interval is not None and now >= self._next_refresh
 
     async def refresh(self) -> Plan:
         """Discover topics now; the next round runs the new assignment."""
@@ -150,9 +107,6 @@ class SparkFlowRunner:
                 wanted = set(plan.partitions)
                 self.positions = {tp: o for tp, o in self.positions.items() if tp in wanted}
             return plan
-
-    def set_topic_filter(self, topic_filter: TopicFilter) -> None:
-        self.controller.set_topic_filter(topic_filter)
 
     async def plan(self, now: float) -> list[RoundWork]:
         """This round's work for this flow (reads the source end offsets)."""
@@ -232,10 +186,8 @@ class SparkFlowRunner:
 
     async def stop(self) -> None:
         self._stop.set()
-        if self.acl_sync is not None:
-            await self.acl_sync.stop()
-        if self._checkpointing is not None:
-            await asyncio.gather(self._checkpointing, return_exceptions=True)
+        await self._stop_acl_sync()
+        await self._stop_checkpoints()
         if self._source is not None:
             with contextlib.suppress(Exception):
                 await self._source.close()
@@ -245,21 +197,3 @@ class SparkFlowRunner:
             for task in self.tasks.values():
                 if task.state == "RUNNING":
                     task.state = "STOPPED"
-
-    def status(self) -> dict[str, Any]:
-        """The same shape as the in-process ``FlowRunner.status()``."""
-        with self._lock:
-            tasks = [{
-                "id": task_id, "state": t.state, "trace": t.trace,
-                "partitions": [str(tp) for tp in t.partitions],
-                "batches": t.metrics.batches, "records": t.metrics.records, "bytes": t.metrics.bytes,
-                "rebuilt_batches": t.metrics.rebuilt_batches, "syncs": t.metrics.syncs,
-                "lag": sum(t.metrics.lag.values()), "restarts": t.metrics.restarts,
-            } for task_id, t in sorted(self.tasks.items())]
-            return {
-                "name": self.name, "state": self.state, "trace": self.trace,
-                "topics": dict(self.last_plan.topics) if self.last_plan else {},
-                "tasks": tasks,
-                "checkpoints": self.checkpoints.status() if self.checkpoints else None,
-                "acl_sync": self.acl_sync.status() if self.acl_sync else None,
-            }

@@ -11,15 +11,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from connectors.heartbeat import HeartbeatEmitter
-from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.errors import ClusterUnreachableError
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flow_offsets import PartitionOffset, Reset, reset_offsets
+from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.steering import (
     FILTER_KEYS,
     HALTED_STATES,
@@ -32,29 +32,12 @@ from mm2py.runtime.steering import (
     layered,
 )
 
-__all__ = ["FlowHandle", "WorkerBase"]
+__all__ = ["WorkerBase"]
 
 log = logging.getLogger(__name__)
 
 
-class FlowHandle(Protocol):
-    """What a runtime's per-flow runner offers for steering (``FlowRunner``, ``SparkFlowRunner``)."""
-
-    flow: FlowConfig
-    state: str
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    async def refresh(self) -> Any: ...
-
-    def set_topic_filter(self, topic_filter: TopicFilter) -> None: ...
-
-    def status(self) -> dict[str, Any]: ...
-
-
-R = TypeVar("R", bound=FlowHandle)
+R = TypeVar("R", bound=FlowRunnerBase[Any])
 
 
 class WorkerBase(Generic[R]):

@@ -168,3 +168,13 @@ def test_a_task_spec_is_plain_picklable_data() -> None:
     again = pickle.loads(pickle.dumps(spec))
     assert again == spec
     assert again.flow.replication_policy().format_remote_topic("east", "orders") == "east.orders"
+
+
+def test_spark_runtime_does_not_import_the_inprocess_runtime() -> None:
+    spark = sorted((ROOT / "mm2py" / "runtime").glob("spark*.py"))
+    assert len(spark) >= 4, spark  # spark, spark_flow, spark_round, spark_session at least
+    inprocess = "mm2py.runtime.inprocess"
+    bad = {p.name: sorted(n for n in _imported_modules(f"mm2py.runtime.{p.stem}", p)
+                          if n == inprocess or n.startswith(f"{inprocess}."))
+           for p in spark}
+    assert not any(bad.values()), f"Spark modules import the in-process runtime: {bad}"

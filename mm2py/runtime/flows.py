@@ -1,0 +1,198 @@
+"""What both runtimes' flow runners share: the flow's controller, its start, its status.
+
+A flow runner runs one ``source->target`` flow: its controller (topic discovery, target topics,
+the assignment of partitions to tasks), MM2's checkpoint connector, and tasks — as asyncio tasks
+in this process (:class:`~mm2py.runtime.inprocess.FlowRunner`) or as rounds on Spark executors
+(:class:`~mm2py.runtime.spark_flow.SparkFlowRunner`). :class:`FlowRunnerBase` holds what does not
+depend on where the tasks run: the client-settings check at construction, the start (internal
+topics, first refresh) and its failure path, the checkpoint connector, the topic ACL sync, the
+refresh rule, the topic filter and the ``status()`` shape that the REST API, the status lines and
+the metrics read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from connectors.acl_sync import TopicAclSync
+from connectors.checkpoint import CheckpointConnector
+from mm2py.config.filters import TopicFilter
+from mm2py.config.models import FlowConfig
+from mm2py.engine.controller import Controller, Plan
+from mm2py.engine.task_api import TaskMetrics
+from mm2py.protocol.connect_offsets import progress_topic
+from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin
+
+if TYPE_CHECKING:
+    from connectors.client_settings import RawClientSettings
+
+__all__ = ["FlowRunnerBase", "TaskView", "controller_for", "ensure_internal_topics"]
+
+
+def controller_for(flow: FlowConfig) -> Controller:
+    """The flow's controller, with admin clients for both clusters."""
+    timeout = flow.admin_timeout_ms / 1000
+    return Controller(
+        flow.source, flow.target,
+        ClusterAdmin.for_cluster(flow, "source", timeout=timeout),
+        ClusterAdmin.for_cluster(flow, "target", timeout=timeout),
+        topic_filter=flow.topic_filter(),
+        policy=flow.replication_policy(),
+        tasks_max=flow.tasks_max,
+        sync_topic_configs=flow.sync_topic_configs_enabled,
+        config_filter=flow.config_property_filter(),
+        replication_factor=flow.replication_factor,
+        replicate_heartbeats=flow.heartbeats_replication_enabled,
+    )
+
+
+def ensure_internal_topics(flow: FlowConfig, controller: Controller) -> None:
+    """Progress topic on the target; offset-syncs topic where the flow keeps it."""
+    controller.target_admin.ensure_compacted_topic(
+        progress_topic(flow.source), flow.checkpoints_topic_replication_factor
+    )
+    if flow.emit_offset_syncs_enabled:
+        on_source = flow.offset_syncs_topic_location == "source"
+        admin = controller.source_admin if on_source else controller.target_admin
+        admin.ensure_compacted_topic(flow.offset_syncs_topic(), flow.offset_syncs_topic_replication_factor)
+
+
+class TaskView(Protocol):
+    """What a runner shows of each of its tasks (the in-process ``TaskRunner``, a ``SparkTask``)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def trace(self) -> str | None: ...
+
+    @property
+    def partitions(self) -> Sequence[TopicPartition]: ...
+
+    @property
+    def metrics(self) -> TaskMetrics: ...
+
+
+T = TypeVar("T", bound=TaskView)
+
+
+class FlowRunnerBase(Generic[T]):
+    """One ``source->target`` flow: controller, checkpoint connector and the tasks' state.
+
+    A runtime's runner calls :meth:`_init_flow` first in its constructor, implements
+    :meth:`refresh` (discover topics and hand the assignment to its tasks) and :meth:`stop`, and
+    may extend :meth:`_connect` (what else the start needs once the first plan is known).
+    """
+
+    flow: FlowConfig
+    controller: Controller
+    tasks: dict[int, T]
+    last_plan: Plan | None
+    state: str
+    trace: str | None
+    checkpoints: CheckpointConnector | None
+    acl_sync: TopicAclSync | None
+
+    def _init_flow(self, flow: FlowConfig) -> RawClientSettings:
+        from connectors.client_settings import raw_client_settings
+
+        # a bad client override is a configuration error now, not a task failure later
+        settings = raw_client_settings(flow, fetch_max_bytes=flow.fetch_max_bytes)
+        self.flow = flow
+        self.controller = controller_for(flow)
+        self.tasks = {}
+        self.last_plan = None
+        self.state = "UNASSIGNED"
+        self.trace = None
+        self.checkpoints = None
+        self.acl_sync = None
+        self._stop = asyncio.Event()
+        self._checkpointing: asyncio.Task[None] | None = None
+        self._refresh_lock = asyncio.Lock()
+        self._lock = threading.Lock()  # status() may be read from other threads
+        return settings
+
+    @property
+    def name(self) -> str:
+        return self.flow.name
+
+    async def refresh(self) -> Plan:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        """Internal topics, the first refresh, then the flow runs; a failure marks it FAILED."""
+        try:
+            await asyncio.to_thread(ensure_internal_topics, self.flow, self.controller)
+            await self.refresh()
+            await self._connect()
+        except Exception as exc:
+            self.state, self.trace = "FAILED", f"{type(exc).__name__}: {exc}"
+            raise
+        self.state = "RUNNING"
+        self._started()
+        self._start_checkpoints()
+        self.acl_sync = TopicAclSync.started(self.flow, self.controller, self._stop)
+
+    async def _connect(self) -> None:
+        """What the runtime needs besides the first plan before the flow runs (nothing here)."""
+
+    def _started(self) -> None:
+        """Called once the flow runs, before the checkpoint connector starts (nothing here)."""
+
+    def _start_checkpoints(self) -> None:
+        """MM2's checkpoint connector for this flow, when it emits checkpoints or syncs group
+        offsets; it follows the offset syncs and progress the tasks write."""
+        self.checkpoints = CheckpointConnector.for_flow(self.flow, self.controller)
+        if self.checkpoints is not None:
+            self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
+
+    async def _stop_acl_sync(self) -> None:
+        if self.acl_sync is not None:
+            await self.acl_sync.stop()
+
+    async def _stop_checkpoints(self) -> None:
+        if self._checkpointing is not None:
+            await asyncio.gather(self._checkpointing, return_exceptions=True)
+
+    @property
+    def refresh_interval(self) -> float | None:
+        """Seconds between topic refreshes; None when the flow refreshes only at start (MM2: a
+        negative ``refresh.topics.interval.seconds``, or ``refresh.topics.enabled=false``)."""
+        interval = self.flow.refresh_topics_interval_seconds
+        if interval < 0 or not self.flow.refresh_topics_enabled:
+            return None
+        return float(max(1, interval))
+
+    def set_topic_filter(self, topic_filter: TopicFilter) -> None:
+        self.controller.set_topic_filter(topic_filter)
+
+    def status(self) -> dict[str, Any]:
+        """The flow's state, its topics, each task's state and counters, the checkpoint connector's
+        and the topic ACL sync's."""
+        with self._lock:
+            tasks = [_task_status(task_id, t) for task_id, t in sorted(self.tasks.items())]
+            return {
+                "name": self.name, "state": self.state, "trace": self.trace,
+                "topics": dict(self.last_plan.topics) if self.last_plan else {},
+                "tasks": tasks,
+                "checkpoints": self.checkpoints.status() if self.checkpoints else None,
+                "acl_sync": self.acl_sync.status() if self.acl_sync else None,
+            }
+
+
+def _task_status(task_id: int, task: TaskView) -> dict[str, Any]:
+    m = task.metrics
+    return {
+        "id": task_id, "state": task.state, "trace": task.trace,
+        "partitions": [str(tp) for tp in task.partitions],
+        "batches": m.batches, "records": m.records, "bytes": m.bytes,
+        "rebuilt_batches": m.rebuilt_batches, "syncs": m.syncs,
+        "lag": sum(m.lag.values()), "restarts": m.restarts,
+    }
