@@ -34,6 +34,7 @@ from mm2py.engine.checkpoints import CheckpointLog, offsets_to_sync, translate_g
 from mm2py.engine.controller import Controller
 from mm2py.engine.latency import Histogram
 from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.engine.task_api import TaskState
 from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, fold, progress_topic
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
@@ -103,7 +104,7 @@ class CheckpointConnector:
         )
         self.groups: list[str] = []
         self.metrics = CheckpointMetrics()
-        self.state = "UNASSIGNED"
+        self.state = TaskState.UNASSIGNED
         self._loaded = False
 
     # -- configuration ---------------------------------------------------------------------------
@@ -240,7 +241,7 @@ class CheckpointConnector:
     # -- the loop --------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         """Run the jobs on their intervals until ``stop`` is set; failures are retried next time."""
-        self.state = "RUNNING"
+        self.state = TaskState.RUNNING
         jobs: list[tuple[str, float, Callable[[], object]]] = [("refresh groups", self._refresh_interval(),
                                                                self.refresh_groups)]
         if self.emits:
@@ -266,7 +267,7 @@ class CheckpointConnector:
                 await _sleep_or_stop(stop, max(0.05, min(due.values()) - time.monotonic()))
         finally:
             await asyncio.to_thread(self.close)
-            self.state = "STOPPED"
+            self.state = TaskState.STOPPED
 
     def _refresh_interval(self) -> float:
         interval = self.flow.refresh_groups_interval_seconds

@@ -33,6 +33,7 @@ from mm2py.engine.task_api import (
     SinkError,
     TaskMetrics,
     TaskSpec,
+    TaskState,
 )
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
@@ -71,7 +72,7 @@ class TaskRunner:
         self.reconcile = reconcile
         self.metrics = TaskMetrics()
         self.committer = Committer(progress, self.metrics, commit_interval, clock, str(spec.task_id))
-        self.state = "UNASSIGNED"
+        self.state = TaskState.UNASSIGNED
         self.trace: str | None = None
         self._fetch_pos: dict[TopicPartition, int] = {}
         self._acked: dict[TopicPartition, int] = {}
@@ -124,7 +125,7 @@ class TaskRunner:
         them and has committed their positions, so another task can take them over. False if
         the task did not get there within ``timeout`` (it is stuck or not running)."""
         self.assign([tp for tp in self.partitions if tp in set(keep)])
-        if self.state != "RUNNING":
+        if self.state != TaskState.RUNNING:
             return False  # nothing is producing; the next owner resumes from the last commit
         try:
             await asyncio.wait_for(self._assignment_applied.wait(), timeout)
@@ -204,28 +205,28 @@ class TaskRunner:
 
     # -- main loop -----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        self.state = "RUNNING"
+        self.state = TaskState.RUNNING
         try:
             await self._loop(stop, until=None)
         except Exception as exc:
-            self.state = "FAILED"
+            self.state = TaskState.FAILED
             self.trace = f"{type(exc).__name__}: {exc}"
             log.exception("task %s failed", self.spec.task_id)
             raise
         finally:
             with contextlib.suppress(Exception):
                 await self._commit(force=True)
-        self.state = "STOPPED"
+        self.state = TaskState.STOPPED
 
     async def run_until(
         self, until: Mapping[TopicPartition, int], timeout: float = 600
     ) -> dict[TopicPartition, int]:
         """Mirror the assigned partitions up to (at least) ``until``; commit; return positions."""
-        self.state = "RUNNING"
+        self.state = TaskState.RUNNING
         stop = asyncio.Event()
         await asyncio.wait_for(self._loop(stop, until=dict(until)), timeout)
         await self._commit(force=True)
-        self.state = "STOPPED"
+        self.state = TaskState.STOPPED
         return self.positions()
 
     async def _loop(self, stop: asyncio.Event, until: dict[TopicPartition, int] | None) -> None:

@@ -7,6 +7,7 @@ Plain data (:class:`TaskSpec`, :class:`Polled`, :class:`Delivered`) and protocol
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
@@ -17,6 +18,16 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+
+
+class TaskState(enum.StrEnum):
+    """The state of a task (also of a flow and of its checkpoint connector), as status shows it."""
+
+    UNASSIGNED = "UNASSIGNED"  # created, not started (or, on Spark, holding no partitions)
+    RUNNING = "RUNNING"
+    FAILED = "FAILED"  # stopped by an error; ``trace`` says which
+    PAUSED = "PAUSED"  # a flow halted by the REST API until resumed (KIP-875 keeps STOPPED apart)
+    STOPPED = "STOPPED"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from connectors.checkpoint import CheckpointConnector
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Controller, Plan
-from mm2py.engine.task_api import TaskMetrics
+from mm2py.engine.task_api import TaskMetrics, TaskState
 from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin
@@ -65,7 +65,7 @@ class TaskView(Protocol):
     """What a runner shows of each of its tasks (the in-process ``TaskRunner``, a ``SparkTask``)."""
 
     @property
-    def state(self) -> str: ...
+    def state(self) -> TaskState: ...
 
     @property
     def trace(self) -> str | None: ...
@@ -92,7 +92,7 @@ class FlowRunnerBase(Generic[T]):
     controller: Controller
     tasks: dict[int, T]
     last_plan: Plan | None
-    state: str
+    state: TaskState
     trace: str | None
     checkpoints: CheckpointConnector | None
     acl_sync: TopicAclSync | None
@@ -106,7 +106,7 @@ class FlowRunnerBase(Generic[T]):
         self.controller = controller_for(flow)
         self.tasks = {}
         self.last_plan = None
-        self.state = "UNASSIGNED"
+        self.state = TaskState.UNASSIGNED
         self.trace = None
         self.checkpoints = None
         self.acl_sync = None
@@ -133,9 +133,9 @@ class FlowRunnerBase(Generic[T]):
             await self.refresh()
             await self._connect()
         except Exception as exc:
-            self.state, self.trace = "FAILED", f"{type(exc).__name__}: {exc}"
+            self.state, self.trace = TaskState.FAILED, f"{type(exc).__name__}: {exc}"
             raise
-        self.state = "RUNNING"
+        self.state = TaskState.RUNNING
         self._started()
         self._start_checkpoints()
         self.acl_sync = TopicAclSync.started(self.flow, self.controller, self._stop)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Plan
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec
+from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec, TaskState
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
 
@@ -137,7 +137,7 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
         for runner in self.tasks.values():
             with contextlib.suppress(Exception):
                 await runner.close()
-        self.state = "STOPPED"
+        self.state = TaskState.STOPPED
 
 
 class Worker(WorkerBase[FlowRunner]):

@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from mm2py.engine.latency import PartitionTimes
-from mm2py.engine.task_api import TASK_COUNTERS
+from mm2py.engine.task_api import TASK_COUNTERS, TaskState
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
@@ -77,7 +77,7 @@ class WorkerCollector(Collector):
                 m = runner.metrics
                 for name, family in counters.items():
                     family.add_metric(values, float(getattr(m, name)))
-                up.add_metric(values, 1.0 if runner.state == "RUNNING" else 0.0)
+                up.add_metric(values, 1.0 if runner.state == TaskState.RUNNING else 0.0)
                 partitions.add_metric(values, float(len(runner.partitions)))
                 for tp, records in m.lag.items():
                     lag.add_metric([flow_name, tp.topic, str(tp.partition)], float(records))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Plan
-from mm2py.engine.task_api import TASK_COUNTERS, TaskMetrics
+from mm2py.engine.task_api import TASK_COUNTERS, TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round
@@ -40,7 +40,7 @@ class SparkTask:
 
     task_id: int
     partitions: tuple[TopicPartition, ...] = ()
-    state: str = "UNASSIGNED"
+    state: TaskState = TaskState.UNASSIGNED
     trace: str | None = None
     metrics: TaskMetrics = field(default_factory=TaskMetrics)
     rounds: int = 0
@@ -57,12 +57,12 @@ class SparkTask:
             setattr(self.metrics, name, getattr(self.metrics, name) + getattr(result.metrics, name))
         self.metrics.lag.update({tp: lag for tp, lag in result.metrics.lag.items() if tp in self.partitions})
         if result.error is None:
-            self.state, self.trace, self.consecutive_failures = "RUNNING", None, 0
+            self.state, self.trace, self.consecutive_failures = TaskState.RUNNING, None, 0
             return
         self.fail(result.error, now)
 
     def fail(self, error: str, now: float) -> None:
-        self.state, self.trace = "FAILED", error
+        self.state, self.trace = TaskState.FAILED, error
         self.failed_rounds += 1
         self.metrics.restarts += 1  # run again from its committed progress after the back-off
         self.consecutive_failures += 1
@@ -103,7 +103,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
                     task.metrics.lag = {tp: v for tp, v in task.metrics.lag.items() if tp in parts}
                 for task_id, task in self.tasks.items():
                     if task_id not in plan.assignment:
-                        task.partitions, task.state, task.metrics.lag = (), "UNASSIGNED", {}
+                        task.partitions, task.state, task.metrics.lag = (), TaskState.UNASSIGNED, {}
                 wanted = set(plan.partitions)
                 self.positions = {tp: o for tp, o in self.positions.items() if tp in wanted}
             return plan
@@ -151,7 +151,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
             fold(task)
             task.metrics.lag.update({tp: v for tp, v in lag.items() if tp in task.partitions})
             if task.partitions:
-                task.state, task.trace = "RUNNING", None
+                task.state, task.trace = TaskState.RUNNING, None
 
     def absorb_lease(self, result: LeaseResult, now: float) -> None:
         """A lease's Spark job returned (its counters were folded in by the scheduler)."""
@@ -193,7 +193,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
                 await self._source.close()
             self._source = None
         with self._lock:
-            self.state = "STOPPED"
+            self.state = TaskState.STOPPED
             for task in self.tasks.values():
-                if task.state == "RUNNING":
-                    task.state = "STOPPED"
+                if task.state == TaskState.RUNNING:
+                    task.state = TaskState.STOPPED

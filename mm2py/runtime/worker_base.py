@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from connectors.heartbeat import HeartbeatEmitter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
+from mm2py.engine.task_api import TaskState
 from mm2py.errors import ClusterUnreachableError
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
@@ -70,7 +71,7 @@ class WorkerBase(Generic[R]):
         """The flows to start: every one not kept paused or stopped."""
         for name, state in self.halted.items():
             if name in self.flows:
-                self.flows[name].state = state
+                self.flows[name].state = TaskState(state)
         return [r for name, r in self.flows.items() if name not in self.halted]
 
     def _new_runner(self, flow: FlowConfig) -> R:
@@ -223,7 +224,8 @@ class WorkerBase(Generic[R]):
             self._check_halt_supported()
             if name not in self.halted:
                 await runner.stop()
-            runner.state = self.halted[name] = state
+            self.halted[name] = state
+            runner.state = TaskState(state)
             self._commit_overlay(self.overlay, self.config)
             return runner
 
@@ -275,7 +277,7 @@ class WorkerBase(Generic[R]):
         fresh = self._new_runner(flow)
         self.flows[flow.name] = fresh
         if halted is not None:
-            fresh.state = halted
+            fresh.state = TaskState(halted)
         elif self._started:
             await fresh.start()
         return fresh

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping, Sequence
 
 import pytest
 
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import Delivered, Polled, SinkError, TaskSpec
+from mm2py.engine.task_api import Delivered, Polled, SinkError, TaskSpec, TaskState
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.mm2_records import OffsetSync
@@ -174,6 +175,18 @@ def test_a_corrupt_batch_fails_the_task_and_is_never_forwarded() -> None:
     assert runner.state == "FAILED" and "bad CRC" in (runner.trace or "")
     assert values(sink) == expected(range(0, 5))  # up to the last good batch
     assert ckpt.stored[TP].source == 5  # the position stays before the corrupt batch
+
+
+def test_task_states_are_an_enum_that_reads_as_the_strings_status_has_always_shown() -> None:
+    log = Log([batch(0, 3)], end=3)
+    runner = make({TP: log})
+    assert runner.state is TaskState.UNASSIGNED
+    run(runner, {TP: 3})
+    assert runner.state is TaskState.STOPPED
+    # REST bodies, status lines and metrics labels carry the value, as the bare strings did
+    assert json.dumps({"state": runner.state}) == '{"state": "STOPPED"}'
+    assert f"{runner.state}" == str(runner.state) == "STOPPED"
+    assert {s.value for s in TaskState} == {"UNASSIGNED", "RUNNING", "FAILED", "PAUSED", "STOPPED"}
 
 
 def test_resume_from_stored_progress_and_assignment_changes_keep_positions() -> None:
