@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from mm2py.engine.checkpoints import CheckpointLog, offsets_to_sync, translate_g
 from mm2py.engine.controller import Controller
 from mm2py.engine.latency import Histogram
 from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.engine.scheduler import Job, Scheduler
 from mm2py.engine.task_api import TaskState
 from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, fold, progress_topic
 from mm2py.protocol.errors import ProtocolError
@@ -242,48 +244,37 @@ class CheckpointConnector:
     async def run(self, stop: asyncio.Event) -> None:
         """Run the jobs on their intervals until ``stop`` is set; failures are retried next time."""
         self.state = TaskState.RUNNING
-        jobs: list[tuple[str, float, Callable[[], object]]] = [("refresh groups", self._refresh_interval(),
-                                                               self.refresh_groups)]
-        if self.emits:
-            jobs.append(("emit checkpoints", max(0.1, self.flow.emit_checkpoints_interval_seconds),
-                         self.checkpoint_round))
-        if self.syncs_groups:
-            jobs.append(("sync group offsets", max(0.1, self.flow.sync_group_offsets_interval_seconds),
-                         self.sync_round))
-        due = dict.fromkeys(range(len(jobs)), 0.0)
+        jobs = Scheduler(self.flow.name, stop, on_failure=self._failed)
         try:
-            while not stop.is_set():
-                if not self._loaded and not await self._attempt("load checkpoints", self._load):
-                    await _sleep_or_stop(stop, _RETRY_SECONDS)
-                    continue
-                now = time.monotonic()
-                for i, (what, interval, job) in enumerate(jobs):
-                    if due[i] > now or stop.is_set():
-                        continue
-                    ok = await self._attempt(what, job)
-                    if interval < 0:  # a one-off job (groups listed once): retried until it worked
-                        interval = float("inf") if ok else _RETRY_SECONDS
-                    due[i] = time.monotonic() + interval
-                await _sleep_or_stop(stop, max(0.05, min(due.values()) - time.monotonic()))
+            if not self._loaded and not await jobs.until_done(
+                "load checkpoints", _threaded(self._load), retry=_RETRY_SECONDS
+            ):
+                return
+            refresh = self._refresh_interval()
+            if refresh is None:  # MM2: groups are listed once at start only
+                jobs.once("refresh groups", _threaded(self.refresh_groups), retry=_RETRY_SECONDS)
+            else:
+                jobs.every("refresh groups", refresh, _threaded(self.refresh_groups))
+            if self.emits:
+                jobs.every("emit checkpoints", max(0.1, self.flow.emit_checkpoints_interval_seconds),
+                           _threaded(self.checkpoint_round))
+            if self.syncs_groups:
+                jobs.every("sync group offsets", max(0.1, self.flow.sync_group_offsets_interval_seconds),
+                           _threaded(self.sync_round))
+            await jobs.run()
         finally:
             await asyncio.to_thread(self.close)
             self.state = TaskState.STOPPED
 
-    def _refresh_interval(self) -> float:
+    def _refresh_interval(self) -> float | None:
         interval = self.flow.refresh_groups_interval_seconds
         if not self.flow.refresh_groups_enabled or interval < 0:
-            return -1.0  # MM2: groups are listed once at start only
+            return None
         return max(0.1, float(interval))
 
-    async def _attempt(self, what: str, job: Callable[[], object]) -> bool:
-        try:
-            await asyncio.to_thread(job)
-            return True
-        except Exception as exc:
-            self.metrics.failures += 1
-            self.metrics.last_error = f"{what}: {type(exc).__name__}: {exc}"
-            log.warning("%s: %s failed (%s); retrying next interval", self.flow.name, what, exc)
-            return False
+    def _failed(self, job: str, exc: Exception) -> None:
+        self.metrics.failures += 1
+        self.metrics.last_error = f"{job}: {type(exc).__name__}: {exc}"
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -310,6 +301,6 @@ def _syncs_groups(flow: FlowConfig) -> bool:
     return flow.sync_group_offsets_enabled and flow.sync_group_offsets_interval_seconds >= 0
 
 
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+def _threaded(job: Callable[[], object]) -> Job:
+    """A blocking job (admin calls, librdkafka) as a scheduler job run in a worker thread."""
+    return functools.partial(asyncio.to_thread, job)

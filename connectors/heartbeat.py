@@ -9,17 +9,14 @@ consumer of B can see which clusters replicate into it and how fresh the replica
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import time
 
 from confluent_kafka import Producer
 
 from mm2py.config.models import FlowConfig
+from mm2py.engine.scheduler import Scheduler
 from mm2py.protocol.mm2_records import Heartbeat
 from mm2py.stores.admin import ClusterAdmin, librdkafka_config
-
-log = logging.getLogger(__name__)
 
 
 class HeartbeatEmitter:
@@ -31,6 +28,7 @@ class HeartbeatEmitter:
         self._producer = Producer(conf)
         self.sent = 0
         self.failures = 0
+        self._created = False
 
     def _emit(self) -> None:
         beat = Heartbeat(self.flow.source, self.flow.target, int(time.time() * 1000))
@@ -45,20 +43,19 @@ class HeartbeatEmitter:
         self._producer.poll(0)
 
     async def run(self, stop: asyncio.Event) -> None:
-        interval = max(0.1, float(self.flow.emit_heartbeats_interval_seconds))
-        created = False
-        while not stop.is_set():
-            try:
-                if not created:
-                    await asyncio.to_thread(
-                        self.admin.ensure_compacted_topic, self.topic,
-                        self.flow.heartbeats_topic_replication_factor,
-                    )
-                    created = True
-                self._emit()
-            except Exception as exc:  # target unreachable: try again next interval
-                self.failures += 1
-                log.warning("%s: heartbeat not written: %s", self.flow.name, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+        """A heartbeat every interval until ``stop`` is set (the target unreachable: try next time)."""
+        jobs = Scheduler(self.flow.name, stop, on_failure=self._failed)
+        jobs.every("emit heartbeat", max(0.1, float(self.flow.emit_heartbeats_interval_seconds)), self._beat)
+        await jobs.run()
         await asyncio.to_thread(self._producer.flush, 10)
+
+    async def _beat(self) -> None:
+        if not self._created:
+            await asyncio.to_thread(
+                self.admin.ensure_compacted_topic, self.topic, self.flow.heartbeats_topic_replication_factor,
+            )
+            self._created = True
+        self._emit()
+
+    def _failed(self, _job: str, _exc: Exception) -> None:
+        self.failures += 1

@@ -24,6 +24,7 @@ from typing import Any
 from mm2py.engine.committer import Committer
 from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
+from mm2py.engine.scheduler import sleep_or_stop
 from mm2py.engine.task_api import (
     BatchSink,
     BatchSource,
@@ -238,7 +239,7 @@ class TaskRunner:
                 except Exception as exc:  # e.g. the source or the target is unreachable right now
                     log.warning("task %s: taking the new assignment failed (%s); retrying",
                                 self.spec.task_id, exc)
-                    await _sleep_or_stop(stop, self.retry_backoff * 4)
+                    await sleep_or_stop(stop, self.retry_backoff * 4)
                     continue
                 if until is not None:
                     unassigned = [tp for tp in until if tp not in self._acked]
@@ -247,7 +248,7 @@ class TaskRunner:
                     if all(self._acked.get(tp, 0) >= o for tp, o in until.items()):
                         return
                 if not self._fetch_pos:
-                    await _sleep_or_stop(stop, 0.2)
+                    await sleep_or_stop(stop, 0.2)
                     continue
                 if prefetch is None:
                     prefetch = asyncio.create_task(self.source.poll(self._wanted(until)))
@@ -266,7 +267,7 @@ class TaskRunner:
                         with contextlib.suppress(BaseException):
                             await prefetch
                         prefetch = None
-                        await _sleep_or_stop(stop, self.retry_backoff)
+                        await sleep_or_stop(stop, self.retry_backoff)
                 await self._commit(force=False)
         finally:
             if prefetch is not None:
@@ -377,11 +378,6 @@ class TaskRunner:
         await self.source.close()
         await self.sink.close()
         await asyncio.to_thread(self.progress.close)
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 async def _wait_or_stop(task: asyncio.Task[Any], stop: asyncio.Event) -> Any:

@@ -13,6 +13,7 @@ the metrics read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -22,6 +23,7 @@ from connectors.checkpoint import CheckpointConnector
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Controller, Plan
+from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task_api import TaskMetrics, TaskState
 from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.protocol.types import TopicPartition
@@ -112,6 +114,7 @@ class FlowRunnerBase(Generic[T]):
         self.acl_sync = None
         self._stop = asyncio.Event()
         self._checkpointing: asyncio.Task[None] | None = None
+        self._refresher: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
         self._lock = threading.Lock()  # status() may be read from other threads
         return settings
@@ -136,15 +139,21 @@ class FlowRunnerBase(Generic[T]):
             self.state, self.trace = TaskState.FAILED, f"{type(exc).__name__}: {exc}"
             raise
         self.state = TaskState.RUNNING
-        self._started()
+        self._start_refresher()
         self._start_checkpoints()
         self.acl_sync = TopicAclSync.started(self.flow, self.controller, self._stop)
 
     async def _connect(self) -> None:
         """What the runtime needs besides the first plan before the flow runs (nothing here)."""
 
-    def _started(self) -> None:
-        """Called once the flow runs, before the checkpoint connector starts (nothing here)."""
+    def _start_refresher(self) -> None:
+        """The controller's topic refresh, every ``refresh.topics.interval.seconds`` from now."""
+        interval = self.refresh_interval
+        if interval is None:
+            return
+        jobs = Scheduler(self.name, self._stop)
+        jobs.every("refresh topics", interval, self.refresh, delay=interval)
+        self._refresher = asyncio.create_task(jobs.run())
 
     def _start_checkpoints(self) -> None:
         """MM2's checkpoint connector for this flow, when it emits checkpoints or syncs group
@@ -153,11 +162,16 @@ class FlowRunnerBase(Generic[T]):
         if self.checkpoints is not None:
             self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
 
-    async def _stop_acl_sync(self) -> None:
+    async def _stop_jobs(self) -> None:
+        """Stop the refresh (a refresh under way is abandoned), the topic ACL sync and the
+        checkpoint connector."""
+        self._stop.set()
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refresher
         if self.acl_sync is not None:
             await self.acl_sync.stop()
-
-    async def _stop_checkpoints(self) -> None:
         if self._checkpointing is not None:
             await asyncio.gather(self._checkpointing, return_exceptions=True)
 

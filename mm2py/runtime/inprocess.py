@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Plan
+from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec, TaskState
 from mm2py.runtime.flows import FlowRunnerBase
@@ -43,10 +44,6 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
         self.commit_interval = commit_interval
         self.builder = builder if builder is not None else _default_builder(commit_interval)
         self._running: dict[int, asyncio.Task[None]] = {}
-        self._refresher: asyncio.Task[None] | None = None
-
-    def _started(self) -> None:
-        self._refresher = asyncio.create_task(self._refresh_loop())
 
     async def refresh(self) -> Plan:
         """Discover topics now and hand the resulting assignment to the tasks."""
@@ -110,30 +107,9 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
             fresh.metrics.restarts += 1
             self.tasks[task_id] = fresh
 
-    async def _refresh_loop(self) -> None:
-        interval = self.refresh_interval
-        if interval is None:
-            return
-        while not self._stop.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), interval)
-            if self._stop.is_set():
-                continue
-            try:
-                await self.refresh()
-            except Exception:
-                log.exception("%s: topic refresh failed; retrying next interval", self.name)
-
     async def stop(self) -> None:
-        self._stop.set()
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(BaseException):
-                await self._refresher
-        await self._stop_acl_sync()
-        if self._running or self._checkpointing:
-            checkpointing = [self._checkpointing] if self._checkpointing else []
-            await asyncio.gather(*self._running.values(), *checkpointing, return_exceptions=True)
+        await self._stop_jobs()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
         for runner in self.tasks.values():
             with contextlib.suppress(Exception):
                 await runner.close()
@@ -173,10 +149,13 @@ class Worker(WorkerBase[FlowRunner]):
     async def run(self, stop: asyncio.Event, status_interval: float = 30.0) -> None:
         await self.start()
         try:
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), status_interval)
-                for line in self.status_lines():
-                    log.info("%s", line)
+            jobs = Scheduler("worker", stop)
+            jobs.every("status lines", status_interval, self._log_status, delay=status_interval)
+            await jobs.run()
+            await self._log_status()  # how far it got, as it stops
         finally:
             await self.stop()
+
+    async def _log_status(self) -> None:
+        for line in self.status_lines():
+            log.info("%s", line)

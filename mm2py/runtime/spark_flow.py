@@ -88,6 +88,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
         await self._source.start()
 
     def refresh_due(self, now: float) -> bool:
+        """Is a topic refresh overdue at ``now``? (The base's scheduler runs it every interval.)"""
         return self.refresh_interval is not None and now >= self._next_refresh
 
     async def refresh(self) -> Plan:
@@ -185,9 +186,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
                 self.positions.pop(tp, None)
 
     async def stop(self) -> None:
-        self._stop.set()
-        await self._stop_acl_sync()
-        await self._stop_checkpoints()
+        await self._stop_jobs()
         if self._source is not None:
             with contextlib.suppress(Exception):
                 await self._source.close()

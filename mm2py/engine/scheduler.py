@@ -1,0 +1,151 @@
+"""Named periodic jobs on the event loop, in the spirit of MirrorMaker 2's ``Scheduler``.
+
+Every periodic piece of work a worker does — the controller's topic refresh, heartbeats, the
+checkpoint connector's jobs, the status lines — is a named job of a :class:`Scheduler`. Its jobs
+run one after another (never two of one scheduler at once, so jobs may share state), each again
+``interval`` seconds after its previous run *ended*. Each run is logged with its duration at debug
+level; a failure is logged at warning level with the owner and the job's name and does not stop
+the loop: the job simply runs again after its retry delay. Setting the stop event ends the loop
+as soon as the job under way (if any) has finished; cancel the task running :meth:`Scheduler.run`
+to abandon that job as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+__all__ = ["Job", "Scheduler", "sleep_or_stop"]
+
+log = logging.getLogger(__name__)
+
+#: a job: called for each run, awaited until that run is over
+Job = Callable[[], Awaitable[object]]
+
+
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds``, or less if ``stop`` is set meanwhile; True if ``stop`` is set."""
+    if not stop.is_set() and seconds > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
+    return stop.is_set()
+
+
+@dataclass
+class _Entry:
+    name: str
+    job: Job
+    interval: float | None  # None: a one-off job, run until it succeeded once
+    retry: float  # delay after a failed run
+    due: float
+    runs: int = 0
+    failures: int = 0
+
+
+class Scheduler:
+    """Named jobs of one ``owner`` (a flow's name, say), run until ``stop`` is set.
+
+    ``on_failure(job_name, exc)`` is called for every failed run (for the owner's counters),
+    after the failure was logged.
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        stop: asyncio.Event,
+        *,
+        on_failure: Callable[[str, Exception], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.owner = owner
+        self.stop = stop
+        self.on_failure = on_failure
+        self.clock = clock
+        self._jobs: list[_Entry] = []
+
+    # -- what to run -------------------------------------------------------------------------------
+    def every(
+        self, name: str, interval: float, job: Job, *, delay: float = 0.0, retry: float | None = None
+    ) -> None:
+        """Run ``job`` after ``delay`` seconds, then ``interval`` seconds after each run ended
+        (``retry`` seconds after a failed one; by default also ``interval``)."""
+        if interval <= 0:
+            raise ValueError(f"{self.owner}: job {name!r} needs a positive interval, not {interval}")
+        self._add(_Entry(name, job, interval, interval if retry is None else retry, self.clock() + delay))
+
+    def once(self, name: str, job: Job, *, retry: float, delay: float = 0.0) -> None:
+        """Run ``job`` after ``delay`` seconds, and again every ``retry`` seconds until it succeeds."""
+        self._add(_Entry(name, job, None, retry, self.clock() + delay))
+
+    def _add(self, entry: _Entry) -> None:
+        if any(e.name == entry.name for e in self._jobs):
+            raise ValueError(f"{self.owner}: there is a job called {entry.name!r} already")
+        if entry.retry <= 0:
+            raise ValueError(f"{self.owner}: job {entry.name!r} needs a positive retry delay")
+        self._jobs.append(entry)
+
+    @property
+    def jobs(self) -> list[str]:
+        """The names of the jobs still scheduled (a one-off job leaves once it succeeded)."""
+        return [e.name for e in self._jobs]
+
+    def stats(self, name: str) -> tuple[int, int]:
+        """(runs, failed runs) of the job ``name`` so far."""
+        entry = next(e for e in self._jobs if e.name == name)
+        return entry.runs, entry.failures
+
+    # -- running -----------------------------------------------------------------------------------
+    async def execute(self, name: str, job: Job) -> bool:
+        """Run ``job`` once now, logging its duration, or its failure; True if it succeeded."""
+        started = self.clock()
+        try:
+            await job()
+        except Exception as exc:
+            log.warning("%s: %s failed after %.3f s: %s: %s", self.owner, name, self.clock() - started,
+                        type(exc).__name__, exc)
+            log.debug("%s: %s failed", self.owner, name, exc_info=True)
+            if self.on_failure is not None:
+                self.on_failure(name, exc)
+            return False
+        log.debug("%s: %s took %.3f s", self.owner, name, self.clock() - started)
+        return True
+
+    async def until_done(self, name: str, job: Job, *, retry: float) -> bool:
+        """Run ``job`` now and every ``retry`` seconds until it succeeds; False if stopped first."""
+        while not self.stop.is_set():
+            if await self.execute(name, job):
+                return True
+            await sleep_or_stop(self.stop, retry)
+        return False
+
+    async def run_due(self) -> float | None:
+        """Run every job that is due, in the order they were added; returns the seconds until the
+        next one is due (None when no job is left)."""
+        for entry in list(self._jobs):
+            if self.stop.is_set():
+                break
+            if entry.due > self.clock():
+                continue
+            ok = await self.execute(entry.name, entry.job)
+            entry.runs += 1
+            if not ok:
+                entry.failures += 1
+            if ok and entry.interval is None:
+                self._jobs.remove(entry)
+                continue
+            pause = entry.interval if ok and entry.interval is not None else entry.retry
+            entry.due = self.clock() + pause
+        if not self._jobs:
+            return None
+        return max(0.0, min(e.due for e in self._jobs) - self.clock())
+
+    async def run(self) -> None:
+        """Run the jobs until ``stop`` is set (or no job is left)."""
+        while not self.stop.is_set():
+            wait = await self.run_due()
+            if wait is None or await sleep_or_stop(self.stop, wait):
+                return
