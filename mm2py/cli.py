@@ -5,6 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from mm2py.config.models import MirrorMakerConfig
+    from mm2py.runtime.inprocess import Worker
+    from mm2py.runtime.spark import SparkWorker
+
+#: a worker of either runtime, as ``mm2py run`` drives it
+Runnable = Union["Worker", "SparkWorker"]
 
 
 def _dev(args: argparse.Namespace) -> int:
@@ -35,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
     import signal
 
     # a stop asked for while the worker is still being set up is kept, not fatal (SIG_DFL would
-    # kill the process without a word); the event loop takes the signals over below
+    # kill the process without a word); the event loop takes the signals over in _serve_worker
     early: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: early.append(signum))
@@ -44,10 +55,7 @@ def _run(args: argparse.Namespace) -> int:
     import logging
 
     from mm2py.config.models import load_config
-    from mm2py.errors import Mm2pyError
     from mm2py.runtime import log_throttle
-    from mm2py.runtime.inprocess import Worker
-    from mm2py.stores.admin import interrupt_admin_calls
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -60,70 +68,102 @@ def _run(args: argparse.Namespace) -> int:
         print(f"mm2py: error: {args.config} enables no flow (set e.g. 'east->west.enabled = true', "
               "or add flows over HTTP with --rest-port)", file=sys.stderr)
         return 2
+    spark_conf = _spark_conf(args.spark_conf)
+    if spark_conf is None:
+        return 2
+    asyncio.run(_serve_worker(args, config, spark_conf, early))
+    return 0
 
+
+def _spark_conf(items: Sequence[str]) -> dict[str, str] | None:
+    """``--spark-conf KEY=VALUE`` items as a mapping; None (after saying why) if one is malformed."""
     spark_conf = {}
-    for item in args.spark_conf:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             print(f"mm2py: error: --spark-conf expects KEY=VALUE, got {item!r}", file=sys.stderr)
-            return 2
+            return None
         spark_conf[key.strip()] = value
+    return spark_conf
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
 
-        def on_signal() -> None:
-            stop.set()
-            interrupt_admin_calls()  # a start-up waiting for an unreachable cluster ends now
+def _worker(args: argparse.Namespace, config: MirrorMakerConfig, spark_conf: dict[str, str]) -> Runnable:
+    """The worker of the chosen runtime (not started)."""
+    if args.runtime == "spark":
+        from mm2py.runtime.spark import SparkWorker
+        from mm2py.runtime.spark_leases import LeaseSettings
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal)
-        if early:
-            on_signal()
-        worker: Worker | SparkWorker
-        if args.runtime == "spark":
-            from mm2py.runtime.spark import SparkWorker
-            from mm2py.runtime.spark_leases import LeaseSettings
+        leases = LeaseSettings(lease_seconds=args.spark_lease_seconds, commit_interval=args.commit_interval)
+        return SparkWorker(config, master=args.spark_master, commit_interval=args.commit_interval,
+                           spark_conf=spark_conf, round_seconds=args.spark_round_seconds,
+                           state_file=args.state_file, mode=args.spark_mode, leases=leases)
+    from mm2py.runtime.inprocess import Worker
 
-            leases = LeaseSettings(lease_seconds=args.spark_lease_seconds,
-                                   commit_interval=args.commit_interval)
-            worker = SparkWorker(config, master=args.spark_master, commit_interval=args.commit_interval,
-                                 spark_conf=spark_conf, round_seconds=args.spark_round_seconds,
-                                 state_file=args.state_file, mode=args.spark_mode, leases=leases)
-        else:
-            worker = Worker(config, commit_interval=args.commit_interval, state_file=args.state_file)
-        rest = None
-        if args.rest_port:
-            from rest_api.server import RestServer
+    return Worker(config, commit_interval=args.commit_interval, state_file=args.state_file)
 
-            rest = RestServer(worker, args.rest_host, args.rest_port)
-        if args.metrics_port:
-            from prometheus_client import REGISTRY, start_http_server
 
-            from mm2py.runtime.metrics import WorkerCollector
+def _stop_on_signals(stop: asyncio.Event, early: Sequence[int]) -> None:
+    """SIGINT and SIGTERM (and one received before the loop ran) set ``stop`` and end a start-up
+    still waiting for an unreachable cluster."""
+    import asyncio
+    import signal
 
-            REGISTRY.register(WorkerCollector(worker))
-            start_http_server(args.metrics_port, addr=args.metrics_host)
-            print(f"metrics: http://{args.metrics_host}:{args.metrics_port}/metrics", flush=True)
+    from mm2py.stores.admin import interrupt_admin_calls
+
+    def on_signal() -> None:
+        stop.set()
+        interrupt_admin_calls()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    if early:
+        on_signal()
+
+
+def _serve_metrics(args: argparse.Namespace, worker: Runnable) -> None:
+    from prometheus_client import REGISTRY, start_http_server
+
+    from mm2py.runtime.metrics import WorkerCollector
+
+    REGISTRY.register(WorkerCollector(worker))
+    start_http_server(args.metrics_port, addr=args.metrics_host)
+    print(f"metrics: http://{args.metrics_host}:{args.metrics_port}/metrics", flush=True)
+
+
+async def _serve_worker(
+    args: argparse.Namespace, config: MirrorMakerConfig, spark_conf: dict[str, str], early: Sequence[int]
+) -> None:
+    """Run the worker until SIGINT or SIGTERM, with the REST API and metrics when asked for."""
+    import asyncio
+
+    from mm2py.errors import Mm2pyError
+
+    stop = asyncio.Event()
+    _stop_on_signals(stop, early)
+    worker = _worker(args, config, spark_conf)
+    rest = None
+    if args.rest_port:
+        from rest_api.server import RestServer
+
+        rest = RestServer(worker, args.rest_host, args.rest_port)
+    if args.metrics_port:
+        _serve_metrics(args, worker)
+    if rest is not None:
+        await rest.start()
+        print(f"REST API: {rest.url} (try {rest.url}/flows)", flush=True)
+    print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
+    try:
+        await worker.run(stop)
+    except Mm2pyError as exc:
+        if not stop.is_set():
+            raise
+        print(f"stopped during start-up ({exc})", flush=True)
+        return
+    finally:
         if rest is not None:
-            await rest.start()
-            print(f"REST API: {rest.url} (try {rest.url}/flows)", flush=True)
-        print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
-        try:
-            await worker.run(stop)
-        except Mm2pyError as exc:
-            if not stop.is_set():
-                raise
-            print(f"stopped during start-up ({exc})", flush=True)
-            return
-        finally:
-            if rest is not None:
-                await rest.stop()
-        print("stopped; progress committed", flush=True)
-
-    asyncio.run(main())
-    return 0
+            await rest.stop()
+    print("stopped; progress committed", flush=True)
 
 
 def _positive_seconds(text: str) -> float:

@@ -115,8 +115,17 @@ def create_app(worker: AnyWorker) -> FastAPI:
         summary="Raw-batch Kafka mirroring: steer the mirror flows of a running worker",
         responses=_ERRORS,  # type: ignore[arg-type]
     )
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(WorkerCollector(worker))
+    _error_handlers(app)
+    _flow_routes(app, worker)
+    _group_offset_routes(app, worker)
+    app.include_router(flow_control_router(worker))
+    app.include_router(connect_router(worker))  # Kafka Connect-shaped facade, errors in Connect's shape
+    _metrics_route(app, worker)
+    return app
+
+
+def _error_handlers(app: FastAPI) -> None:
+    """Bad requests and the errors of the layers below as ``{"error", "key"}`` bodies."""
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -131,6 +140,10 @@ def create_app(worker: AnyWorker) -> FastAPI:
 
     for kind in _STATUS:
         app.add_exception_handler(kind, known_error)
+
+
+def _flow_routes(app: FastAPI, worker: AnyWorker) -> None:
+    """Health, clusters, and the flows: list, create, read, configuration, change, restart, remove."""
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -178,6 +191,10 @@ def create_app(worker: AnyWorker) -> FastAPI:
         await worker.remove_flow(f"{source}->{target}")
         return Response(status_code=204)
 
+
+def _group_offset_routes(app: FastAPI, worker: AnyWorker) -> None:
+    """Consumer-group failover: where a group resumes on the target, and moving it there."""
+
     def translated(source: str, target: str, group: str, topic_regex: str | None) -> tuple[Any, Any]:
         flow = worker.config.flow(source, target)  # any configured pair: the source may be gone
         check_topic_regex(topic_regex, "topic_regex")
@@ -207,11 +224,12 @@ def create_app(worker: AnyWorker) -> FastAPI:
 
         return await asyncio.to_thread(run)
 
-    app.include_router(flow_control_router(worker))
-    app.include_router(connect_router(worker))  # Kafka Connect-shaped facade, errors in Connect's shape
+
+def _metrics_route(app: FastAPI, worker: AnyWorker) -> None:
+    """Prometheus metrics of the worker, read at scrape time."""
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(WorkerCollector(worker))
 
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-    return app

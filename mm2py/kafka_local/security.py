@@ -21,6 +21,11 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 SECURED_PROTOCOLS = ("SASL_SSL", "SASL_PLAINTEXT", "SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -84,76 +89,95 @@ class TlsFiles:
 
 def generate_tls_files(directory: Path, client_key_password: str | None) -> TlsFiles:
     """A fresh CA, a broker certificate for 127.0.0.1/localhost and a client certificate."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
-
-    def name(cn: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    def ca(cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = (
-            x509.CertificateBuilder().subject_name(name(cn)).issuer_name(name(cn))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA256())
-        )
-        return key, cert
-
-    def leaf(
-        cn: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, server: bool
-    ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (
-            x509.CertificateBuilder().subject_name(name(cn)).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
-                critical=False)
-        )
-        if server:
-            builder = builder.add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            ]), critical=False)
-        return key, builder.sign(ca_key, hashes.SHA256())
-
-    def pem(cert: x509.Certificate) -> bytes:
-        return cert.public_bytes(serialization.Encoding.PEM)
-
-    def pkcs8(key: ec.EllipticCurvePrivateKey, password: str | None = None) -> bytes:
-        enc: serialization.KeySerializationEncryption = (
-            serialization.BestAvailableEncryption(password.encode()) if password
-            else serialization.NoEncryption()
-        )
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
-
     files = TlsFiles(directory)
-    ca_key, ca_cert = ca("mm2py test CA")
-    _, other_cert = ca("mm2py unrelated CA")
-    broker_key, broker_cert = leaf("broker", ca_key, ca_cert, server=True)
-    client_key, client_cert = leaf("mm2py-client", ca_key, ca_cert, server=False)
-    files.ca.write_bytes(pem(ca_cert))
-    files.other_ca.write_bytes(pem(other_cert))
-    files.broker_keystore.write_bytes(pkcs8(broker_key) + pem(broker_cert))
-    files.client_cert.write_bytes(pem(client_cert))
-    files.client_key.write_bytes(pkcs8(client_key, client_key_password))
+    ca_key, ca_cert = _ca("mm2py test CA", now)
+    _, other_cert = _ca("mm2py unrelated CA", now)
+    broker_key, broker_cert = _leaf("broker", ca_key, ca_cert, now, server=True)
+    client_key, client_cert = _leaf("mm2py-client", ca_key, ca_cert, now, server=False)
+    files.ca.write_bytes(_pem(ca_cert))
+    files.other_ca.write_bytes(_pem(other_cert))
+    files.broker_keystore.write_bytes(_pkcs8(broker_key) + _pem(broker_cert))
+    files.client_cert.write_bytes(_pem(client_cert))
+    files.client_key.write_bytes(_pkcs8(client_key, client_key_password))
     for path in (files.broker_keystore, files.client_key):
         path.chmod(0o600)
     return files
+
+
+# -- certificates (``cryptography`` is imported only when a secured cluster is made) ----------------
+def _name(cn: str) -> x509.Name:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _ca(cn: str, now: datetime.datetime) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A self-signed CA certificate valid for a day, and its key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn))
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+            key_encipherment=False, data_encipherment=False, key_agreement=False,
+            encipher_only=False, decipher_only=False), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def _leaf(
+    cn: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, now: datetime.datetime,
+    *, server: bool,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A server (for 127.0.0.1 and localhost) or client certificate signed by the CA, and its key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(
+            [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False)
+    )
+    if server:
+        builder = builder.add_extension(x509.SubjectAlternativeName([
+            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        ]), critical=False)
+    return key, builder.sign(ca_key, hashes.SHA256())
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _pkcs8(key: ec.EllipticCurvePrivateKey, password: str | None = None) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    enc: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(password.encode()) if password
+        else serialization.NoEncryption()
+    )
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
 
 
 def _quote(value: str) -> str:
