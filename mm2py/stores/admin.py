@@ -14,8 +14,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as CKTopicPartition
@@ -27,6 +26,7 @@ from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.acls import TopicAclCalls
 from mm2py.stores.admin_settings import admin_settings
+from mm2py.stores.admin_types import GroupOffset, GroupState, TopicInfo, TopicSpec
 from mm2py.stores.rdkafka_log import LibrdkafkaLog
 
 log = logging.getLogger(__name__)
@@ -64,43 +64,6 @@ class BrokerRefusedError(StoreError):
 
 class GroupOffsetsRefusedError(StoreError):
     """The broker did not accept a group offset commit (e.g. the group has active members)."""
-
-
-@dataclass(frozen=True)
-class TopicSpec:
-    """A topic to create: name, partitions, replication factor (-1: the broker's default), configs."""
-
-    name: str
-    partitions: int
-    replication_factor: int = -1
-    config: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    name: str
-    partitions: int
-    replication_factor: int
-
-
-class GroupOffset(NamedTuple):
-    """A consumer group's committed offset of one partition, with its metadata string."""
-
-    offset: int
-    metadata: str = ""
-
-
-@dataclass(frozen=True)
-class GroupState:
-    """What the group coordinator says about a consumer group (``NOT_FOUND``: no such group)."""
-
-    state: str  # EMPTY, STABLE, PREPARING_REBALANCING, COMPLETING_REBALANCING, DEAD, UNKNOWN, NOT_FOUND
-    members: int = 0
-
-    @property
-    def inactive(self) -> bool:
-        """No consumer uses the group: its offsets may be changed from outside (MM2's rule)."""
-        return self.members == 0 and self.state in ("EMPTY", "DEAD", "NOT_FOUND")
 
 
 def client_config(bootstrap: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
