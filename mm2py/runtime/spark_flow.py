@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -80,22 +79,16 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
         self.commit_interval = commit_interval
         self.positions: dict[TopicPartition, int] = {}  # committed, as the last rounds reported
         self._source: ClusterClient | None = None
-        self._next_refresh = 0.0
 
     async def _connect(self) -> None:
         source = self.flow.source_cluster.bootstrap_servers
         self._source = ClusterClient(source, self.settings.source_client)
         await self._source.start()
 
-    def refresh_due(self, now: float) -> bool:
-        """Is a topic refresh overdue at ``now``? (The base's scheduler runs it every interval.)"""
-        return self.refresh_interval is not None and now >= self._next_refresh
-
     async def refresh(self) -> Plan:
         """Discover topics now; the next round runs the new assignment."""
         async with self._refresh_lock:
             plan = await asyncio.to_thread(self.controller.refresh)
-            self._next_refresh = time.monotonic() + max(1, self.flow.refresh_topics_interval_seconds)
             with self._lock:
                 self.last_plan = plan
                 for task_id, parts in plan.assignment.items():

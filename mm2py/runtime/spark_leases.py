@@ -71,13 +71,10 @@ class _Book:
         for name in _COUNTERS:
             value = self.done[name] + sum(r.metrics.get(name, 0) for r in self.live.values())
             setattr(task.metrics, name, value)
-        times = {tp: _copy(t) for tp, t in self.done_times.items()}
+        times: dict[TopicPartition, PartitionTimes] = {}
+        _add_times(times, self.done_times)
         for report in self.live.values():
-            for tp, t in report.times.items():
-                mine = times.setdefault(tp, PartitionTimes())
-                mine.replication.add(t.replication)
-                mine.age.add(t.age)
-                mine.lag_seconds = t.lag_seconds  # a running lease knows the current lag
+            _add_times(times, report.times)  # a running lease knows the current lag
         task.metrics.times = times
 
     def codec(self) -> tuple[int, int]:
@@ -91,31 +88,25 @@ class _Book:
         if result is not None:  # the executor's own final figures
             for name in _COUNTERS:
                 self.done[name] += int(getattr(result.metrics, name))
-            self._add_times(result.metrics.times)
+            _add_times(self.done_times, result.metrics.times)
             codec = result.codec
         elif live is not None:  # the job failed: its last report is all we know
             for name in _COUNTERS:
                 self.done[name] += live.metrics.get(name, 0)
-            self._add_times(live.times)
+            _add_times(self.done_times, live.times)
             codec = live.codec
         else:
             return
         self.done_codec = (self.done_codec[0] + codec[0], self.done_codec[1] + codec[1])
 
 
-    def _add_times(self, times: Mapping[TopicPartition, PartitionTimes]) -> None:
-        for tp, t in times.items():
-            mine = self.done_times.setdefault(tp, PartitionTimes())
-            mine.replication.add(t.replication)
-            mine.age.add(t.age)
-            mine.lag_seconds = t.lag_seconds
-
-
-def _copy(t: PartitionTimes) -> PartitionTimes:
-    out = PartitionTimes(lag_seconds=t.lag_seconds)
-    out.replication.add(t.replication)
-    out.age.add(t.age)
-    return out
+def _add_times(into: dict[TopicPartition, PartitionTimes],
+               times: Mapping[TopicPartition, PartitionTimes]) -> None:
+    """Add ``times``' observations; the lag in time is the one added last (the newest lease's)."""
+    for tp, t in times.items():
+        mine = into.setdefault(tp, PartitionTimes())
+        mine.add(t)
+        mine.lag_seconds = t.lag_seconds
 
 
 class LeaseScheduler:
@@ -145,19 +136,14 @@ class LeaseScheduler:
 
     # -- one step of the driver's loop ----------------------------------------------------------
     async def step(self) -> None:
-        """Refresh what is due, then start or stop leases so every task is covered."""
-        now = time.monotonic()
+        """Start or stop leases so every task is covered (each flow's topic refresh runs on its
+        own scheduler, see runtime.flows)."""
         active = {x.lease_id for x in self._active()}
         for lease_id in [k for k in self._runner_of if k not in active]:
             del self._runner_of[lease_id]
         for name in {lease.flow for lease in self._active()} - set(self.flows):
             self._stop_flow(name, "the flow was removed")
         for flow in list(self.flows.values()):
-            try:
-                if flow.refresh_due(now):
-                    await flow.refresh()
-            except Exception as exc:  # a cluster unreachable right now: keep the current leases
-                log.warning("%s: topic refresh failed (%s); retrying", flow.name, exc)
             self._cover(flow, time.monotonic())
         self.table.prune()
 

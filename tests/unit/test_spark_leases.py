@@ -48,9 +48,6 @@ class FakeFlow:
         self.tasks = {i: SparkTask(i, parts) for i, parts in tasks.items()}
         self.absorbed: list[LeaseResult] = []
 
-    def refresh_due(self, now: float) -> bool:
-        return False
-
     def absorb_lease(self, result: LeaseResult, now: float) -> None:
         self.absorbed.append(result)
 
