@@ -71,13 +71,20 @@ def coalesce_settings(flow: FlowConfig) -> CoalesceSettings:
     )
 
 
+#: fetches a task hands to the producer before the first is acknowledged (keeps the produce window
+#: full across fetch boundaries); with the fetch under way, ``PIPELINE_DEPTH + 1`` fetch responses
+#: share ``mm2py.max.inflight.bytes.per.task``
+PIPELINE_DEPTH = 3
+
+
 async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRunner:
     """Connect to both clusters and assemble source, sink and checkpointer for ``spec``.
 
     Both raw clients carry their cluster's TLS/SASL settings (``raw_client_settings``)."""
     flow: FlowConfig = spec.flow
     per_partition = 1024 * 1024
-    fetch_max = min(flow.fetch_max_bytes, max(per_partition, flow.max_inflight_bytes_per_task // 2))
+    share = flow.max_inflight_bytes_per_task // (PIPELINE_DEPTH + 1)
+    fetch_max = min(flow.fetch_max_bytes, max(per_partition, share))
     settings = raw_client_settings(flow, fetch_max_bytes=fetch_max, partition_max_bytes=per_partition)
     source_client = ClusterClient(bootstrap_of(flow, "source"), settings.source_client)
     target_client = ClusterClient(bootstrap_of(flow, "target"), settings.target_client)
@@ -93,5 +100,5 @@ async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRun
     return TaskRunner(
         spec, source, sink, FlowProgressKeeper(flow),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,
-        reconcile=TailReconciler(source, target_client, rename),
+        reconcile=TailReconciler(source, target_client, rename), pipeline_depth=PIPELINE_DEPTH,
     )

@@ -131,15 +131,21 @@ class ResendPlan:
         return [b for b in batches if b.last_offset <= limit], covered, True
 
     def settle(
-        self, tp: TopicPartition, produced: Sequence[Outgoing], acked: int, held_back: bool
+        self, tp: TopicPartition, produced: Sequence[Outgoing], acked: int, held_back: bool,
+        *, replace: bool = True,
     ) -> None:
         """After a produce of ``produced`` of which the first ``acked`` were acknowledged; with
-        ``held_back`` the ranges past what was produced stay too (not sent this time)."""
+        ``held_back`` the ranges past what was produced stay too (not sent this time).
+        ``replace=False`` (the batches were prepared without this partition's ranges, e.g. while
+        an earlier produce was still unanswered): the unacknowledged ranges are added after those
+        already kept, in produce order."""
         old = self.ranges.get(tp, [])
         new = [(o.source_base, o.source_next - 1) for o in produced[acked:]]
         if held_back:
             end = produced[-1].source_next - 1 if produced else -1
             new += [r for r in old if r[0] > end]
+        if not replace:
+            new = old + new
         if new:
             self.ranges[tp] = new
         else:

@@ -6,8 +6,8 @@ in-process runtime keeps tasks alive as asyncio coroutines; the Spark runtime ru
 come from ``connectors/`` through the :class:`BatchSource` and :class:`BatchSink` protocols.
 
 Invariants kept here:
-- per partition, batches are handed to the sink in source order, and a partition's next batch is
-  produced only after the previous one was acknowledged (the sink guarantees that inside a call);
+- per partition, batches are handed to the sink in source order, and the sink appends them in that
+  order across puts (a put is handed over before earlier ones are acknowledged: ``engine/puts.py``);
 - a position is committed only once every batch below it is acknowledged (at-least-once);
 - after a sink failure, fetching restarts from the last acknowledged position (nothing skipped).
 """
@@ -19,11 +19,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
 from mm2py.engine.committer import Committer
 from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
+from mm2py.engine.puts import Put, PutQueue, cancel_fetch, wait_any
 from mm2py.engine.scheduler import sleep_or_stop
 from mm2py.engine.task_api import (
     BatchSink,
@@ -60,6 +60,7 @@ class TaskRunner:
         clock: Callable[[], float] = time.monotonic,
         reconcile: Reconciler | None = None,
         wall_clock: Callable[[], float] = time.time,
+        pipeline_depth: int = 3,
     ) -> None:
         self.spec = spec
         self.source = source
@@ -68,6 +69,8 @@ class TaskRunner:
         self.planner = OffsetSyncPlanner(offset_lag_max=offset_lag_max)
         self.commit_interval = commit_interval
         self.retry_backoff = retry_backoff
+        #: fetches handed to the sink and not yet acknowledged, at most (memory vs. a full window)
+        self.pipeline_depth = pipeline_depth
         self.clock = clock
         self.wall_clock = wall_clock  # compared with record timestamps (latency, record age)
         self.reconcile = reconcile
@@ -232,8 +235,17 @@ class TaskRunner:
 
     async def _loop(self, stop: asyncio.Event, until: dict[TopicPartition, int] | None) -> None:
         prefetch: asyncio.Task[dict[TopicPartition, Polled]] | None = None
+        puts = PutQueue(self.sink, self._settle)
         try:
             while not stop.is_set():
+                if puts and self._pending_assignment is not None:
+                    ok = await puts.settle_all()  # the new owner starts from settled positions
+                    if not ok:
+                        self._recover()
+                        await cancel_fetch(prefetch)
+                        prefetch = None
+                        await sleep_or_stop(stop, self.retry_backoff)
+                    continue
                 try:
                     await self._apply_assignment()
                 except Exception as exc:  # e.g. the source or the target is unreachable right now
@@ -241,39 +253,41 @@ class TaskRunner:
                                 self.spec.task_id, exc)
                     await sleep_or_stop(stop, self.retry_backoff * 4)
                     continue
-                if until is not None:
-                    unassigned = [tp for tp in until if tp not in self._acked]
-                    if unassigned and self._pending_assignment is None:
-                        raise ValueError(f"task {self.spec.task_id} does not mirror {unassigned}")
-                    if all(self._acked.get(tp, 0) >= o for tp, o in until.items()):
-                        return
+                if until is not None and self._reached(until) and not puts:
+                    return
                 if not self._fetch_pos:
                     await sleep_or_stop(stop, 0.2)
                     continue
-                if prefetch is None:
-                    prefetch = asyncio.create_task(self.source.poll(self._wanted(until)))
-                polled = await _wait_or_stop(prefetch, stop)
-                if polled is None:
-                    return  # stopped: the finally clause cancels the outstanding fetch
-                prefetch = None
-                work = self._advance(polled, until)
-                # fetch the next round while this one is being produced
-                if self._fetch_pos and not stop.is_set():
-                    prefetch = asyncio.create_task(self.source.poll(self._wanted(until)))
-                if work:
-                    ok = await self._deliver(work)
-                    if not ok and prefetch is not None:
-                        prefetch.cancel()
-                        with contextlib.suppress(BaseException):
-                            await prefetch
-                        prefetch = None
-                        await sleep_or_stop(stop, self.retry_backoff)
+                wanted = self._wanted(until)
+                # fetch the next round while earlier ones are being produced (up to the depth)
+                if prefetch is None and wanted and len(puts) < self.pipeline_depth:
+                    prefetch = asyncio.create_task(self.source.poll(wanted))
+                if not await wait_any(prefetch, puts.head(), stop):
+                    break  # stopped
+                if not puts.settle_ready():
+                    await puts.settle_all()  # the failed partitions' later batches failed too
+                    self._recover()
+                    await cancel_fetch(prefetch)
+                    prefetch = None
+                    await sleep_or_stop(stop, self.retry_backoff)
+                    continue
+                if prefetch is not None and prefetch.done():
+                    polled = prefetch.result()
+                    prefetch = None
+                    work = self._advance(polled, until)
+                    if work:
+                        ends = {tp: self._round_end.pop(tp) for tp, _ in work if tp in self._round_end}
+                        puts.submit(work, ends)
                 await self._commit(force=False)
+            await puts.settle_all()  # stopped: what was handed over counts before the last commit
         finally:
-            if prefetch is not None:
-                prefetch.cancel()
-                with contextlib.suppress(BaseException):
-                    await prefetch
+            await cancel_fetch(prefetch)
+
+    def _reached(self, until: dict[TopicPartition, int]) -> bool:
+        unassigned = [tp for tp in until if tp not in self._acked]
+        if unassigned and self._pending_assignment is None:
+            raise ValueError(f"task {self.spec.task_id} does not mirror {unassigned}")
+        return all(self._acked.get(tp, 0) >= o for tp, o in until.items())
 
     def _wanted(self, until: dict[TopicPartition, int] | None) -> dict[TopicPartition, int]:
         if until is None:
@@ -318,18 +332,27 @@ class TaskRunner:
                 self._fetch_pos[tp] = p.next_offset
         return work
 
-    async def _deliver(self, work: list[tuple[TopicPartition, list[RecordBatch]]]) -> bool:
-        stamps = {(tp, b.last_offset): b.max_timestamp for tp, batches in work for b in batches}
+    def _recover(self) -> None:
+        """After a failed put (and every later one) was settled: fetch again from what was
+        acknowledged; the sink lets the failed partitions produce again."""
+        for tp in self._fetch_pos:
+            self._fetch_pos[tp] = self._acked[tp]
+            self.planner.reset(tp)
+        self._round_end.clear()
+        self.sink.recover()
+
+    def _settle(self, put: Put) -> bool:
+        """Positions, metrics and offset syncs for what ``put`` delivered; False if it failed."""
         try:
-            delivered = await self.sink.put(work)
+            delivered = put.pending.result()
             ok = True
         except SinkError as exc:
             delivered, ok = exc.delivered, False
-            self._in_doubt.update(tp for tp, _ in work)
+            self._in_doubt.update(tp for tp, _ in put.work)
             self.metrics.sink_failures += 1
             log.warning("task %s: produce failed, retrying from the last acknowledged batch: %s",
                         self.spec.task_id, exc)
-        observe_acks(self.metrics.times, [(d.source, d.source_last) for d in delivered], stamps,
+        observe_acks(self.metrics.times, [(d.source, d.source_last) for d in delivered], put.stamps,
                      self.wall_clock())
         syncs: list[OffsetSync] = []
         for d in delivered:
@@ -346,19 +369,15 @@ class TaskRunner:
                 d.source, d.source_first, d.source_last, d.target_first, d.record_offsets
             ))
         if ok:
-            self._in_doubt.difference_update(tp for tp, _ in work)
+            self._in_doubt.difference_update(tp for tp, _ in put.work)
         # a filtered stretch (aborted or control batches) after a partition's last delivered batch
-        for tp, batches in work:
-            end = self._round_end.pop(tp, None)
+        for tp, batches in put.work:
+            end = put.ends.get(tp)
             if ok and end is not None and tp in self._acked and self._acked[tp] >= batches[-1].next_offset:
                 self._acked[tp] = max(self._acked[tp], end)
         if syncs:
             self.metrics.syncs += len(syncs)
             self.progress.send_syncs(syncs)
-        if not ok:
-            for tp in self._fetch_pos:
-                self._fetch_pos[tp] = self._acked[tp]
-                self.planner.reset(tp)
         return ok
 
     async def _commit(self, force: bool) -> None:
@@ -378,14 +397,3 @@ class TaskRunner:
         await self.source.close()
         await self.sink.close()
         await asyncio.to_thread(self.progress.close)
-
-
-async def _wait_or_stop(task: asyncio.Task[Any], stop: asyncio.Event) -> Any:
-    stopper = asyncio.create_task(stop.wait())
-    try:
-        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-    if task in done:
-        return task.result()
-    return None

@@ -7,8 +7,9 @@ Plain data (:class:`TaskSpec`, :class:`Polled`, :class:`Delivered`) and protocol
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
@@ -75,11 +76,33 @@ class BatchSource(Protocol):
     async def close(self) -> None: ...
 
 
-class BatchSink(Protocol):
-    async def put(self, batches: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
-        """Produce in order per partition; return what was acknowledged, in order per partition.
+class PendingPut(Protocol):
+    """A put handed to the sink: its batches' acknowledgements, read once, in submission order."""
 
-        On failure, raise :class:`SinkError` carrying the deliveries that did succeed."""
+    def done(self) -> bool:
+        """Every batch is answered (acknowledged or failed)."""
+        ...
+
+    async def wait(self) -> None:
+        """Until :meth:`done` (cancelling the wait does not cancel the put)."""
+        ...
+
+    def result(self) -> list[Delivered]:
+        """What was acknowledged, in order per partition (a prefix of each partition's batches);
+        raises :class:`SinkError` carrying it when not everything was."""
+        ...
+
+
+class BatchSink(Protocol):
+    def submit(self, batches: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> PendingPut:
+        """Start producing, in order per partition, and return at once. Puts submitted later keep
+        the order after this one; once a put fails, the failed partitions' batches of later puts
+        fail too, until :meth:`recover`."""
+        ...
+
+    def recover(self) -> None:
+        """The caller has seen a failed put and every put after it: failed partitions may be
+        produced again (from what was acknowledged)."""
         ...
 
     async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
@@ -87,6 +110,22 @@ class BatchSink(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class PutTask:
+    """A :class:`PendingPut` for a sink whose put is one coroutine (puts run as tasks, in order)."""
+
+    def __init__(self, put: Coroutine[Any, Any, list[Delivered]]) -> None:
+        self._task = asyncio.ensure_future(put)
+
+    def done(self) -> bool:
+        return self._task.done()
+
+    async def wait(self) -> None:
+        await asyncio.wait({self._task})
+
+    def result(self) -> list[Delivered]:
+        return self._task.result()
 
 
 class TaskError(Mm2pyError):

@@ -10,7 +10,7 @@ import pytest
 
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import Delivered, Polled, SinkError, TaskSpec, TaskState
+from mm2py.engine.task_api import Delivered, Polled, PutTask, SinkError, TaskSpec, TaskState
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.mm2_records import OffsetSync
@@ -83,6 +83,12 @@ class MemorySink:
                 delivered.append(Delivered(tp, b.base_offset, b.last_offset, b.next_offset, base,
                                            None, b.size, b.records_count))
         return delivered
+
+    def submit(self, work: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> PutTask:
+        return PutTask(self.put(work))
+
+    def recover(self) -> None:
+        return None
 
     async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: sum(RecordBatch(x).records_count for x in self.target.get(tp, [])) for tp in partitions}

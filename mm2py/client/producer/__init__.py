@@ -2,7 +2,8 @@
 
 Modules, each importing only those listed before it: ``batches`` (what a batch must look like
 before it is produced, rounds), ``state`` (producer id, epoch, sequences), ``requests`` (building,
-sending and reading Produce / InitProducerId requests), ``window`` (pipelined rounds) and ``raw``
+sending and reading Produce / InitProducerId requests), ``pipeline`` (continuous idempotent produce,
+the window kept full across calls) and ``raw``
 (:class:`RawProducer`, which ties them together).
 """
 

@@ -1,18 +1,15 @@
 """RawProducer: appends whole RecordBatches (acks=all) and returns their target base offsets.
 
-One batch per partition per request, many partitions per request, at most one produce call at a
-time per partition (a per-partition lock), so per-partition order is preserved across retries.
-
 Idempotence (default on): the producer gets its own producer id (InitProducerId) and stamps every
 batch with it and a per-partition sequence number (one CRC-32C pass, no decompression, the same
-cost as stripping the source's producer state). A retried request whose first attempt did reach
-the log is then recognised by the broker as a duplicate instead of being appended twice. If the
-broker has forgotten the producer (UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER after expiry),
-a new producer id is taken and the round is sent again.
+cost as stripping the source's producer state). A retried batch whose first attempt did reach the
+log is then recognised by the broker as a duplicate instead of being appended twice. Batches go
+through the continuous :class:`~.pipeline.ProducePipeline`: up to ``max_in_flight`` batches per
+partition in flight, a partition the broker does not surely know us on probed with one batch
+first, a failed partition halted until the caller re-sends from what was acknowledged.
 
-Pipelining (``max_in_flight > 1``) is only safe on a partition where the broker already holds our
-producer state (see :mod:`.state`): an unconfirmed partition sends one batch alone first (the
-probe) and the rest only after its ack.
+Without idempotence, a call sends one round at a time (the k-th batch of every partition), one
+call at a time per partition (a per-partition lock), so per-partition order holds across retries.
 """
 
 from __future__ import annotations
@@ -24,11 +21,10 @@ from collections.abc import AsyncIterator, Sequence
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.errors import ProduceError
 from mm2py.client.producer.batches import BatchLike, normalize_batch, split_rounds, stamp
+from mm2py.client.producer.pipeline import ProducePipeline
 from mm2py.client.producer.requests import ProducerConfig, ProduceRequests
 from mm2py.client.producer.state import ProducerState, producer_state_lost
-from mm2py.client.producer.window import produce_windowed
 from mm2py.protocol.api import ProducePartitionResponse
-from mm2py.protocol.batch_edit import increment_sequence
 from mm2py.protocol.errors_codes import NONE, BrokerError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -45,6 +41,7 @@ class RawProducer:
         self.config = config or ProducerConfig()
         self.requests = ProduceRequests(cluster, self.config)
         self.state = ProducerState(self.requests.init_producer_id)
+        self.pipeline = ProducePipeline(self.state, self.requests, self.config.max_in_flight)
         self._locks: dict[TopicPartition, asyncio.Lock] = {}
 
     # ------------------------------------------------------------- producer state, for callers
@@ -69,55 +66,83 @@ class RawProducer:
         return self.state.confirmed(tp)
 
     # -------------------------------------------------------------------------------- produce
+    @property
+    def pipelined(self) -> bool:
+        """Idempotent: batches go through the continuous pipeline (``pipeline``)."""
+        return self.config.idempotent
+
     async def send(self, tp: TopicPartition, batch: BatchLike) -> int:
         """Append one batch; returns its base offset in the target partition."""
         return (await self.produce([(tp, batch)]))[0]
+
+    def submit(
+        self, items: Sequence[tuple[TopicPartition, BatchLike]], *, verified: bool = False
+    ) -> list[asyncio.Future[int]]:
+        """Queue batches and return at once: a future per batch (its target base offset).
+
+        Batches of a partition are appended in submission order, across calls: a caller may submit
+        more before earlier batches are acknowledged. After a failure a partition is halted (its
+        later batches fail too) until :meth:`resume`; the caller re-sends from what was
+        acknowledged. ``verified=True``: every batch's CRC was already checked."""
+        normalized = [(tp, normalize_batch(b, verified=verified)) for tp, b in items]
+        if self.pipelined:
+            return self.pipeline.submit(normalized)
+        task = asyncio.ensure_future(self._produce_serial(normalized))
+        return [_nth(task, i) for i in range(len(normalized))]
+
+    def resume(self, partitions: Sequence[TopicPartition] | None = None) -> None:
+        """Let partitions halted by a failure send again (see :meth:`submit`)."""
+        if self.pipelined:
+            self.pipeline.resume(partitions)
 
     async def produce(
         self, items: Sequence[tuple[TopicPartition, BatchLike]], *, verified: bool = False
     ) -> list[int]:
         """Append batches; returns the target base offset of each, in input order.
 
-        Batches of the same partition are appended in input order (one per request round).
-        ``verified=True``: every batch's CRC was already checked, so it is not computed again.
-        Raises ProduceError (with what was acknowledged) when not everything was delivered.
-        """
+        Batches of the same partition are appended in input order. Raises ProduceError (with what
+        was acknowledged: a prefix per partition) when not everything was delivered. A partition
+        whose producer state the broker lost is sent again once under a new producer id."""
         normalized = [(tp, normalize_batch(b, verified=verified)) for tp, b in items]
+        if not self.pipelined:
+            return await self._produce_serial(normalized)
+        offsets, failed = await self._await_pipeline(normalized)
+        lost = [tp for tp, exc in failed.items() if _state_lost(exc)]
+        if lost:  # refused under the forgotten id (so were its later batches): once more, new id
+            again = [i for i, (tp, _) in enumerate(normalized) if tp in lost and offsets[i] < 0]
+            got, failed2 = await self._await_pipeline([normalized[i] for i in again])
+            for i, off in zip(again, got, strict=True):
+                offsets[i] = off
+            failed = {**{tp: e for tp, e in failed.items() if tp not in lost}, **failed2}
+        if failed:
+            cause = next(iter(failed.values()))
+            raise ProduceError(f"{len(failed)} partitions not fully delivered: {cause}", offsets, cause)
+        return offsets
+
+    async def _await_pipeline(
+        self, items: Normalized
+    ) -> tuple[list[int], dict[TopicPartition, BaseException]]:
+        """Submit, wait for every batch, resume the halted partitions: (offsets, first failures)."""
+        futures = self.pipeline.submit(items)
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        offsets = [-1] * len(items)
+        failed: dict[TopicPartition, BaseException] = {}
+        for i, ((tp, _), out) in enumerate(zip(items, outcomes, strict=True)):
+            if isinstance(out, BaseException):
+                failed.setdefault(tp, out)
+            elif tp not in failed:
+                offsets[i] = out
+        self.pipeline.resume(list(failed))
+        return offsets, failed
+
+    async def _produce_serial(self, normalized: Normalized) -> list[int]:
+        """Without idempotence: one round at a time per call, calls in order per partition."""
         rounds = split_rounds(normalized)
         async with self._locked(rounds):
-            if self.config.idempotent and self.config.max_in_flight > 1 and len(rounds) > 1:
-                return await self._produce_pipelined(normalized, rounds)
             return await self._produce_rounds(normalized, rounds)
 
-    async def _produce_pipelined(self, normalized: Normalized, rounds: Rounds) -> list[int]:
-        """Probe unconfirmed partitions with their first batch, then pipeline everything else."""
-        offsets = [-1] * len(normalized)
-        error: ProduceError | None = None
-        probe = [i for tp, i in rounds[0].items() if not self.state.confirmed(tp)]
-        refused: set[TopicPartition] = set()
-        if probe:
-            sub = [normalized[i] for i in probe]
-            try:
-                got = await self._produce_rounds(sub, split_rounds(sub))
-            except ProduceError as exc:
-                got, error = exc.offsets, exc
-            for i, off in zip(probe, got, strict=True):
-                offsets[i] = off
-                if off < 0:
-                    refused.add(normalized[i][0])
-        probed = set(probe)
-        rest = [i for i, (tp, _) in enumerate(normalized) if i not in probed and tp not in refused]
-        if rest:
-            sub = [normalized[i] for i in rest]
-            try:
-                got = await produce_windowed(self.state, self.requests, sub, self.config.max_in_flight)
-            except ProduceError as exc:
-                got, error = exc.offsets, error or exc
-            for i, off in zip(rest, got, strict=True):
-                offsets[i] = off
-        if error is not None:
-            raise ProduceError(str(error), offsets, error.cause)
-        return offsets
+    async def close(self) -> None:
+        await self.pipeline.close()
 
     async def _produce_rounds(self, normalized: Normalized, rounds: Rounds) -> list[int]:
         """One round at a time, each retried (after a metadata refresh) until it is acknowledged."""
@@ -138,32 +163,13 @@ class RawProducer:
     async def _send_round(
         self, normalized: Normalized, rnd: dict[TopicPartition, int], offsets: list[int]
     ) -> dict[TopicPartition, ProducePartitionResponse]:
-        """One round; if the broker forgot our producer, once more under a new producer id."""
-        idempotent = self.config.idempotent
-        results: dict[TopicPartition, ProducePartitionResponse] = {}
-        pending = dict(rnd)
-        for attempt in (1, 2):
-            pid, epoch = await self.state.ensure() if idempotent else (-1, -1)
-            seqs = {tp: self.state.sequence(tp) if idempotent else -1 for tp in pending}
-            try:
-                got = await self.requests.send_round({
-                    tp: stamp(normalized[i][1], pid, epoch, seqs[tp]) for tp, i in pending.items()
-                })
-            except Exception as exc:
-                raise ProduceError(f"produce failed: {exc}", offsets, exc) from exc
-            for tp, r in got.items():
-                results[tp] = r
-                if r.error_code == NONE and idempotent:
-                    count = normalized[pending[tp]][1].records_count
-                    self.state.set_sequence(tp, increment_sequence(seqs[tp], count))
-            lost = [tp for tp, r in got.items() if producer_state_lost(r.error_code)]
-            if not (lost and idempotent and attempt == 1):
-                break
-            # new producer id, sequences from 0; only what was refused is sent again (the
-            # partitions already acknowledged would be appended twice under a new id)
-            await self.state.reset(pid)
-            pending = {tp: rnd[tp] for tp in lost}
-        return results
+        """One round without producer state, retried until acknowledged or timed out."""
+        try:
+            return await self.requests.send_round({
+                tp: stamp(normalized[i][1], -1, -1, -1) for tp, i in rnd.items()
+            })
+        except Exception as exc:
+            raise ProduceError(f"produce failed: {exc}", offsets, exc) from exc
 
     @contextlib.asynccontextmanager
     async def _locked(self, rounds: Rounds) -> AsyncIterator[None]:
@@ -175,3 +181,25 @@ class RawProducer:
                     lock = self._locks[tp] = asyncio.Lock()
                 await stack.enter_async_context(lock)
             yield
+
+
+def _nth(task: asyncio.Future[list[int]], i: int) -> asyncio.Future[int]:
+    """The ``i``-th offset of ``task``'s result as a future (-1 or a ProduceError: the error)."""
+    out: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def done(t: asyncio.Future[list[int]]) -> None:
+        exc = t.exception()
+        offsets = exc.offsets if isinstance(exc, ProduceError) else None
+        if exc is None:
+            out.set_result(t.result()[i])
+        elif offsets is not None and offsets[i] >= 0:
+            out.set_result(offsets[i])
+        else:
+            out.set_exception(exc)
+
+    task.add_done_callback(done)
+    return out
+
+
+def _state_lost(exc: BaseException) -> bool:
+    return isinstance(exc, BrokerError) and producer_state_lost(exc.code)

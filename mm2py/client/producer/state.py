@@ -83,10 +83,14 @@ class ProducerState:
     async def reset(self, seen: int) -> None:
         """The broker forgot producer id ``seen``: drop it (unless already replaced) and every sequence."""
         async with self._lock:
-            if self.producer_id == seen:
-                log.warning("broker forgot producer id %d; taking a new one", seen)
-                self.producer_id = self.producer_epoch = -1
-                self._forget_partitions()
+            self.forget(seen)
+
+    def forget(self, seen: int) -> None:
+        """As :meth:`reset`, without waiting (while a new id is being taken, ``seen`` is not ours)."""
+        if self.producer_id == seen and seen >= 0:
+            log.warning("broker forgot producer id %d; taking a new one", seen)
+            self.producer_id = self.producer_epoch = -1
+            self._forget_partitions()
 
     def _forget_partitions(self) -> None:
         self._sequences.clear()

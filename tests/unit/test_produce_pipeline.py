@@ -1,0 +1,77 @@
+"""The produce pipeline across calls (``mm2py.client.producer.pipeline``), on the fake broker.
+
+A caller (the mirror task) submits the next fetch's batches before the previous ones are
+acknowledged; the window stays full, a partition's batches keep their order, and a failure halts
+the partition (nothing after it is sent beyond the window, nothing is appended twice) until the
+caller resumes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fake_broker import A, B, FakeBroker, batch, producer_on
+
+from mm2py.client.errors import RequestTimeoutError
+from mm2py.client.producer import ProduceError
+from mm2py.client.producer.pipeline import PartitionHaltedError
+from mm2py.protocol.errors_codes import BrokerError
+
+
+async def confirmed_producer(fb: FakeBroker):  # type: ignore[no-untyped-def]
+    producer = await producer_on(fb)
+    assert await producer.produce([(A, batch("a0")), (B, batch("b0"))]) == [0, 0]
+    return producer
+
+
+async def test_a_second_call_is_sent_before_the_first_is_acknowledged_and_order_is_kept() -> None:
+    fb = FakeBroker()
+    producer = await confirmed_producer(fb)
+    first = producer.submit([(A, batch(f"a{i}")) for i in range(1, 4)]
+                            + [(B, batch(f"b{i}")) for i in range(1, 4)])
+    second = producer.submit([(A, batch(f"a{i}")) for i in range(4, 7)] + [(B, batch("b4"))])
+    offsets = await asyncio.gather(*first, *second)
+    assert offsets == [1, 2, 3, 1, 2, 3, 4, 5, 6, 4]
+    assert fb.values(A) == [f"a{i}" for i in range(7)] and fb.values(B) == [f"b{i}" for i in range(5)]
+    (last_of_first,) = fb.requests_with("a3")
+    (first_of_second,) = fb.requests_with("a4")
+    assert not fb.answered_before(last_of_first, first_of_second), "the window drained between calls"
+    assert fb.max_partition_in_flight == 5, "more (or fewer) than 5 batches of a partition in flight"
+
+
+async def test_a_failure_halts_the_partition_across_calls_until_resumed() -> None:
+    fb = FakeBroker()
+    producer = await confirmed_producer(fb)
+    first = producer.submit([(A, batch("a1", size=2000)), (A, batch("a2"))])  # a1: too large
+    second = producer.submit([(A, batch("a3")), (B, batch("b1"))])
+    outcomes = await asyncio.gather(*first, *second, return_exceptions=True)
+    assert isinstance(outcomes[0], BrokerError)
+    assert all(isinstance(o, PartitionHaltedError) for o in outcomes[1:3]), outcomes
+    assert outcomes[3] == 1, "another partition's batch was held back by A's failure"
+    assert fb.values(A) == ["a0"], "a batch behind the refused one was appended"
+    (early,) = producer.submit([(A, batch("a1"))])
+    with pytest.raises(PartitionHaltedError):
+        await early  # the caller has not resumed A yet: nothing of A goes out
+    producer.resume([A])
+    again = producer.submit([(A, batch("a1")), (A, batch("a2")), (A, batch("a3"))])
+    assert await asyncio.gather(*again) == [1, 2, 3]
+    assert fb.values(A) == ["a0", "a1", "a2", "a3"]
+
+
+async def test_a_lost_answer_early_in_a_long_call_lets_no_more_than_the_window_through() -> None:
+    """a1's answer is lost although the broker appended it. Only a1..a5 (the window) may have gone
+    out: had a6 gone out, a1 would fall out of the broker's five-batch memory and its re-send be
+    refused. The re-send from the acknowledged prefix appends each batch exactly once."""
+    fb = FakeBroker()
+    producer = await confirmed_producer(fb)
+    fb.lose_response_of = "a1"
+    items = [(A, batch(f"a{i}")) for i in range(1, 9)]
+    with pytest.raises(ProduceError) as err:
+        await producer.produce(items)
+    assert isinstance(err.value.cause, RequestTimeoutError)
+    assert err.value.offsets == [-1] * 8
+    assert fb.requests_with("a6") == [], "a batch beyond the window was sent after a failure"
+    fb.lose_response_of = None
+    assert await producer.produce(items) == list(range(1, 9))
+    assert fb.values(A) == [f"a{i}" for i in range(9)], "a batch was appended twice or lost"
