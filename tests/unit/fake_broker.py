@@ -78,7 +78,8 @@ class FakeBroker:
         #: (partition, producer id) pairs the broker has forgotten: answered ``forgotten_code``
         self.forgotten: set[tuple[TopicPartition, int]] = set()
         self.forgotten_code = UNKNOWN_PRODUCER_ID
-        #: a request carrying a batch with this value is appended but its response never comes
+        #: the next request carrying a batch with this value is appended but its response never
+        #: comes (once: the value is cleared)
         self.lose_response_of: str | None = None
         #: what happened, in order: ("recv", request number, [(tp, value, pid, seq)]) / ("answer", n)
         self.events: list[tuple[Any, ...]] = []
@@ -188,6 +189,7 @@ class FakeConnection:
         for tp in tps:
             fb.partition_in_flight[tp] -= 1
         if lost:
+            fb.lose_response_of = None
             raise RequestTimeoutError(f"request {n} timed out (the broker did append it)")
         fb.events.append(("answer", n))
         return resp

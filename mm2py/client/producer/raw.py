@@ -18,10 +18,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
-from mm2py.client.cluster import ClusterClient
-from mm2py.client.errors import ProduceError
+from mm2py.client.cluster import Backoff, ClusterClient
+from mm2py.client.errors import ClientError, ProduceError, is_retriable_error
 from mm2py.client.producer.batches import BatchLike, normalize_batch, split_rounds, stamp
-from mm2py.client.producer.pipeline import ProducePipeline
+from mm2py.client.producer.pipeline import PartitionHaltedError, ProducePipeline
 from mm2py.client.producer.requests import ProducerConfig, ProduceRequests
 from mm2py.client.producer.state import ProducerState, producer_state_lost
 from mm2py.protocol.api import ProducePartitionResponse
@@ -101,19 +101,26 @@ class RawProducer:
         """Append batches; returns the target base offset of each, in input order.
 
         Batches of the same partition are appended in input order. Raises ProduceError (with what
-        was acknowledged: a prefix per partition) when not everything was delivered. A partition
-        whose producer state the broker lost is sent again once under a new producer id."""
+        was acknowledged: a prefix per partition) when not everything was delivered. Retriable
+        failures are sent again until ``retry_timeout_s``; a partition whose producer state the
+        broker lost is sent again under a new producer id."""
         normalized = [(tp, normalize_batch(b, verified=verified)) for tp, b in items]
         if not self.pipelined:
             return await self._produce_serial(normalized)
         offsets, failed = await self._await_pipeline(normalized)
-        lost = [tp for tp, exc in failed.items() if _state_lost(exc)]
-        if lost:  # refused under the forgotten id (so were its later batches): once more, new id
-            again = [i for i, (tp, _) in enumerate(normalized) if tp in lost and offsets[i] < 0]
-            got, failed2 = await self._await_pipeline([normalized[i] for i in again])
+        backoff = Backoff(self.cluster.config.retry_backoff_s, self.cluster.config.retry_backoff_max_s,
+                          self.config.retry_timeout_s)
+        # a retriable failure (leader moved, topic re-created, connection lost) or a forgotten
+        # producer id: what was not acknowledged is sent again from the prefix (same sequences, or
+        # a new id), as the broker recognises a batch it did append among its last five
+        while failed and all(_may_resend(e) for e in failed.values()) and not backoff.expired:
+            await backoff.sleep()
+            with contextlib.suppress(ClientError):
+                await self.cluster.refresh_metadata({tp.topic for tp in failed})
+            again = [i for i, (tp, _) in enumerate(normalized) if tp in failed and offsets[i] < 0]
+            got, failed = await self._await_pipeline([normalized[i] for i in again])
             for i, off in zip(again, got, strict=True):
                 offsets[i] = off
-            failed = {**{tp: e for tp, e in failed.items() if tp not in lost}, **failed2}
         if failed:
             cause = next(iter(failed.values()))
             raise ProduceError(f"{len(failed)} partitions not fully delivered: {cause}", offsets, cause)
@@ -201,5 +208,10 @@ def _nth(task: asyncio.Future[list[int]], i: int) -> asyncio.Future[int]:
     return out
 
 
-def _state_lost(exc: BaseException) -> bool:
-    return isinstance(exc, BrokerError) and producer_state_lost(exc.code)
+def _may_resend(exc: BaseException) -> bool:
+    """A first failure after which the unacknowledged batches may simply be sent again."""
+    if isinstance(exc, PartitionHaltedError):
+        return False  # halted by another caller's failure, which that caller handles
+    if isinstance(exc, BrokerError) and producer_state_lost(exc.code):
+        return True
+    return is_retriable_error(exc)
