@@ -280,6 +280,11 @@ class TaskRunner:
                         puts.submit(work, ends)
                 await self._commit(force=False)
             await puts.settle_all()  # stopped: what was handed over counts before the last commit
+        except Exception:
+            # failed (a corrupt batch, say): what was handed over lands anyway; settle it first
+            with contextlib.suppress(Exception):
+                await puts.settle_all()
+            raise
         finally:
             await cancel_fetch(prefetch)
 
@@ -290,9 +295,7 @@ class TaskRunner:
         return all(self._acked.get(tp, 0) >= o for tp, o in until.items())
 
     def _wanted(self, until: dict[TopicPartition, int] | None) -> dict[TopicPartition, int]:
-        if until is None:
-            return dict(self._fetch_pos)
-        return {tp: o for tp, o in self._fetch_pos.items() if o < until.get(tp, 0)}
+        return {tp: o for tp, o in self._fetch_pos.items() if until is None or o < until.get(tp, 0)}
 
     def _advance(
         self, polled: Mapping[TopicPartition, Polled], until: dict[TopicPartition, int] | None
@@ -333,8 +336,7 @@ class TaskRunner:
         return work
 
     def _recover(self) -> None:
-        """After a failed put (and every later one) was settled: fetch again from what was
-        acknowledged; the sink lets the failed partitions produce again."""
+        """After a failed put (and every later one) was settled: fetch again from the acknowledged."""
         for tp in self._fetch_pos:
             self._fetch_pos[tp] = self._acked[tp]
             self.planner.reset(tp)
@@ -382,11 +384,8 @@ class TaskRunner:
 
     async def _commit(self, force: bool) -> None:
         """Periodic (``force=False``): in the background when due. Forced: now; raises if it failed."""
-        snapshot = self._snapshot  # called on the event loop, when the commit starts
+        snapshot = self.committed_positions  # called on the event loop, when the commit starts
         await (self.committer.now(snapshot) if force else self.committer.maybe(snapshot))
-
-    def _snapshot(self) -> dict[TopicPartition, Position]:
-        return self._positions(self._acked)
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Position]:
         """A snapshot of what to commit, taken on the event loop."""

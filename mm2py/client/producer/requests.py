@@ -42,7 +42,7 @@ class ProducerConfig:
     max_request_bytes: int = 16 * 1024 * 1024
     #: stamp batches with our own producer id and sequences (broker-side dedupe of retries)
     idempotent: bool = True
-    #: request rounds in flight per connection (idempotent only; the broker dedupes at most 5)
+    #: batches of one partition in flight (idempotent only; the broker dedupes at most 5)
     max_in_flight: int = 5
 
     def __post_init__(self) -> None:
