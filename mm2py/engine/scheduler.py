@@ -133,7 +133,8 @@ class Scheduler:
         try:
             await job()
         except Exception as exc:
-            log.warning("%s: %s failed after %.3f s: %s: %s", self.owner, name, self.clock() - started,
+            # owner and job as one first argument: runtime.log_throttle holds repeats back per job
+            log.warning("%s failed after %.3f s: %s: %s", f"{self.owner}: {name}", self.clock() - started,
                         type(exc).__name__, exc)
             log.debug("%s: %s failed", self.owner, name, exc_info=True)
             if self.on_failure is not None:

@@ -217,3 +217,29 @@ def test_a_job_may_drop_itself_or_another_and_quiet_jobs_log_only_their_failures
     assert not any(m.startswith("flow: poll took") for m in messages)
     assert any(m.startswith("flow: first took") for m in messages)
     assert any("flow: poll failed" in m and "poll hiccup" in m for m in messages)
+
+
+def test_repeated_failures_are_held_back_per_job_not_per_owner(caplog: pytest.LogCaptureFixture) -> None:
+    """The worker's log throttle lets the first failure of each job through, even when another job
+    of the same owner (a flow's heartbeat, its delayed start) keeps failing meanwhile."""
+    from mm2py.runtime.log_throttle import RepeatFilter
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        jobs = Scheduler("east->west", stop)
+
+        async def down() -> None:
+            raise ConnectionRefusedError("cluster down")
+
+        jobs.every("emit heartbeat", 0.01, down)
+        jobs.every("delayed start", 0.01, down)
+        asyncio.get_running_loop().call_later(0.2, stop.set)
+        await asyncio.wait_for(jobs.run(), 5)
+
+    with caplog.at_level(logging.WARNING, logger="mm2py.engine.scheduler"):
+        asyncio.run(main())
+    throttle = RepeatFilter(interval=60)
+    passed = [r.getMessage() for r in caplog.records if throttle.filter(r)]
+    assert len(caplog.records) > 4
+    assert [m.split(" failed")[0] for m in passed] == [
+        "east->west: emit heartbeat", "east->west: delayed start"]
