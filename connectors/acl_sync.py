@@ -22,10 +22,13 @@ from dataclasses import dataclass
 from mm2py.config.models import FlowConfig
 from mm2py.engine.acls import acls_to_sync, missing
 from mm2py.engine.controller import Controller
+from mm2py.engine.scheduler import Scheduler
 from mm2py.stores.acls import NoAuthorizerError, TopicAcl
 from mm2py.stores.admin import ClusterAdmin
 
 log = logging.getLogger(__name__)
+
+_JOB = "sync topic ACLs"
 
 
 @dataclass
@@ -80,29 +83,31 @@ class TopicAclSync:
         return created
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Sync now and every interval until ``stop`` is set, or until a cluster proves to have no
-        authorizer."""
+        """Sync now and every interval (a job of the flow's scheduler) until ``stop`` is set, or
+        until a cluster proves to have no authorizer."""
         self.state = "RUNNING"
         interval = max(1.0, float(self.flow.sync_topic_acls_interval_seconds))
+        jobs = Scheduler(self.flow.name, stop, on_failure=self._failed)
+
+        async def sync() -> None:
+            try:
+                await asyncio.to_thread(self.sync_once)
+            except NoAuthorizerError as exc:
+                self.state = "NO_AUTHORIZER"
+                log.info("%s: %s, so no topic ACLs are synced for this flow (set "
+                         "sync.topic.acls.enabled=false to skip this check)", self.flow.name, exc)
+                jobs.cancel(_JOB)
+
+        jobs.every(_JOB, interval, sync)
         try:
-            while not stop.is_set():
-                try:
-                    await asyncio.to_thread(self.sync_once)
-                except NoAuthorizerError as exc:
-                    self.state = "NO_AUTHORIZER"
-                    log.info("%s: %s, so no topic ACLs are synced for this flow (set "
-                             "sync.topic.acls.enabled=false to skip this check)", self.flow.name, exc)
-                    return
-                except Exception as exc:
-                    self.metrics.failures += 1
-                    self.metrics.last_error = f"{type(exc).__name__}: {exc}"
-                    log.warning("%s: topic ACL sync failed (%s); retrying in %.0fs",
-                                self.flow.name, exc, interval)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), interval)
+            await jobs.run()
         finally:
             if self.state == "RUNNING":
                 self.state = "STOPPED"
+
+    def _failed(self, _job: str, exc: Exception) -> None:
+        self.metrics.failures += 1
+        self.metrics.last_error = f"{type(exc).__name__}: {exc}"
 
     async def stop(self) -> None:
         """End the loop now (a round blocked on a slow cluster is not waited for)."""

@@ -1,11 +1,13 @@
 """Named periodic jobs on the event loop, in the spirit of MirrorMaker 2's ``Scheduler``.
 
 Every periodic piece of work a worker does — the controller's topic refresh, heartbeats, the
-checkpoint connector's jobs, the status lines — is a named job of a :class:`Scheduler`. Its jobs
+checkpoint connector's jobs, the topic ACL sync, the status lines, the Spark driver's lease step
+and lease clock, a flow's delayed start — is a named job of a :class:`Scheduler`. Its jobs
 run one after another (never two of one scheduler at once, so jobs may share state), each again
 ``interval`` seconds after its previous run *ended*. Each run is logged with its duration at debug
 level; a failure is logged at warning level with the owner and the job's name and does not stop
-the loop: the job simply runs again after its retry delay. Setting the stop event ends the loop
+the loop: the job simply runs again after its retry delay (which may grow with each failure in a
+row: ``backoff``). Setting the stop event ends the loop
 as soon as the job under way (if any) has finished; cancel the task running :meth:`Scheduler.run`
 to abandon that job as well.
 """
@@ -42,8 +44,18 @@ class _Entry:
     interval: float | None  # None: a one-off job, run until it succeeded once
     retry: float  # delay after a failed run
     due: float
+    backoff: float = 1.0  # the retry delay grows by this factor with each failure in a row ...
+    max_retry: float | None = None  # ... up to this
+    quiet: bool = False  # runs not logged (a job run several times a second); failures still are
     runs: int = 0
     failures: int = 0
+    streak: int = 0  # failed runs since the last that succeeded
+
+    def retry_delay(self) -> float:
+        """The delay after the latest failed run: ``retry``, times ``backoff`` for each earlier
+        failure in a row, at most ``max_retry``."""
+        delay = self.retry * self.backoff ** max(0, self.streak - 1)
+        return delay if self.max_retry is None else min(self.max_retry, delay)
 
 
 class Scheduler:
@@ -69,23 +81,38 @@ class Scheduler:
 
     # -- what to run -------------------------------------------------------------------------------
     def every(
-        self, name: str, interval: float, job: Job, *, delay: float = 0.0, retry: float | None = None
+        self, name: str, interval: float, job: Job, *, delay: float = 0.0, retry: float | None = None,
+        quiet: bool = False,
     ) -> None:
         """Run ``job`` after ``delay`` seconds, then ``interval`` seconds after each run ended
-        (``retry`` seconds after a failed one; by default also ``interval``)."""
+        (``retry`` seconds after a failed one; by default also ``interval``). ``quiet``: its runs
+        are not logged (for a job run several times a second); its failures are."""
         if interval <= 0:
             raise ValueError(f"{self.owner}: job {name!r} needs a positive interval, not {interval}")
-        self._add(_Entry(name, job, interval, interval if retry is None else retry, self.clock() + delay))
+        self._add(_Entry(name, job, interval, interval if retry is None else retry, self.clock() + delay,
+                         quiet=quiet))
 
-    def once(self, name: str, job: Job, *, retry: float, delay: float = 0.0) -> None:
-        """Run ``job`` after ``delay`` seconds, and again every ``retry`` seconds until it succeeds."""
-        self._add(_Entry(name, job, None, retry, self.clock() + delay))
+    def once(
+        self, name: str, job: Job, *, retry: float, delay: float = 0.0, backoff: float = 1.0,
+        max_retry: float | None = None,
+    ) -> None:
+        """Run ``job`` after ``delay`` seconds, and again until it succeeds: ``retry`` seconds
+        after a failed run, ``backoff`` times longer after each further failure in a row (at most
+        ``max_retry`` seconds)."""
+        self._add(_Entry(name, job, None, retry, self.clock() + delay, backoff=backoff, max_retry=max_retry))
+
+    def cancel(self, name: str) -> None:
+        """Drop the job ``name`` (a job may drop itself: it is not run again)."""
+        self._jobs = [e for e in self._jobs if e.name != name]
 
     def _add(self, entry: _Entry) -> None:
         if any(e.name == entry.name for e in self._jobs):
             raise ValueError(f"{self.owner}: there is a job called {entry.name!r} already")
         if entry.retry <= 0:
             raise ValueError(f"{self.owner}: job {entry.name!r} needs a positive retry delay")
+        if entry.backoff < 1 or (entry.max_retry is not None and entry.max_retry < entry.retry):
+            raise ValueError(f"{self.owner}: job {entry.name!r} needs a back-off of at least 1 and a "
+                             "longest retry delay no shorter than the first")
         self._jobs.append(entry)
 
     @property
@@ -99,19 +126,22 @@ class Scheduler:
         return entry.runs, entry.failures
 
     # -- running -----------------------------------------------------------------------------------
-    async def execute(self, name: str, job: Job) -> bool:
-        """Run ``job`` once now, logging its duration, or its failure; True if it succeeded."""
+    async def execute(self, name: str, job: Job, *, quiet: bool = False) -> bool:
+        """Run ``job`` once now, logging its duration (unless ``quiet``), or its failure; True if
+        it succeeded."""
         started = self.clock()
         try:
             await job()
         except Exception as exc:
-            log.warning("%s: %s failed after %.3f s: %s: %s", self.owner, name, self.clock() - started,
+            # owner and job as one first argument: runtime.log_throttle holds repeats back per job
+            log.warning("%s failed after %.3f s: %s: %s", f"{self.owner}: {name}", self.clock() - started,
                         type(exc).__name__, exc)
             log.debug("%s: %s failed", self.owner, name, exc_info=True)
             if self.on_failure is not None:
                 self.on_failure(name, exc)
             return False
-        log.debug("%s: %s took %.3f s", self.owner, name, self.clock() - started)
+        if not quiet:
+            log.debug("%s: %s took %.3f s", self.owner, name, self.clock() - started)
         return True
 
     async def until_done(self, name: str, job: Job, *, retry: float) -> bool:
@@ -128,20 +158,26 @@ class Scheduler:
         for entry in list(self._jobs):
             if self.stop.is_set():
                 break
-            if entry.due > self.clock():
+            if entry.due > self.clock() or not self._scheduled(entry):
                 continue
-            ok = await self.execute(entry.name, entry.job)
+            ok = await self.execute(entry.name, entry.job, quiet=entry.quiet)
             entry.runs += 1
             if not ok:
                 entry.failures += 1
+            entry.streak = 0 if ok else entry.streak + 1
+            if not self._scheduled(entry):
+                continue  # the job was dropped while it ran (cancel)
             if ok and entry.interval is None:
                 self._jobs.remove(entry)
                 continue
-            pause = entry.interval if ok and entry.interval is not None else entry.retry
+            pause = entry.interval if ok and entry.interval is not None else entry.retry_delay()
             entry.due = self.clock() + pause
         if not self._jobs:
             return None
         return max(0.0, min(e.due for e in self._jobs) - self.clock())
+
+    def _scheduled(self, entry: _Entry) -> bool:
+        return any(e is entry for e in self._jobs)
 
     async def run(self) -> None:
         """Run the jobs until ``stop`` is set (or no job is left)."""

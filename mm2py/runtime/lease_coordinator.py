@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Callable
 
+from mm2py.engine.scheduler import Scheduler
 from mm2py.runtime.lease_table import Go, Lease, LeaseState, LeaseTable, Stop
 from mm2py.runtime.lease_wire import (
     MAX_LINE,
@@ -50,6 +51,7 @@ class LeaseCoordinator:
         self._conns: dict[str, asyncio.StreamWriter] = {}  # lease id -> its executor's connection
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -58,11 +60,13 @@ class LeaseCoordinator:
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, 0, limit=MAX_LINE)
         self.port = self._server.sockets[0].getsockname()[1]
-        self._ticker = asyncio.create_task(self._tick_loop())
+        jobs = Scheduler("lease coordinator", self._closing)
+        jobs.every("lease table tick", self.tick_seconds, self._tick, delay=self.tick_seconds, quiet=True)
+        self._ticker = asyncio.create_task(jobs.run())
 
     async def close(self) -> None:
+        self._closing.set()
         if self._ticker is not None:
-            self._ticker.cancel()
             with contextlib.suppress(BaseException):
                 await self._ticker
         for writer in list(self._conns.values()):
@@ -92,13 +96,9 @@ class LeaseCoordinator:
                 writer.write(encode(msg))
 
     # -- connections --------------------------------------------------------------------------
-    async def _tick_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.tick_seconds)
-            try:
-                self.dispatch(self.table.tick(time.monotonic()))
-            except Exception:
-                log.exception("lease table tick failed")
+    async def _tick(self) -> None:
+        """The table's clock, a scheduler job every ``tick_seconds``: what time alone decides."""
+        self.dispatch(self.table.tick(time.monotonic()))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         lease_id: str | None = None

@@ -25,6 +25,7 @@ from typing import Any
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
+from mm2py.engine.scheduler import Scheduler, sleep_or_stop
 from mm2py.protocol.compression import CodecCounters
 from mm2py.runtime.spark_flow import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark_lease import LeaseResult, LeaseWork, run_lease
@@ -173,43 +174,55 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         return results
 
     async def run(self, stop: asyncio.Event, status_interval: float = 30.0) -> None:
-        """Start, run rounds until ``stop`` is set (the round under way finishes), stop."""
+        """Start, run rounds (or lease steps) until ``stop`` is set (the one under way finishes),
+        stop. The status lines, and in lease mode the lease step, are jobs of the worker's
+        scheduler; rounds run back to back while there is work, ``idle_seconds`` apart when not."""
         try:
             await self.start()
-            next_status = time.monotonic() + status_interval
-            while not stop.is_set():
-                if self.leases is not None:
-                    await self.leases.step()
-                    idle = True
-                else:
-                    results = await self.run_round()
-                    idle = not results or all(r.complete for r in results)
-                if idle:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), self.idle_seconds)
-                if time.monotonic() >= next_status:
-                    next_status = time.monotonic() + status_interval
-                    for line in self.status_lines():
-                        log.info("%s", line)
+            jobs = Scheduler("worker", stop)
+            jobs.every("status lines", status_interval, self._log_status, delay=status_interval)
+            if self.leases is not None:
+                jobs.every("lease step", self.idle_seconds, self.leases.step, quiet=True)
+                await jobs.run()
+                return
+            status = asyncio.create_task(jobs.run())
+            try:
+                await self._run_rounds(stop)
+            finally:
+                status.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await status
         finally:
             await self.stop()
 
+    async def _run_rounds(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            results = await self.run_round()
+            if not results or all(r.complete for r in results):
+                await sleep_or_stop(stop, self.idle_seconds)
+
+    async def _log_status(self) -> None:
+        for line in self.status_lines():
+            log.info("%s", line)
+
     def run_blocking(self, stop: threading.Event, status_interval: float = 30.0) -> None:
-        """:meth:`run` for callers without an event loop: stops when ``stop`` is set."""
+        """:meth:`run` for callers without an event loop: stops when ``stop`` is set (a job of
+        its own scheduler looks every 0.1 s)."""
 
         async def main() -> None:
             done = asyncio.Event()
 
             async def watch() -> None:
-                while not stop.is_set():
-                    await asyncio.sleep(0.1)
-                done.set()
+                if stop.is_set():
+                    done.set()
 
-            watcher = asyncio.create_task(watch())
+            watcher = Scheduler("worker", done)
+            watcher.every("watch stop", 0.1, watch, quiet=True)
+            watching = asyncio.create_task(watcher.run())
             try:
                 await self.run(done, status_interval)
             finally:
-                watcher.cancel()
+                watching.cancel()
 
         asyncio.run(main())
 

@@ -8,13 +8,13 @@ configuration, :mod:`.steering`), and MM2's heartbeats are the same for both.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from connectors.heartbeat import HeartbeatEmitter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
+from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task_api import TaskState
 from mm2py.errors import ClusterUnreachableError
 from mm2py.protocol.compression import CodecCounters
@@ -285,9 +285,9 @@ class WorkerBase(Generic[R]):
     # -- start-up ---------------------------------------------------------------------------------
     async def _start_flows(self, runners: Iterable[R] | None = None) -> None:
         """Start every flow. A flow whose cluster cannot be reached is left FAILED (its status says
-        why) and started again in the background, every 5 s doubling to 60 s, while the worker and
-        its other flows run; any other start failure (a configuration refused by a broker, say)
-        stops the worker."""
+        why) and started again in the background (a one-off job of the flow's scheduler: 5 s later,
+        then 10, 20, 40, 60, 60 ... s later) while the worker and its other flows run; any other
+        start failure (a configuration refused by a broker, say) stops the worker."""
         runners = list(self.flows.values() if runners is None else runners)
         outcomes = await asyncio.gather(*(r.start() for r in runners), return_exceptions=True)
         for runner, outcome in zip(runners, outcomes, strict=True):
@@ -297,24 +297,32 @@ class WorkerBase(Generic[R]):
             elif isinstance(outcome, BaseException):
                 raise outcome
 
+    #: a flow left FAILED at start is started again this long after, then twice as long after
+    #: each further failure, up to the longest delay
+    START_RETRY_FIRST, START_RETRY_LONGEST = 5.0, 60.0
+
     async def _retry_start(self, runner: R) -> None:
-        name, delay = runner.flow.name, 5.0
-        while not self._beats_stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._beats_stop.wait(), delay)
-            if self._beats_stop.is_set() or self.flows.get(name) is not runner:
-                return  # stopping, or the flow was replaced or removed meanwhile
+        """The flow's start as a one-off job of its own scheduler, retried with back-off while its
+        cluster stays unreachable; any other failure gives up (the flow stays FAILED)."""
+        name = runner.flow.name
+
+        async def start() -> None:
+            if self.flows.get(name) is not runner:
+                return  # the flow was replaced or removed meanwhile
             try:
                 await runner.start()
-            except ClusterUnreachableError as exc:
-                delay = min(60.0, delay * 2)
-                log.warning("%s: still not started: %s", name, exc)
-                continue
+            except ClusterUnreachableError:
+                raise  # the scheduler logs it and tries again later
             except Exception as exc:
                 log.error("%s: start failed: %s", name, exc)
                 return
             log.info("%s: started", name)
-            return
+
+        jobs = Scheduler(name, self._beats_stop)
+        first = self.START_RETRY_FIRST
+        jobs.once("delayed start", start, delay=first, retry=2 * first, backoff=2.0,
+                  max_retry=self.START_RETRY_LONGEST)
+        await jobs.run()
 
     async def _stop_retries(self) -> None:
         for task in self._retries:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mm2py.config.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 from mm2py.engine.acls import acls_to_sync, missing, should_sync, target_acl
 from mm2py.stores.acls import TopicAcl, from_binding, to_binding
@@ -112,3 +114,49 @@ def test_a_sync_round_creates_only_what_the_target_lacks_and_counts_it() -> None
                for s in m.samples if s.name.startswith("mm2py_acl_sync")}
     assert samples == {"mm2py_acl_sync_syncs_total": 2, "mm2py_acl_sync_acls_created_total": 1,
                        "mm2py_acl_sync_failures_total": 0}
+
+
+def test_the_sync_job_counts_a_failure_retries_and_ends_for_good_without_an_authorizer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One interval apart (the flow's scheduler): a failed round is counted and retried; a
+    cluster without an authorizer ends the job with one line, without ``stop`` being set."""
+    import asyncio
+    import logging
+    import time
+
+    from connectors.acl_sync import TopicAclSync
+    from mm2py.config.models import MirrorMakerConfig
+    from mm2py.stores.acls import NoAuthorizerError
+
+    flow = MirrorMakerConfig.from_mapping({
+        "clusters": {"east": "127.0.0.1:1", "west": "127.0.0.1:2"},
+        "flows": {"east->west": {"sync.topic.acls.interval.seconds": 1}},
+    }).enabled_flows()[0]
+    answers: list[Exception | None] = [None, OSError("east went away"),
+                                       NoAuthorizerError("cluster 'east' has no ACL authorizer")]
+
+    class FlakySource(FakeAdmin):
+        def describe_topic_acls(self) -> list[TopicAcl]:
+            answer = answers.pop(0)
+            if answer is not None:
+                raise answer
+            return super().describe_topic_acls()
+
+    sync = TopicAclSync(flow, FlakySource([acl()]), FakeAdmin([]),  # type: ignore[arg-type]
+                        mirrored=mirrored, rename=rename)
+
+    async def main() -> float:
+        started = time.monotonic()
+        await asyncio.wait_for(sync.run(asyncio.Event()), 10)  # ends by itself
+        return time.monotonic() - started
+
+    with caplog.at_level(logging.INFO):
+        took = asyncio.run(main())
+    assert took >= 1.9  # three rounds, an interval (1 s) apart
+    assert answers == []
+    assert sync.status() == {"state": "NO_AUTHORIZER", "syncs": 1, "acls_created": 1, "failures": 1,
+                             "last_error": "OSError: east went away"}
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("east->west: sync topic ACLs failed" in m and "east went away" in m for m in messages)
+    assert sum("no topic ACLs are synced for this flow" in m for m in messages) == 1

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -159,3 +162,48 @@ def test_a_wrong_token_is_refused_and_grants_nothing() -> None:
             await coord.close()
 
     run(go())
+
+
+def test_time_alone_fences_a_silent_lease_on_the_coordinators_tick_job_which_survives_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A lease whose Spark job ended but whose connection stays open and silent is given up by the
+    table's clock — the coordinator's ``lease table tick`` job — and a tick that fails is logged
+    with the job's name and does not stop the next ones."""
+
+    async def go() -> None:
+        table = LeaseTable(fence_seconds=0.05, ready_timeout=30)
+        coord = LeaseCoordinator(table, tick_seconds=0.02)
+        ticks = table.tick
+        calls: list[int] = []  # ticks once the executor fell silent (only the tick job's then)
+        armed = asyncio.Event()
+
+        def flaky_tick(now: float) -> Any:
+            if armed.is_set():
+                calls.append(1)
+                if len(calls) == 1:
+                    raise RuntimeError("tick hiccup")
+            return ticks(now)
+
+        table.tick = flaky_tick  # type: ignore[method-assign]
+        await coord.start()
+        try:
+            lease = table.start("f", 0, [A], now=time.monotonic())
+            ex = await Executor.connect(coord)
+            await ex.send(Hello(lease.lease_id, coord.token))
+            assert isinstance(await ex.receive(), GoMsg)
+            coord.job_done(lease.lease_id)  # still connected: only time can fence it now
+            armed.set()
+            for _ in range(200):
+                if table.leases[lease.lease_id].state is LeaseState.LOST:
+                    break
+                await asyncio.sleep(0.02)
+            assert table.leases[lease.lease_id].state is LeaseState.LOST
+            assert len(calls) > 1
+        finally:
+            await coord.close()
+
+    with caplog.at_level(logging.WARNING, logger="mm2py.engine.scheduler"):
+        run(go())
+    assert any("lease coordinator: lease table tick failed" in r.getMessage()
+               and "tick hiccup" in r.getMessage() for r in caplog.records)

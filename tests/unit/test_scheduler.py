@@ -143,3 +143,103 @@ def test_bad_schedules_are_refused() -> None:
         jobs.every("refresh", 1, job)
     with pytest.raises(ValueError, match="retry"):
         jobs.once("load", job, retry=0)
+    with pytest.raises(ValueError, match="back-off"):
+        jobs.once("load", job, retry=5, backoff=0.5)
+    with pytest.raises(ValueError, match="longest retry"):
+        jobs.once("load", job, retry=5, backoff=2, max_retry=1)
+
+
+def test_a_one_off_job_backs_off_doubling_its_retry_delay_up_to_the_longest() -> None:
+    """A flow's start retried while its cluster is down: first after 5 s, then 10, 20, 40, 60, 60."""
+    now = [100.0]
+    outcomes = iter([False] * 5 + [True])
+
+    async def main() -> list[float | None]:
+        jobs = Scheduler("east->west", asyncio.Event(), clock=lambda: now[0])
+
+        async def start() -> None:
+            if not next(outcomes):
+                raise ConnectionRefusedError("cluster down")
+
+        jobs.once("start", start, delay=5.0, retry=10.0, backoff=2.0, max_retry=60.0)
+        waits: list[float | None] = []
+        while (wait := await jobs.run_due()) is not None:
+            waits.append(wait)
+            now[0] += wait
+            if len(waits) > 10:
+                break
+        waits.append(wait)
+        return waits
+
+    assert asyncio.run(main()) == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0, None]
+
+
+def test_a_job_may_drop_itself_or_another_and_quiet_jobs_log_only_their_failures(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[str] = []
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        jobs = Scheduler("flow", stop)
+
+        async def poll() -> None:
+            ran.append("poll")
+            if ran.count("poll") == 2:
+                raise RuntimeError("poll hiccup")
+            if ran.count("poll") == 4:
+                jobs.cancel("poll")
+
+        async def first() -> None:
+            ran.append("first")
+            jobs.cancel("second")  # due in the same pass: it never runs
+
+        async def second() -> None:
+            ran.append("second")
+
+        jobs.every("poll", 0.01, poll, quiet=True, retry=0.01)
+        jobs.every("first", 3600, first)
+        jobs.every("second", 3600, second)
+        running = asyncio.create_task(jobs.run())
+        for _ in range(200):
+            if ran.count("poll") >= 4:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # a fifth poll would have run meanwhile
+        assert jobs.jobs == ["first"]
+        stop.set()
+        await asyncio.wait_for(running, 5)
+
+    with caplog.at_level(logging.DEBUG, logger="mm2py.engine.scheduler"):
+        asyncio.run(main())
+    assert ran[:2] == ["poll", "first"] and "second" not in ran and ran.count("poll") == 4
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any(m.startswith("flow: poll took") for m in messages)
+    assert any(m.startswith("flow: first took") for m in messages)
+    assert any("flow: poll failed" in m and "poll hiccup" in m for m in messages)
+
+
+def test_repeated_failures_are_held_back_per_job_not_per_owner(caplog: pytest.LogCaptureFixture) -> None:
+    """The worker's log throttle lets the first failure of each job through, even when another job
+    of the same owner (a flow's heartbeat, its delayed start) keeps failing meanwhile."""
+    from mm2py.runtime.log_throttle import RepeatFilter
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        jobs = Scheduler("east->west", stop)
+
+        async def down() -> None:
+            raise ConnectionRefusedError("cluster down")
+
+        jobs.every("emit heartbeat", 0.01, down)
+        jobs.every("delayed start", 0.01, down)
+        asyncio.get_running_loop().call_later(0.2, stop.set)
+        await asyncio.wait_for(jobs.run(), 5)
+
+    with caplog.at_level(logging.WARNING, logger="mm2py.engine.scheduler"):
+        asyncio.run(main())
+    throttle = RepeatFilter(interval=60)
+    passed = [r.getMessage() for r in caplog.records if throttle.filter(r)]
+    assert len(caplog.records) > 4
+    assert [m.split(" failed")[0] for m in passed] == [
+        "east->west: emit heartbeat", "east->west: delayed start"]
