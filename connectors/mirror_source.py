@@ -43,6 +43,7 @@ class MirrorSource:
         corrupt_retries: int = 3,
         reset_to_earliest: bool = True,
         error_backoff: tuple[float, float] = (0.1, 5.0),
+        linger: tuple[float, int] = (0.0, 0),
     ) -> None:
         self.cluster = cluster
         self.fetcher = RawFetcher(cluster, config)
@@ -53,6 +54,10 @@ class MirrorSource:
         self.error_backoff = error_backoff
         #: partitions whose last fetch failed: (time to fetch again, current delay)
         self._failing: dict[TopicPartition, tuple[float, float]] = {}
+        #: (seconds, bytes), ``mm2py.fetch.linger.*``: a fetch that brought fewer bytes makes the
+        #: next one wait that long, so trickling traffic is moved in fewer, fuller requests
+        self.linger = linger
+        self._linger_until = 0.0
 
     async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """MM2's default for partitions never mirrored: start at the earliest offset."""
@@ -62,6 +67,17 @@ class MirrorSource:
 
     async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]:
         now = asyncio.get_running_loop().time()
+        if self._linger_until > now:
+            await asyncio.sleep(self._linger_until - now)
+            now = asyncio.get_running_loop().time()
+        polled = await self._poll(positions, now)
+        if self.linger[0] and sum(b.size for p in polled.values() for b in p.batches) < self.linger[1]:
+            self._linger_until = asyncio.get_running_loop().time() + self.linger[0]
+        return polled
+
+    async def _poll(
+        self, positions: Mapping[TopicPartition, int], now: float
+    ) -> dict[TopicPartition, Polled]:
         ready = {tp: o for tp, o in positions.items() if self._failing.get(tp, (now, 0.0))[0] <= now}
         if positions and not ready:  # every partition waits after an error: wait for the first
             await asyncio.sleep(min(self._failing[tp][0] for tp in positions) - now)

@@ -90,7 +90,8 @@ async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRun
     target_client = ClusterClient(bootstrap_of(flow, "target"), settings.target_client)
     await source_client.start()
     await target_client.start()
-    source = MirrorSource(source_client, settings.fetcher, reset_to_earliest=settings.reset_to_earliest)
+    source = MirrorSource(source_client, settings.fetcher, reset_to_earliest=settings.reset_to_earliest,
+                          linger=(flow.fetch_linger_ms / 1000, flow.fetch_linger_bytes))
     policy = flow.replication_policy()
 
     def rename(topic: str) -> str:

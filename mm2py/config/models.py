@@ -132,6 +132,10 @@ class FlowSettings(BaseModel):
     # mm2py-specific
     max_inflight_bytes_per_task: int = Field(64 * _MIB, alias="mm2py.max.inflight.bytes.per.task", ge=1)
     fetch_max_bytes: int = Field(50 * _MIB, alias="mm2py.fetch.max.bytes", ge=1)
+    #: after a fetch that brought less than ``mm2py.fetch.linger.bytes``, the next one starts this
+    #: much later (trickling traffic: fewer, fuller requests for at most this much added latency)
+    fetch_linger_ms: float = Field(2.0, alias="mm2py.fetch.linger.ms", ge=0, le=1000)
+    fetch_linger_bytes: int = Field(16 * 1024, alias="mm2py.fetch.linger.bytes", ge=0)
     #: merge runs of consecutive small batches of a partition (see mm2py.protocol.coalesce);
     #: false mirrors every batch as it came (byte-identical records sections)
     coalesce_enabled: bool = Field(True, alias="mm2py.coalesce.enabled")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -160,6 +161,7 @@ async def _lease(work: LeaseWork, result: LeaseResult) -> None:
 
     codec_start = CodecCounters.snapshot()
     runner = await asyncio.wait_for(build_task(work.spec, commit_interval=work.commit_interval), 60)
+    gc.freeze()  # the executor's start-up objects stay out of later collections (latency spikes)
     link: _Link | None = None
     try:
         result.metrics = runner.metrics

@@ -65,3 +65,20 @@ async def test_a_poll_of_only_failing_partitions_waits_instead_of_spinning() -> 
     assert time.monotonic() - start >= 0.15
     assert len(fetcher.requests) == 1
     assert await source.poll({}) == {}
+
+
+async def test_after_a_small_fetch_the_next_one_lingers_and_after_a_full_one_it_does_not() -> None:
+    """``mm2py.fetch.linger.*``: trickling traffic is fetched in fewer, fuller requests."""
+    fetcher = ScriptedFetcher()
+    fetcher.failing = False
+    source = MirrorSource(None, linger=(0.2, 1))  # type: ignore[arg-type]
+    source.fetcher = fetcher  # type: ignore[assignment]
+    await source.poll({GOOD: 7})  # brought nothing (fewer than 1 byte): the next fetch waits
+    started = time.monotonic()
+    await source.poll({GOOD: 7})
+    assert time.monotonic() - started >= 0.19, "the fetch after a small one did not linger"
+    source.linger = (0.2, 0)  # now every fetch counts as full: no waiting
+    await source.poll({GOOD: 7})  # the wait set by the previous small fetch
+    started = time.monotonic()
+    await source.poll({GOOD: 7})
+    assert time.monotonic() - started < 0.1, "the fetch after a full one lingered"
