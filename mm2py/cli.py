@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from mm2py.config.models import MirrorMakerConfig
     from mm2py.runtime.inprocess import Worker
+    from mm2py.runtime.loop_watch import LoopWatch
     from mm2py.runtime.spark import SparkWorker
 
 #: a worker of either runtime, as ``mm2py run`` drives it
@@ -131,12 +132,13 @@ def _stop_on_signals(stop: asyncio.Event, early: Sequence[int]) -> None:
         on_signal()
 
 
-def _serve_metrics(args: argparse.Namespace, worker: Runnable) -> None:
+def _serve_metrics(args: argparse.Namespace, worker: Runnable, watch: LoopWatch) -> None:
     from prometheus_client import REGISTRY, start_http_server
 
-    from mm2py.runtime.metrics import WorkerCollector
+    from mm2py.runtime.metrics import LoopWatchCollector, WorkerCollector
 
     REGISTRY.register(WorkerCollector(worker))
+    REGISTRY.register(LoopWatchCollector(watch))
     start_http_server(args.metrics_port, addr=args.metrics_host)
     print(f"metrics: http://{args.metrics_host}:{args.metrics_port}/metrics", flush=True)
 
@@ -157,13 +159,17 @@ async def _serve_worker(
         from rest_api.server import RestServer
 
         rest = RestServer(worker, args.rest_host, args.rest_port)
+    from mm2py.runtime.loop_watch import LoopWatch
+
+    watch = LoopWatch()  # a stalled event loop delays every partition at once: say when, and where
     if args.metrics_port:
-        _serve_metrics(args, worker)
+        _serve_metrics(args, worker, watch)
     if rest is not None:
         await rest.start()
         print(f"REST API: {rest.url} (try {rest.url}/flows)", flush=True)
     print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
     _freeze_heap()
+    watch.start()
     try:
         await worker.run(stop)
     except Mm2pyError as exc:
@@ -172,6 +178,7 @@ async def _serve_worker(
         print(f"stopped during start-up ({exc})", flush=True)
         return
     finally:
+        watch.stop()
         if rest is not None:
             await rest.stop()
     print("stopped; progress committed", flush=True)

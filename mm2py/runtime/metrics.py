@@ -15,6 +15,7 @@ from mm2py.engine.latency import PartitionTimes
 from mm2py.engine.task_api import TASK_COUNTERS, TaskState
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flows import FlowRunnerBase
+from mm2py.runtime.loop_watch import LoopWatch
 from mm2py.runtime.worker_base import WorkerBase
 
 _TASK_COUNTER_HELP = {
@@ -161,3 +162,19 @@ class WorkerCollector(Collector):
                 for name, family in counters.items():
                     family.add_metric([flow_name], float(getattr(acl_sync.metrics, name)))
         yield from counters.values()
+
+
+class LoopWatchCollector(Collector):
+    """The event-loop watchdog's counts (:class:`mm2py.runtime.loop_watch.LoopWatch`)."""
+
+    def __init__(self, watch: LoopWatch) -> None:
+        self.watch = watch
+
+    def collect(self) -> Iterator[Metric]:
+        w = self.watch
+        yield CounterMetricFamily("mm2py_event_loop_stalls", "Times the worker's event loop stood still "
+                                  "for the watch threshold (100 ms) or longer", value=w.stalls)
+        yield CounterMetricFamily("mm2py_event_loop_stalled_seconds", "Time the event loop stood still "
+                                  "in those stalls", value=w.stalled_seconds)
+        yield GaugeMetricFamily("mm2py_event_loop_longest_stall_seconds", "The longest stall so far",
+                                value=w.longest)

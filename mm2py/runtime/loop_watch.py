@@ -1,0 +1,89 @@
+"""A watchdog for the worker's event loop: reports when it stops turning, and where it was.
+
+Every mirror task of the in-process runtime shares one asyncio event loop, so anything that holds
+it (a slow callback, a long garbage collection, another thread keeping the GIL) delays every
+partition at once: a burst in the replication-latency tail. :class:`LoopWatch` ticks on the loop
+every ``interval`` seconds; a thread beside it notices when no tick came for ``threshold`` seconds,
+takes the loop thread's stack at that moment (and the other threads' innermost frames: one of them
+may hold the GIL), and once the loop turns again logs one WARNING with the stall's length and those
+stacks. Stalls are counted (``stalls``, ``stalled_seconds``, ``longest``) for the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import time
+import traceback
+
+__all__ = ["LoopWatch"]
+
+log = logging.getLogger(__name__)
+
+
+class LoopWatch:
+    def __init__(self, threshold: float = 0.1, interval: float = 0.01) -> None:
+        self.threshold = threshold
+        self.interval = interval
+        #: stalls seen (the loop did not tick for ``threshold`` seconds or more)
+        self.stalls = 0
+        self.stalled_seconds = 0.0
+        self.longest = 0.0
+        self._last_tick = time.monotonic()
+        self._stack: str | None = None  # taken by the thread during the current stall
+        self._loop_thread = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start watching the running loop (call from it)."""
+        self._loop_thread = threading.get_ident()
+        self._last_tick = time.monotonic()
+        self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="loop-watch")
+        self._thread = threading.Thread(target=self._watch, name="loop-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.cancel()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            now = time.monotonic()
+            gap = now - self._last_tick
+            self._last_tick = now
+            if gap >= self.threshold:
+                self._report(gap)
+
+    def _report(self, gap: float) -> None:
+        self.stalls += 1
+        self.stalled_seconds += gap
+        self.longest = max(self.longest, gap)
+        where, self._stack = self._stack, None
+        log.warning("event loop stalled for %.0f ms (every task waited); it was in:\n%s",
+                    gap * 1000, where or "(not caught: the watch thread did not run during the stall)")
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self._stack is None and time.monotonic() - self._last_tick >= self.threshold:
+                self._stack = self._stacks()
+
+    def _stacks(self) -> str:
+        frames = sys._current_frames()
+        loop = frames.get(self._loop_thread)
+        lines = ["  loop thread:"]
+        if loop is not None:
+            lines += ["    " + ln for ln in traceback.format_stack(loop, limit=8)]
+        names = {t.ident: t.name for t in threading.enumerate()}
+        for ident, frame in frames.items():
+            if ident in (self._loop_thread, threading.get_ident()):
+                continue
+            code = frame.f_code
+            name = names.get(ident, ident)
+            lines.append(f"  thread {name}: {code.co_filename}:{frame.f_lineno} {code.co_name}")
+        return "\n".join(lines)

@@ -1,0 +1,32 @@
+"""The event-loop watchdog: a callback that holds the loop is reported with its length and its stack."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from mm2py.runtime.loop_watch import LoopWatch
+
+
+def hold_the_loop_for(seconds: float) -> None:
+    time.sleep(seconds)  # what a slow callback does to every task of the loop
+
+
+async def test_a_stall_is_counted_and_logged_with_where_the_loop_was(
+    caplog: pytest.LogCaptureFixture) -> None:
+    watch = LoopWatch(threshold=0.1, interval=0.01)
+    watch.start()
+    try:
+        await asyncio.sleep(0.05)
+        assert watch.stalls == 0, "a loop that turns was reported stalled"
+        hold_the_loop_for(0.3)
+        with caplog.at_level(logging.WARNING, logger="mm2py.runtime.loop_watch"):
+            await asyncio.sleep(0.05)
+    finally:
+        watch.stop()
+    assert watch.stalls == 1 and 0.28 <= watch.longest < 1.0, (watch.stalls, watch.longest)
+    (record,) = [r for r in caplog.records if "stalled" in r.getMessage()]
+    assert "hold_the_loop_for" in record.getMessage(), record.getMessage()
