@@ -6,12 +6,16 @@ partition at once: a burst in the replication-latency tail. :class:`LoopWatch` t
 every ``interval`` seconds; a thread beside it notices when no tick came for ``threshold`` seconds,
 takes the loop thread's stack at that moment (and the other threads' innermost frames: one of them
 may hold the GIL), and once the loop turns again logs one WARNING with the stall's length and those
-stacks. Stalls are counted (``stalls``, ``stalled_seconds``, ``longest``) for the metrics.
+stacks. It also says how much of the stall the loop thread spent on the CPU (all of it: a callback
+computing, or a garbage collection; little: the thread was not running, waiting for a CPU or for the
+GIL) and how much in garbage collections. Stalls are counted (``stalls``, ``stalled_seconds``,
+``longest``) for the metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import sys
 import threading
@@ -31,7 +35,13 @@ class LoopWatch:
         self.stalls = 0
         self.stalled_seconds = 0.0
         self.longest = 0.0
+        #: the last stall: (seconds, of which the loop thread ran on a CPU, of which in GC)
+        self.last: tuple[float, float, float] | None = None
         self._last_tick = time.monotonic()
+        self._last_cpu = 0.0  # the loop thread's CPU time at the last tick
+        self._gc_started = 0.0
+        self._gc_seconds = 0.0  # time in garbage collections (any thread), all along
+        self._gc_at_tick = 0.0
         self._stack: str | None = None  # taken by the thread during the current stall
         self._loop_thread = 0
         self._stop = threading.Event()
@@ -42,31 +52,44 @@ class LoopWatch:
         """Start watching the running loop (call from it)."""
         self._loop_thread = threading.get_ident()
         self._last_tick = time.monotonic()
+        self._last_cpu = time.thread_time()
+        gc.callbacks.append(self._on_gc)
         self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="loop-watch")
         self._thread = threading.Thread(target=self._watch, name="loop-watch", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         if self._ticker is not None:
             self._ticker.cancel()
 
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            now = time.monotonic()
+            now, cpu, in_gc = time.monotonic(), time.thread_time(), self._gc_seconds
             gap = now - self._last_tick
-            self._last_tick = now
             if gap >= self.threshold:
-                self._report(gap)
+                self._report(gap, cpu - self._last_cpu, in_gc - self._gc_at_tick)
+            self._last_tick, self._last_cpu, self._gc_at_tick = now, cpu, in_gc
 
-    def _report(self, gap: float) -> None:
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self._gc_started:
+            self._gc_seconds += time.perf_counter() - self._gc_started
+
+    def _report(self, gap: float, cpu: float, in_gc: float) -> None:
         self.stalls += 1
         self.stalled_seconds += gap
         self.longest = max(self.longest, gap)
+        self.last = (gap, cpu, in_gc)
         where, self._stack = self._stack, None
-        log.warning("event loop stalled for %.0f ms (every task waited); it was in:\n%s",
-                    gap * 1000, where or "(not caught: the watch thread did not run during the stall)")
+        log.warning("event loop stalled for %.0f ms (every task waited); the loop thread ran on a CPU "
+                    "for %.0f ms of it, garbage collection took %.0f ms; it was in:\n%s",
+                    gap * 1000, cpu * 1000, in_gc * 1000,
+                    where or "(not caught: the watch thread did not run during the stall)")
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):

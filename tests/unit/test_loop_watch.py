@@ -30,3 +30,24 @@ async def test_a_stall_is_counted_and_logged_with_where_the_loop_was(
     assert watch.stalls == 1 and 0.28 <= watch.longest < 1.0, (watch.stalls, watch.longest)
     (record,) = [r for r in caplog.records if "stalled" in r.getMessage()]
     assert "hold_the_loop_for" in record.getMessage(), record.getMessage()
+    assert watch.last is not None and watch.last[1] < 0.1, "a sleeping loop thread counted as running"
+
+
+def spin_for(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+async def test_a_stall_spent_computing_shows_the_cpu_it_took() -> None:
+    watch = LoopWatch(threshold=0.1, interval=0.01)
+    watch.start()
+    try:
+        await asyncio.sleep(0.05)
+        spin_for(0.25)
+        await asyncio.sleep(0.05)
+    finally:
+        watch.stop()
+    assert watch.last is not None
+    gap, cpu, _ = watch.last
+    assert gap >= 0.24 and cpu >= 0.2, watch.last
