@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -87,6 +88,21 @@ def librdkafka_config(
     return client_config(cluster.bootstrap_servers, {**security, **(extra or {})})
 
 
+def _error_cb(admin: ClusterAdmin) -> Callable[[KafkaError], None]:
+    """``admin``'s error callback without a reference to it. A bound method would close a cycle
+    (admin -> AdminClient -> callback -> admin) that only the garbage collector frees, and it may run
+    on a librdkafka thread (during any callback from librdkafka): destroying a client there makes
+    librdkafka abort the process. Without the cycle the client goes with its last reference."""
+    ref = weakref.ref(admin)
+
+    def on_error(err: KafkaError) -> None:
+        me = ref()
+        if me is not None:
+            me._on_error(err)
+
+    return on_error
+
+
 class ClusterAdmin(TopicAclCalls):
     """The admin operations mm2py needs on one cluster, with errors that name the cluster."""
 
@@ -109,7 +125,7 @@ class ClusterAdmin(TopicAclCalls):
         #: admin-only settings (``<alias>.admin.*``): not shared with the other clients
         self.admin_settings = dict(admin_settings or {})
         self._client = AdminClient(client_config(
-            bootstrap, {"error_cb": self._on_error, **self.overrides, **self.admin_settings}))
+            bootstrap, {"error_cb": _error_cb(self), **self.overrides, **self.admin_settings}))
 
     @classmethod
     def for_cluster(cls, flow: FlowConfig, side: Side, *, timeout: float | None = None) -> ClusterAdmin:
