@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from connectors.outgoing import CoalesceSettings, Outgoing, ResendPlan, prepare
 from mm2py.client.cluster import LATEST
 from mm2py.client.producer import RawProducer
-from mm2py.client.producer.pipeline import PartitionHaltedError
+from mm2py.client.producer.pipeline import PartitionHaltedError, acknowledged_prefix
 from mm2py.engine.task_api import Delivered, SinkError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -141,17 +141,8 @@ class PendingPut:
     def result(self) -> list[Delivered]:
         """What was acknowledged (a prefix per partition), once :meth:`done`; raises
         :class:`SinkError` carrying it when not everything was. Call once per put, in order."""
-        bases: list[int] = []
-        causes: list[BaseException] = []
-        failed: set[TopicPartition] = set()
-        for (tp, _), out in zip(self._items, self.answered.result(), strict=True):
-            if isinstance(out, BaseException):
-                causes.append(out)
-            if isinstance(out, BaseException) or tp in failed:
-                failed.add(tp)  # a prefix per partition
-                bases.append(-1)
-            else:
-                bases.append(out)
+        bases, failed = acknowledged_prefix([tp for tp, _ in self._items], self.answered.result())
         # the broker's or the connection's error first; "halted" only says an earlier put failed
-        error = next((c for c in causes if not isinstance(c, PartitionHaltedError)), None)
-        return self._sink._outcome(self._plans, self._items, bases, error or next(iter(causes), None))
+        causes = list(failed.values())
+        error = next((c for c in causes if not isinstance(c, PartitionHaltedError)), next(iter(causes), None))
+        return self._sink._outcome(self._plans, self._items, bases, error)

@@ -52,7 +52,7 @@ from mm2py.protocol.errors_codes import NONE, BrokerError, invalidates_metadata
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
-__all__ = ["PartitionHaltedError", "ProducePipeline"]
+__all__ = ["PartitionHaltedError", "ProducePipeline", "acknowledged_prefix"]
 
 log = logging.getLogger(__name__)
 
@@ -305,6 +305,22 @@ class ProducePipeline:
         with contextlib.suppress(ClientError):
             await cluster.refresh_metadata(topics)
         self._wake.set()
+
+
+def acknowledged_prefix(
+    partitions: Sequence[TopicPartition], outcomes: Sequence[int | BaseException]
+) -> tuple[list[int], dict[TopicPartition, BaseException]]:
+    """The submitted batches' outcomes (``partitions[i]`` is batch i's) as what the caller may
+    count: each partition's acknowledged prefix (base offsets, -1 from its first failure on) and
+    each failed partition's first failure."""
+    offsets = [-1] * len(outcomes)
+    failed: dict[TopicPartition, BaseException] = {}
+    for i, (tp, out) in enumerate(zip(partitions, outcomes, strict=True)):
+        if isinstance(out, BaseException):
+            failed.setdefault(tp, out)
+        elif tp not in failed:
+            offsets[i] = out
+    return offsets, failed
 
 
 def _fail(e: _Entry, exc: BaseException) -> None:

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 from mm2py.client.cluster import Backoff, ClusterClient
 from mm2py.client.errors import ClientError, ProduceError, is_retriable_error
 from mm2py.client.producer.batches import BatchLike, normalize_batch, split_rounds, stamp
-from mm2py.client.producer.pipeline import PartitionHaltedError, ProducePipeline
+from mm2py.client.producer.pipeline import PartitionHaltedError, ProducePipeline, acknowledged_prefix
 from mm2py.client.producer.requests import ProducerConfig, ProduceRequests
 from mm2py.client.producer.state import ProducerState, producer_state_lost
 from mm2py.protocol.api import ProducePartitionResponse
@@ -132,13 +132,7 @@ class RawProducer:
         """Submit, wait for every batch, resume the halted partitions: (offsets, first failures)."""
         futures = self.pipeline.submit(items)
         outcomes = await asyncio.gather(*futures, return_exceptions=True)
-        offsets = [-1] * len(items)
-        failed: dict[TopicPartition, BaseException] = {}
-        for i, ((tp, _), out) in enumerate(zip(items, outcomes, strict=True)):
-            if isinstance(out, BaseException):
-                failed.setdefault(tp, out)
-            elif tp not in failed:
-                offsets[i] = out
+        offsets, failed = acknowledged_prefix([tp for tp, _ in items], outcomes)
         self.pipeline.resume(list(failed))
         return offsets, failed
 
