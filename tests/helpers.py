@@ -220,6 +220,30 @@ TEST_DEFAULTS = {
 }
 
 
+def consume_and_commit(
+    bootstrap: str, group: str, topic: str, counts: dict[int, int], poll_timeout: float = 5
+) -> dict[int, int]:
+    """Group ``group`` reads the first ``counts[p]`` records of each partition and commits; returns
+    its committed source offsets."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    committed = {}
+    try:
+        for p, n in counts.items():
+            c.assign([TopicPartition(topic, p, 0)])
+            last = None
+            for _ in range(n):
+                last = c.poll(poll_timeout)
+                assert last is not None and last.error() is None, (
+                    f"source read failed: {last and last.error()}")
+            assert last is not None
+            committed[p] = last.offset() + 1
+            c.commit(offsets=[TopicPartition(topic, p, committed[p])], asynchronous=False)
+    finally:
+        c.close()
+    return committed
+
+
 def mirror_config(
     clusters: Mapping[str, str], flows: Mapping[str, Mapping[str, object]], **settings: object
 ) -> object:

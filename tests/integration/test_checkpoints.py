@@ -14,7 +14,16 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
-from helpers import BackgroundWorker, create_topic, end_offsets, mirror_config, read_all, unique, wait_until
+from helpers import (
+    BackgroundWorker,
+    consume_and_commit,
+    create_topic,
+    end_offsets,
+    mirror_config,
+    read_all,
+    unique,
+    wait_until,
+)
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.mm2_records import Checkpoint
@@ -55,27 +64,6 @@ def _seed(bootstrap: str, topic: str, partitions: int, rounds: int = 4) -> None:
             tx.abort_transaction(30)
         else:
             tx.commit_transaction(30)
-
-
-def _consume_and_commit(bootstrap: str, group: str, topic: str, counts: dict[int, int]) -> dict[int, int]:
-    """Group ``group`` reads ``counts[p]`` records of each partition and commits; returns its offsets."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
-    committed = {}
-    try:
-        for p, n in counts.items():
-            c.assign([CKTopicPartition(topic, p, 0)])
-            last = None
-            while n:
-                msg = c.poll(5)
-                assert msg is not None and msg.error() is None, "source read failed"
-                last, n = msg, n - 1
-            assert last is not None
-            committed[p] = last.offset() + 1
-            c.commit(offsets=[CKTopicPartition(topic, p, committed[p])], asynchronous=False)
-    finally:
-        c.close()
-    return committed
 
 
 def _expected_target_offsets(
@@ -122,7 +110,7 @@ def test_group_offsets_are_checkpointed_and_synced_exactly(east: KafkaCluster, w
     topic = create_topic(east.bootstrap, unique("cp"), partitions=2)
     _seed(east.bootstrap, topic, 2)
     group = unique("g")
-    committed = _consume_and_commit(east.bootstrap, group, topic, {0: 17, 1: 9})
+    committed = consume_and_commit(east.bootstrap, group, topic, {0: 17, 1: 9})
     config = mirror_config(_clusters(east, west), {"east->west": {"topics": topic, "groups": group, **FAST}})
     target_topic = f"east.{topic}"
     with BackgroundWorker(config) as bg:
@@ -174,7 +162,7 @@ def test_sync_skips_active_target_groups_and_never_moves_offsets_back(
     target_topic = f"east.{topic}"
     create_topic(west.bootstrap, target_topic, partitions=1)  # the flow finds it there
     free, ahead, active = unique("free"), unique("ahead"), unique("active")
-    committed = {g: _consume_and_commit(east.bootstrap, g, topic, {0: 8}) for g in (free, ahead, active)}
+    committed = {g: consume_and_commit(east.bootstrap, g, topic, {0: 8}) for g in (free, ahead, active)}
     ttp = TopicPartition(target_topic, 0)
     ClusterAdmin("west", west.bootstrap).alter_group_offsets(ahead, {ttp: GroupOffset(15, "mine")})
     member = Consumer({"bootstrap.servers": west.bootstrap, "group.id": active, "enable.auto.commit": False})
@@ -231,8 +219,8 @@ def test_failover_cli_translates_and_applies(east: KafkaCluster, west: KafkaClus
     _seed(east.bootstrap, topic, 2, rounds=2)
     checkpointed, direct = unique("cpd"), unique("direct")
     committed = {
-        checkpointed: _consume_and_commit(east.bootstrap, checkpointed, topic, {0: 5, 1: 12}),
-        direct: _consume_and_commit(east.bootstrap, direct, topic, {0: 11}),
+        checkpointed: consume_and_commit(east.bootstrap, checkpointed, topic, {0: 5, 1: 12}),
+        direct: consume_and_commit(east.bootstrap, direct, topic, {0: 11}),
     }
     cfg = tmp_path / "mm2.yaml"
     settings = {"topics": topic, "groups": checkpointed, "emit.checkpoints.interval.seconds": 1,

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as CKTopicPartition
+from confluent_kafka import Producer
 from helpers import (
     TEST_DEFAULTS,
+    consume_and_commit,
     create_topic,
     end_offsets,
     make_records,
@@ -202,25 +202,6 @@ def _abort_a_transaction(bootstrap: str, topic: str, partitions: int, records: i
     tx.abort_transaction(30)
 
 
-def _consume_and_commit(bootstrap: str, group: str, topic: str, counts: dict[int, int]) -> dict[int, int]:
-    """Group ``group`` reads the first ``counts[p]`` records of each partition and commits; returns
-    its committed source offsets."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
-    committed = {}
-    try:
-        for p, n in counts.items():
-            c.assign([CKTopicPartition(topic, p, 0)])
-            for _ in range(n):
-                msg = c.poll(10)
-                assert msg is not None and msg.error() is None, f"source read failed: {msg and msg.error()}"
-            committed[p] = msg.offset() + 1
-            c.commit(offsets=[CKTopicPartition(topic, p, committed[p])], asynchronous=False)
-    finally:
-        c.close()
-    return committed
-
-
 def _assert_offsets_translate(east: KafkaCluster, west: KafkaCluster, topic: str) -> None:
     """Every offset sync of ``topic`` maps a source record to the same record on the target."""
     source = {(r.partition, r.offset): r.content() for r in read_all(east.bootstrap, topic)}
@@ -294,7 +275,7 @@ def test_a_flow_on_the_standalone_cluster_mirrors_exactly(
         produce_records(east.bootstrap, topic, make_records(1500, partition=p, tag=f"p{p}"),
                         compression=codec)
     group = unique("g")
-    committed = _consume_and_commit(east.bootstrap, group, topic, {0: 500, 1: 1100})
+    committed = consume_and_commit(east.bootstrap, group, topic, {0: 500, 1: 1100}, poll_timeout=10)
     config = _config(tmp_path, east, west, topic, {"groups": group, **FAST_GROUPS})
     driver = Driver(config, cluster.master_url, tmp_path / "driver.log")
     try:
