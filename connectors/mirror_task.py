@@ -68,6 +68,7 @@ def coalesce_settings(flow: FlowConfig) -> CoalesceSettings:
         threshold=flow.coalesce_threshold_bytes,
         target=flow.coalesce_target_bytes,
         max_bytes=max(1024 * 1024, flow.coalesce_target_bytes),
+        lz4_level=flow.coalesce_lz4_level,
     )
 
 

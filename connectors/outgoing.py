@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from mm2py.protocol.batch_edit import rebuild_contiguous
 from mm2py.protocol.coalesce import DEFAULT_TARGET, DEFAULT_THRESHOLD, coalesce
+from mm2py.protocol.compression import LZ4_DEFAULT_LEVEL
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
@@ -43,6 +44,8 @@ class CoalesceSettings:
     target: int = DEFAULT_TARGET
     #: no merged batch is larger (the target broker's ``message.max.bytes`` default is 1 MiB)
     max_bytes: int = _MIB
+    #: compression level of merged LZ4 batches (``mm2py.coalesce.lz4.level``)
+    lz4_level: int = LZ4_DEFAULT_LEVEL
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,8 @@ def prepare(
         groups = [
             (c.batch, c.first_offset, c.last_offset, c.sources)
             for c in coalesce(batches, max_bytes=settings.max_bytes, threshold=settings.threshold,
-                              target=settings.target, verified=True, cuts=frozenset(cuts))
+                              target=settings.target, verified=True, cuts=frozenset(cuts),
+                              lz4_level=settings.lz4_level)
         ]
     else:
         groups = [(b, b.base_offset, b.last_offset, 1) for b in batches]

@@ -142,6 +142,9 @@ class FlowSettings(BaseModel):
     coalesce_threshold_bytes: int = Field(8 * 1024, alias="mm2py.coalesce.threshold.bytes", ge=0)
     coalesce_target_bytes: int = Field(64 * 1024, alias="mm2py.coalesce.target.bytes", ge=1,
                                        le=16 * _MIB)
+    #: LZ4 level of merged lz4 batches: 0-2 LZ4's fast mode (librdkafka's default), 3-12 its
+    #: high-compression mode (Kafka's Java producer defaults to 9): smaller batches, more CPU
+    coalesce_lz4_level: int = Field(0, alias="mm2py.coalesce.lz4.level", ge=0, le=12)
     #: every broker of a cluster refusing connections this long fails an admin call (a flow's
     #: start, a REST request) at once with the broker's reason, instead of after admin.timeout.ms
     unreachable_timeout_ms: int = Field(5_000, alias="mm2py.unreachable.timeout.ms", ge=0)

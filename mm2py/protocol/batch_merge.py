@@ -30,30 +30,28 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mm2py.protocol.compression import Codec, compress
+import numpy as np
+
+from mm2py.protocol.compression import Codec, SectionBuffer, compress
 from mm2py.protocol.errors import CorruptBatchError
-from mm2py.protocol.record_codec import (
-    RawRecord,
-    assemble_batch,
-    read_varint,
-    read_varlong,
-    records_section,
-    varint_bytes,
-)
+from mm2py.protocol.record_codec import assemble_batch, records_section
+from mm2py.protocol.record_frames import PAD, Framing, reframe, scan
 from mm2py.protocol.records import ATTR_CODEC_MASK, ATTR_TRANSACTIONAL, RecordBatch
 
 __all__ = [
     "MergedRecords",
-    "Scanned",
+    "RunScan",
+    "eligible_fields",
     "follows",
     "match_run",
     "merge_eligible",
     "merge_records",
-    "merge_scanned",
     "merged_batch",
     "same_content",
-    "scan_for_merge",
+    "scan_runs",
 ]
+
+_ZSTD = int(Codec.ZSTD)
 
 # Header bytes compared by same_content: lastOffsetDelta, baseTimestamp, maxTimestamp (23..43)
 # and recordsCount (57..61). Producer fields (43..57) are the mirror's own.
@@ -85,13 +83,18 @@ class MergedRecords:
 # ------------------------------------------------------------------------------- eligibility
 def merge_eligible(batch: RecordBatch) -> bool:
     """May ``batch`` take part in a merge? A header-only check (see the module docstring)."""
-    attrs = batch.attributes
+    _, _, _, magic, _, attrs, last_delta, _, _, _, _, _, count = batch.fields
+    return eligible_fields(magic, attrs, last_delta, count)
+
+
+def eligible_fields(magic: int, attributes: int, last_offset_delta: int, records_count: int) -> bool:
+    """:func:`merge_eligible` from the header fields it reads."""
     return (
-        batch.magic == 2
-        and attrs & ~ATTR_CODEC_MASK == 0
-        and attrs <= Codec.ZSTD
-        and batch.records_count >= 1
-        and batch.records_count == batch.last_offset_delta + 1
+        magic == 2
+        and attributes & ~ATTR_CODEC_MASK == 0
+        and attributes <= _ZSTD
+        and records_count >= 1
+        and records_count == last_offset_delta + 1
     )
 
 
@@ -104,107 +107,101 @@ def follows(prev: RecordBatch, nxt: RecordBatch) -> bool:
 
 
 # ------------------------------------------------------------------------------- decoding
-Scanned = tuple[bytes, list[RawRecord]]
+_INT32_MAX = 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _frames(section: bytes, count: int) -> list[RawRecord]:
-    """Each record's framing: attributes, timestamp and offset deltas, and where its key, value
-    and headers lie. Lighter than :func:`~mm2py.protocol.record_codec.scan_raw_records`: the
-    key/value/headers bytes are carried into the merged batch as they are, unparsed, just as a
-    passed-through batch carries them (the target broker validates every record it appends).
-    Raises :class:`CorruptBatchError` when the framing does not hold ``count`` records exactly."""
-    out: list[RawRecord] = []
-    pos = 0
-    total = len(section)
-    try:
-        for _ in range(count):
-            length, p = read_varint(section, pos)
-            end = p + length
-            if length < 1 or end > total:
-                raise CorruptBatchError(f"invalid record length {length} at byte {pos}")
-            attrs = section[p]
-            ts_delta, p = read_varlong(section, p + 1)
-            off_delta, p = read_varint(section, p)
-            if p > end:
-                raise CorruptBatchError(f"record at byte {pos} is shorter than its header")
-            out.append((attrs, ts_delta, off_delta, p, end))
-            pos = end
-    except IndexError:
-        raise CorruptBatchError("records section is truncated") from None
-    if pos != total:
-        raise CorruptBatchError(f"{total - pos} bytes remain after the declared {count} records")
-    return out
+class RunScan:
+    """Eligible batches CRC-checked, decompressed into one buffer and their records' framing
+    parsed (:func:`scan_runs`), ready to be merged in groups of consecutive batches."""
+
+    __slots__ = ("_base_offset", "_base_ts", "_counts", "_highs", "_lows", "batches", "framing")
+
+    def __init__(self, batches: Sequence[RecordBatch], framing: Framing) -> None:
+        self.batches = batches
+        self.framing = framing
+        self._base_ts = [b.base_timestamp for b in batches]
+        self._base_offset = [b.base_offset for b in batches]
+        self._counts = framing.counts.tolist()
+        self._lows = [t + d for t, d in zip(self._base_ts, framing.ts_min.tolist(), strict=True)]
+        self._highs = [t + d for t, d in zip(self._base_ts, framing.ts_max.tolist(), strict=True)]
+
+    def in_sequence(self, i: int) -> bool:
+        """Are batch *i*'s record offset deltas 0..n-1 (can it keep its offsets in a merge)?"""
+        return bool(self.framing.in_sequence[i])
+
+    def merge(self, groups: Sequence[tuple[int, int]]) -> list[MergedRecords | None]:
+        """The merge of each group ``(i, j)`` of batches ``i .. j-1`` (following each other, in
+        sequence), in uncompressed form; ``None`` for a group whose timestamps lie too far apart
+        for one batch's deltas (int64)."""
+        good: list[tuple[int, int]] = []
+        heads: list[tuple[int, int, int] | None] = []
+        group_lo: list[int] = []
+        group_first: list[int] = []
+        for i, j in groups:
+            lo, hi = min(self._lows[i:j]), max(self._highs[i:j])
+            bases = self._base_ts[i:j]
+            count = sum(self._counts[i:j])
+            if lo < _INT64_MIN or hi - lo > _INT64_MAX or max(bases) - lo > _INT64_MAX \
+                    or min(bases) - lo < _INT64_MIN or count - 1 > _INT32_MAX:
+                heads.append(None)
+                continue
+            good.append((i, j))
+            heads.append((lo, hi, count))
+            group_lo.append(lo)
+            group_first.append(self._base_offset[i])
+        sections = iter(self._reframe(good, group_lo, group_first))
+        out: list[MergedRecords | None] = []
+        for (i, _j), head in zip(groups, heads, strict=True):
+            if head is None:
+                out.append(None)
+                continue
+            lo, hi, count = head
+            attributes = self.batches[i].attributes
+            out.append(MergedRecords(attributes, self._base_offset[i], count, lo, hi, next(sections)))
+        return out
+
+    def _reframe(self, groups: list[tuple[int, int]], lo: list[int], first: list[int]) -> list[bytes]:
+        """Each batch's records shifted to its group's first offset and lowest timestamp."""
+        if not groups:
+            return []
+        nb = len(self.batches)
+        group_of = np.zeros(nb, dtype=np.int64)
+        for g, (i, j) in enumerate(groups):
+            group_of[i:j] = g
+        ts_shift = np.array(self._base_ts, dtype=np.int64) - np.array(lo, dtype=np.int64)[group_of]
+        off_shift = np.array(self._base_offset, dtype=np.int64) - np.array(first, dtype=np.int64)[group_of]
+        return reframe(self.framing, groups, ts_shift, off_shift)
 
 
-def scan_for_merge(batch: RecordBatch) -> Scanned | None:
-    """CRC-verified, decompressed records section of an eligible batch and its records' framing;
-    ``None`` when its record offset deltas are not 0..n-1 (it cannot keep its offsets in a merge)."""
-    batch.verify()
-    section = records_section(batch)
-    raws = _frames(section, batch.records_count)
-    for i, raw in enumerate(raws):
-        if raw[2] != i:
-            return None
-    return section, raws
+def scan_runs(batches: Sequence[RecordBatch], *, verified: bool = False) -> RunScan:
+    """CRC-check (unless ``verified``), decompress and parse the framing of eligible ``batches``.
+
+    Raises :class:`CorruptBatchError` for the first batch that does not verify, decompress or
+    hold exactly its declared records' framing."""
+    sections = SectionBuffer(sum(len(b) for b in batches) * 3 + PAD)
+    append = sections.append
+    starts: list[int] = []
+    for b in batches:
+        if not verified:
+            b.verify()
+        starts.append(sections.used)
+        append(b.attributes & ATTR_CODEC_MASK, b.records_view)
+    ends = [*starts[1:], sections.used]
+    sections.reserve(PAD)
+    buf = np.frombuffer(sections.close(), dtype=np.uint8)
+    framing = scan(buf, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64),
+                   np.array([b.records_count for b in batches], dtype=np.int64),
+                   lambda i: f"batch at offset {batches[i].base_offset}")
+    return RunScan(batches, framing)
 
 
-#: zigzag varints of -8192..8191 (one or two bytes): record lengths and deltas in merged batches
-_SMALL = 8192
-_VARINTS = [varint_bytes(v) for v in range(-_SMALL, _SMALL)]
-
-
-def _varint(value: int) -> bytes:
-    return _VARINTS[value + _SMALL] if -_SMALL <= value < _SMALL else varint_bytes(value, long=True)
-
-
-def _reframe(out: bytearray, section: bytes, raws: list[RawRecord], ts_shift: int, off_shift: int) -> None:
-    """Append ``raws`` with their deltas shifted (the loop the merge spends its time in)."""
-    view = memoryview(section)
-    small = _SMALL
-    table = _VARINTS
-    for attrs, ts_delta, off_delta, t0, t1 in raws:
-        ts = ts_delta + ts_shift
-        off = off_delta + off_shift
-        ts_b = table[ts + small] if -small <= ts < small else varint_bytes(ts, long=True)
-        off_b = table[off + small] if off < small else varint_bytes(off)
-        out += _varint(1 + len(ts_b) + len(off_b) + t1 - t0)
-        out.append(attrs)
-        out += ts_b
-        out += off_b
-        out += view[t0:t1]
-
-
-def merge_scanned(run: Sequence[RecordBatch], scanned: Sequence[Scanned]) -> MergedRecords:
-    """Concatenate the re-framed records of ``run`` (eligible, following each other).
-
-    Raises ``ValueError``/``OverflowError`` when a timestamp delta does not fit a varlong.
-    """
-    lows: list[int] = []
-    highs: list[int] = []
-    for b, (_section, raws) in zip(run, scanned, strict=True):
-        deltas = [r[1] for r in raws]
-        lows.append(b.base_timestamp + min(deltas))
-        highs.append(b.base_timestamp + max(deltas))
-    lo, hi = min(lows), max(highs)
-    first_offset = run[0].base_offset
-    out = bytearray()
-    count = 0
-    for b, (section, raws) in zip(run, scanned, strict=True):
-        off_shift = b.base_offset - first_offset
-        ts_shift = b.base_timestamp - lo
-        count += len(raws)
-        if off_shift == 0 and ts_shift == 0:
-            out += section  # already framed for the merged base offset and timestamp
-            continue
-        _reframe(out, section, raws, ts_shift, off_shift)
-    return MergedRecords(run[0].attributes, first_offset, count, lo, hi, bytes(out))
-
-
-def merged_batch(merged: MergedRecords) -> RecordBatch:
-    """The batch for ``merged``: compressed with its codec, producer fields and
-    partitionLeaderEpoch -1 (the producer stamps its own), CRC-32C computed."""
+def merged_batch(merged: MergedRecords, *, lz4_level: int | None = None) -> RecordBatch:
+    """The batch for ``merged``: compressed with its codec (``lz4_level``: see
+    :func:`~mm2py.protocol.compression.compress`), producer fields and partitionLeaderEpoch -1
+    (the producer stamps its own), CRC-32C computed."""
     codec = merged.codec
-    body = merged.section if codec is Codec.NONE else compress(codec, merged.section)
+    body = merged.section if codec is Codec.NONE else compress(codec, merged.section, lz4_level=lz4_level)
     try:
         data = assemble_batch(
             body,
@@ -237,16 +234,14 @@ def merge_records(run: Sequence[RecordBatch]) -> MergedRecords:
     for i, b in enumerate(run):
         if not merge_eligible(b) or (i and not follows(run[i - 1], b)):
             raise ValueError(f"batch at offset {b.base_offset} cannot be merged into this run")
-    scanned: list[Scanned] = []
-    for b in run:
-        s = scan_for_merge(b)
-        if s is None:
+    scanned = scan_runs(run)
+    for i, b in enumerate(run):
+        if not scanned.in_sequence(i):
             raise ValueError(f"batch at offset {b.base_offset}: record offsets are not 0..n-1")
-        scanned.append(s)
-    try:
-        return merge_scanned(run, scanned)
-    except (ValueError, OverflowError) as exc:
-        raise ValueError(f"run at offset {run[0].base_offset} cannot be merged: {exc}") from None
+    (merged,) = scanned.merge([(0, len(run))])
+    if merged is None:
+        raise ValueError(f"run at offset {run[0].base_offset} cannot be merged: timestamps too far apart")
+    return merged
 
 
 # ------------------------------------------------------------------------------- comparison

@@ -11,6 +11,13 @@ Wire formats, as the Java client reads and writes them:
   :func:`compress` writes frames with independent blocks.
 * ZSTD: standard zstd frames (several concatenated frames are accepted on read).
 
+:class:`SectionBuffer` decompresses many batches' records sections back to back into one buffer
+(what the vectorised merge of small batches reads). For LZ4 it skips the frame decoder, whose
+set-up costs more than decompressing a half-KiB batch: a frame whose descriptor (FLG, BD and its
+checksum byte) the frame decoder has accepted once, with independent blocks and no checksums or
+content size, has its blocks decompressed straight into the buffer. Anything else, and any block
+that does not decompress, goes through :func:`decompress`.
+
 Every failure on bad input is raised as :class:`~mm2py.protocol.errors.CorruptBatchError` (or
 :class:`~mm2py.protocol.errors.UnsupportedError` for an unknown codec id).
 """
@@ -24,7 +31,7 @@ import cramjam
 
 from mm2py.protocol.errors import CorruptBatchError, UnsupportedError
 
-__all__ = ["XERIAL_MAGIC", "Codec", "compress", "decompress"]
+__all__ = ["XERIAL_MAGIC", "Codec", "SectionBuffer", "compress", "decompress"]
 
 
 class Codec(IntEnum):
@@ -84,8 +91,18 @@ def decompress(codec: Codec | int, data: bytes | bytearray | memoryview) -> byte
         raise CorruptBatchError(f"{c.name} decompression failed: {exc}") from exc
 
 
-def compress(codec: Codec | int, data: bytes | bytearray | memoryview) -> bytes:
-    """Compress ``data`` (a serialized records section) in the wire format Kafka expects."""
+#: LZ4 frame compression level of :func:`compress` unless given: 0 is LZ4's fast mode (what
+#: librdkafka writes); 3..12 is its high-compression mode (Kafka's Java producer defaults to 9).
+LZ4_DEFAULT_LEVEL = 0
+
+
+def compress(
+    codec: Codec | int, data: bytes | bytearray | memoryview, *, lz4_level: int | None = None
+) -> bytes:
+    """Compress ``data`` (a serialized records section) in the wire format Kafka expects.
+
+    ``lz4_level``: the LZ4 frame compression level (default :data:`LZ4_DEFAULT_LEVEL`). Frames
+    are written with independent blocks, as Kafka's Java reader requires."""
     c = _as_codec(codec)
     if c is Codec.NONE:
         return bytes(data)
@@ -95,7 +112,8 @@ def compress(codec: Codec | int, data: bytes | bytearray | memoryview) -> bytes:
     if c is Codec.SNAPPY:
         return _xerial_compress(data)
     if c is Codec.LZ4:
-        comp = cramjam.lz4.Compressor(block_linked=False)
+        level = LZ4_DEFAULT_LEVEL if lz4_level is None else lz4_level
+        comp = cramjam.lz4.Compressor(level=level, block_linked=False)
         comp.compress(data if type(data) is bytes else bytes(data))  # the streaming API wants bytes
         return bytes(comp.finish())
     return bytes(cramjam.zstd.compress(data, level=3))
@@ -132,3 +150,98 @@ def _snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
         out.append(bytes(cramjam.snappy.decompress_raw(mv[pos : pos + n])))
         pos += n
     return b"".join(out)
+
+
+# ------------------------------------------------------------------------ many sections at once
+_LZ4 = int(Codec.LZ4)
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+#: FLG bits: version (7-6) must be 01; block independence (5); block checksum (4), content size
+#: (3), content checksum (2) and dictionary id (0) must be clear for the block fast path.
+_LZ4_FLG_FAST = 0x60
+_LZ4_BLOCK_MAX = {4: 64 * 1024, 5: 256 * 1024, 6: 1024 * 1024, 7: 4 * 1024 * 1024}
+_LZ4_UNCOMPRESSED = 0x80000000
+_UINT32_LE = struct.Struct("<I")
+#: first 7 bytes of frames fit for the fast path (magic, FLG, BD and the descriptor checksum
+#: byte HC) that the frame decoder has accepted, and their block size maximum
+_lz4_heads: dict[bytes, int] = {}
+
+
+class SectionBuffer:
+    """Uncompressed records sections appended back to back in one growing ``bytearray``.
+
+    :meth:`append` decompresses one batch's records section at the end. The bytes past ``used``
+    are scratch space (their content is undefined)."""
+
+    __slots__ = ("_view", "buf", "used")
+
+    def __init__(self, capacity: int) -> None:
+        self.buf = bytearray(max(capacity, 1024))
+        self._view = memoryview(self.buf)
+        #: bytes of sections written so far
+        self.used = 0
+
+    def reserve(self, n: int) -> None:
+        """Make room for ``n`` more bytes past ``used``."""
+        short = self.used + n - len(self.buf)
+        if short > 0:
+            self._view.release()
+            self.buf.extend(bytes(max(short, len(self.buf))))
+            self._view = memoryview(self.buf)
+
+    def close(self) -> bytearray:
+        """The buffer, which this object no longer writes to (nor holds a view of)."""
+        self._view.release()
+        return self.buf
+
+    def append(self, codec: int, data: memoryview) -> int:
+        """Decompress ``data`` (a records section compressed with ``codec``) at the end; return its
+        uncompressed length. Raises :class:`CorruptBatchError` as :func:`decompress` does."""
+        if codec == _LZ4:
+            block_max = _lz4_heads.get(bytes(data[:7]))
+            if block_max is not None:
+                n = self._lz4_blocks(data, block_max)
+                if n >= 0:
+                    CodecCounters.decompressions += 1
+                    self.used += n
+                    return n
+            section = decompress(codec, data)
+            flg, bd = data[4], data[5]  # decoded: the frame has a valid header
+            if flg == _LZ4_FLG_FAST and (bd >> 4) & 7 in _LZ4_BLOCK_MAX:
+                _lz4_heads[bytes(data[:7])] = _LZ4_BLOCK_MAX[(bd >> 4) & 7]
+        else:
+            section = decompress(codec, data)
+        n = len(section)
+        self.reserve(n)
+        self._view[self.used : self.used + n] = section
+        self.used += n
+        return n
+
+    def _lz4_blocks(self, data: memoryview, block_max: int) -> int:
+        """Decompress the blocks of a frame with a known-good header at ``used``: the length, or
+        -1 when they do not decompress as they should (the frame decoder will say why)."""
+        end = len(data) - 4  # the end mark
+        pos, n = 7, 0
+        try:
+            while pos < end:
+                (size,) = _UINT32_LE.unpack_from(data, pos)
+                pos += 4
+                raw = size & _LZ4_UNCOMPRESSED
+                size &= ~_LZ4_UNCOMPRESSED
+                if size > block_max or pos + size > end:
+                    return -1
+                at = self.used + n
+                if at + block_max > len(self.buf):
+                    self.reserve(n + block_max)
+                if raw:
+                    self._view[at : at + size] = data[pos : pos + size]
+                    n += size
+                else:
+                    n += cramjam.lz4.decompress_block_into(
+                        data[pos : pos + size], self._view[at : at + block_max]
+                    )
+                pos += size
+        except Exception:  # cramjam.DecompressionError and the like
+            return -1
+        if pos != end or data[end:] != b"\x00\x00\x00\x00":
+            return -1
+        return n

@@ -114,6 +114,13 @@ class RecordBatch:
 
     # ------------------------------------------------------------------ header fields
     @property
+    def fields(self) -> tuple[int, ...]:
+        """All header fields at once, in wire order (:data:`HEADER_STRUCT`): baseOffset,
+        batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp,
+        maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount."""
+        return self._h
+
+    @property
     def base_offset(self) -> int:
         return self._h[_BASE_OFFSET]
 

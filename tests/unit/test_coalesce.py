@@ -363,8 +363,22 @@ def test_settings_default_on_with_documented_sizes_and_reach_the_sink() -> None:
 
     keys = {"clusters": "a,b", "a.bootstrap.servers": "h:1", "b.bootstrap.servers": "h:2"}
     flow = MirrorMakerConfig.from_flat(keys).flow("a", "b")
-    assert coalesce_settings(flow) == CoalesceSettings(True, 8192, 65536, 1 << 20)
+    assert coalesce_settings(flow) == CoalesceSettings(True, 8192, 65536, 1 << 20, 0)
     off = MirrorMakerConfig.from_flat({**keys, "a->b.mm2py.coalesce.enabled": "false"}).flow("a", "b")
     assert coalesce_settings(off).enabled is False
     with pytest.raises(ConfigError, match=r"mm2py\.coalesce\.threshold\.bytes"):
         MirrorMakerConfig.from_flat({**keys, "mm2py.coalesce.threshold.bytes": "-1"})
+    level = MirrorMakerConfig.from_flat({**keys, "a->b.mm2py.coalesce.lz4.level": "9"}).flow("a", "b")
+    assert coalesce_settings(level).lz4_level == 9 and coalesce_settings(flow).lz4_level == 0
+    with pytest.raises(ConfigError, match=r"mm2py\.coalesce\.lz4\.level"):
+        MirrorMakerConfig.from_flat({**keys, "mm2py.coalesce.lz4.level": "13"})
+
+
+def test_merged_lz4_batches_follow_the_level_setting() -> None:
+    specs = [Spec(0, "plain", Codec.LZ4, (150,) * 4, i, -1) for i in range(40)]
+    batches = build(specs)
+    fast = coalesce(batches, max_bytes=1 << 20, lz4_level=0)
+    high = coalesce(batches, max_bytes=1 << 20, lz4_level=9)
+    assert [c.sources for c in fast] == [c.sources for c in high] == [40]
+    assert decode_records(fast[0].batch) == decode_records(high[0].batch)
+    assert bytes(fast[0].batch.records_view) != bytes(high[0].batch.records_view)
