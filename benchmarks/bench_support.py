@@ -94,6 +94,20 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     raise RuntimeError(f"topic {name} not ready on {bootstrap}")
 
 
+def warm_group_coordinator(bootstrap: str) -> None:
+    """Make a fresh cluster create its ``__consumer_offsets`` topic (50 partitions) now, with a group
+    commit: a real cluster has it already, and in a benchmark the first peer that touches a consumer
+    group (offset translation, checkpoints) would otherwise pay for it in broker CPU and start-up."""
+    topic = "bench-warmup"
+    create_topic(bootstrap, topic, 1)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-warmup-{uuid.uuid4()}",
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
 class OffsetProbe:
     """End offsets of a topic, cheaply (one ListOffsets per partition per call)."""
 

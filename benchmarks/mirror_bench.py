@@ -55,6 +55,7 @@ from bench_support import (
     total_cpu,
     tree_cpu,
     tree_rss_mib,
+    warm_group_coordinator,
 )
 from confluent_kafka import Producer
 
@@ -93,6 +94,16 @@ def seed(bootstrap: str, topic: str, args: argparse.Namespace) -> float:
     if producer.flush(120) or errors:
         raise RuntimeError(f"seeding {topic} failed: {errors[:3]}")
     return time.monotonic() - start
+
+
+def warm_target_brokers(bootstrap: str, args: argparse.Namespace) -> None:
+    """Write a tenth of the backlog (at most 100k records) the same way to a topic of the target
+    cluster before any peer runs. A broker's JVM compiles its produce path on first use (the C2
+    compiler thread alone took seconds of CPU in a fresh target broker), which would otherwise fall
+    on the first peer and compete with it for the CPUs."""
+    warm = argparse.Namespace(**{**vars(args), "records": min(100_000, max(1, args.records // 10))})
+    create_topic(bootstrap, "bench-warmup-produce", args.partitions)
+    seed(bootstrap, "bench-warmup-produce", warm)
 
 
 @dataclass
@@ -315,10 +326,13 @@ def main(argv: list[str]) -> int:
                     target = f"127.0.0.1:{wan.proxy}"
                 print(f"{args.rtt_side} behind a latency proxy: +{args.rtt_ms:g} ms round trip", flush=True)
             brokers = [n.pid for c in (src_c, dst_c) for n in c.nodes if n.pid]
+        for bootstrap in {direct["source"], direct["target"]}:
+            warm_group_coordinator(bootstrap)
         load = os.getloadavg()
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         create_topic(direct["source"], topic, args.partitions)
         took = seed(direct["source"], topic, args)
+        warm_target_brokers(direct["target"], args)
         stored = scan_batches(direct["source"], topic)
         probe = OffsetProbe(direct["source"])
         source_ends = probe.ends(topic) or {}

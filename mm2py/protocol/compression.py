@@ -91,8 +91,8 @@ def decompress(codec: Codec | int, data: bytes | bytearray | memoryview) -> byte
         raise CorruptBatchError(f"{c.name} decompression failed: {exc}") from exc
 
 
-#: LZ4 frame compression level of :func:`compress` unless given: 0 is LZ4's fast mode (what
-#: librdkafka writes); 3..12 is its high-compression mode (Kafka's Java producer defaults to 9).
+#: LZ4 compression level of :func:`compress` unless given: 0-2 is LZ4's fast mode (what librdkafka
+#: writes); 3..12 is its high-compression mode (Kafka's Java producer defaults to 9).
 LZ4_DEFAULT_LEVEL = 0
 
 
@@ -101,8 +101,9 @@ def compress(
 ) -> bytes:
     """Compress ``data`` (a serialized records section) in the wire format Kafka expects.
 
-    ``lz4_level``: the LZ4 frame compression level (default :data:`LZ4_DEFAULT_LEVEL`). Frames
-    are written with independent blocks, as Kafka's Java reader requires."""
+    ``lz4_level``: the LZ4 compression level (default :data:`LZ4_DEFAULT_LEVEL`). LZ4 frames are
+    written as Kafka's clients write them (independent 64 KiB blocks, no checksums), which Kafka's
+    Java reader requires and which costs its readers no checksum work."""
     c = _as_codec(codec)
     if c is Codec.NONE:
         return bytes(data)
@@ -112,11 +113,40 @@ def compress(
     if c is Codec.SNAPPY:
         return _xerial_compress(data)
     if c is Codec.LZ4:
-        level = LZ4_DEFAULT_LEVEL if lz4_level is None else lz4_level
-        comp = cramjam.lz4.Compressor(level=level, block_linked=False)
+        return _lz4_frame(data, LZ4_DEFAULT_LEVEL if lz4_level is None else lz4_level)
+    return bytes(cramjam.zstd.compress(data, level=3))
+
+
+#: the LZ4 frame header Kafka's clients write (librdkafka and the Java client alike): magic, FLG
+#: 0x60 (format version 1, independent blocks, no block or content checksum, no content size:
+#: the batch's CRC-32C covers the data), BD 0x40 (blocks of at most 64 KiB) and HC 0x82, the
+#: header checksum the LZ4 frame format defines for those two bytes (second byte of their xxHash32)
+_KAFKA_LZ4_HEAD = b"\x04\x22\x4d\x18\x60\x40\x82"
+_KAFKA_LZ4_BLOCK = 64 * 1024
+
+
+def _lz4_frame(data: bytes | bytearray | memoryview, level: int) -> bytes:
+    """``data`` as one LZ4 frame of independent blocks. In LZ4's fast mode (``level`` < 3) it is
+    written as Kafka's clients write it; a block that does not shrink is stored as it is. The
+    high-compression mode goes through cramjam's frame encoder, whose frames also carry block
+    checksums (Kafka's readers verify them)."""
+    if level >= 3:
+        comp = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
         comp.compress(data if type(data) is bytes else bytes(data))  # the streaming API wants bytes
         return bytes(comp.finish())
-    return bytes(cramjam.zstd.compress(data, level=3))
+    mv = memoryview(data).cast("B")
+    parts: list[bytes] = [_KAFKA_LZ4_HEAD]
+    for start in range(0, len(mv), _KAFKA_LZ4_BLOCK):
+        chunk = mv[start : start + _KAFKA_LZ4_BLOCK]
+        block = cramjam.lz4.compress_block(chunk, store_size=False)
+        if len(block) < len(chunk):
+            parts.append(_UINT32_LE.pack(len(block)))
+            parts.append(bytes(block))
+        else:
+            parts.append(_UINT32_LE.pack(len(chunk) | _LZ4_UNCOMPRESSED))
+            parts.append(bytes(chunk))
+    parts.append(b"\x00\x00\x00\x00")
+    return b"".join(parts)
 
 
 def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:

@@ -163,7 +163,8 @@ def test_lz4_frames_decompress_block_by_block_to_what_the_frame_decoder_reads(si
 
 def test_a_frame_with_checksums_still_goes_through_the_frame_decoder() -> None:
     data = b"some records " * 500
-    frame = compress(Codec.LZ4, data)  # ours carry a content checksum
+    frame = bytes(cramjam.lz4.compress(data))  # cramjam's frame encoder writes checksums
+    assert frame[4] & 0x14  # block or content checksum flag
     sections = SectionBuffer(16)
     before = CodecCounters.decompressions
     sections.append(Codec.LZ4, memoryview(frame))
@@ -193,8 +194,17 @@ def test_a_damaged_frame_is_refused_and_nothing_is_appended(damage: str) -> None
 
 
 @pytest.mark.parametrize("level", [0, 9])
-def test_lz4_levels_write_frames_that_hold_the_same_records(level: int) -> None:
-    data = b"".join(b"record %d " % i for i in range(5000))
-    out = compress(Codec.LZ4, data, lz4_level=level)
-    assert decompress(Codec.LZ4, out) == data
-    assert len(out) < len(data) // 2
+@pytest.mark.parametrize("size", [0, 100, 65536, 200_000])
+def test_lz4_levels_write_frames_that_hold_the_same_records(level: int, size: int) -> None:
+    text = b"".join(b"record %d " % i for i in range(30000))[:size]
+    noise = bytes((i * 7919 + i // 3) % 256 for i in range(size))
+    for data in (text, noise):
+        out = compress(Codec.LZ4, data, lz4_level=level)
+        assert decompress(Codec.LZ4, out) == data  # cramjam's frame decoder checks the header
+    if size > 1000:
+        assert len(compress(Codec.LZ4, text, lz4_level=level)) < len(text) // 2
+
+
+def test_fast_lz4_frames_are_written_as_kafka_clients_write_them() -> None:
+    out = compress(Codec.LZ4, b"abc" * 50_000, lz4_level=0)
+    assert out[:7] == KAFKA_LZ4_HEAD and out[-4:] == b"\x00\x00\x00\x00"
