@@ -165,12 +165,11 @@ class RunScan:
         """Each batch's records shifted to its group's first offset and lowest timestamp."""
         if not groups:
             return []
-        nb = len(self.batches)
-        group_of = np.zeros(nb, dtype=np.int64)
-        for g, (i, j) in enumerate(groups):
-            group_of[i:j] = g
-        ts_shift = np.array(self._base_ts, dtype=np.int64) - np.array(lo, dtype=np.int64)[group_of]
-        off_shift = np.array(self._base_offset, dtype=np.int64) - np.array(first, dtype=np.int64)[group_of]
+        ts_shift = [0] * len(self.batches)
+        off_shift = [0] * len(self.batches)
+        for (i, j), group_lo, group_first in zip(groups, lo, first, strict=True):
+            ts_shift[i:j] = [t - group_lo for t in self._base_ts[i:j]]
+            off_shift[i:j] = [o - group_first for o in self._base_offset[i:j]]
         return reframe(self.framing, groups, ts_shift, off_shift)
 
 
@@ -179,7 +178,8 @@ def scan_runs(batches: Sequence[RecordBatch], *, verified: bool = False) -> RunS
 
     Raises :class:`CorruptBatchError` for the first batch that does not verify, decompress or
     hold exactly its declared records' framing."""
-    sections = SectionBuffer(sum(len(b) for b in batches) * 3 + PAD)
+    # room for an LZ4 block of the largest size Kafka's clients write, so small inputs never grow it
+    sections = SectionBuffer(sum(len(b) for b in batches) * 3 + 64 * 1024 + PAD)
     append = sections.append
     starts: list[int] = []
     for b in batches:

@@ -30,11 +30,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mm2py.protocol.errors import CorruptBatchError
+from mm2py.protocol.record_codec import read_varint, read_varlong, varint_bytes
 
 __all__ = ["PAD", "Framing", "reframe", "scan"]
 
 Bytes = NDArray[np.uint8]
 Ints = NDArray[np.int64]
+
+#: up to this many records in all, :func:`scan` and :func:`reframe` work one record at a time:
+#: numpy's set-up per call (about 0.7 ms for a scan and re-framing) costs more than the loop for a
+#: handful of batches, which is what a live partition brings per fetch
+SCALAR_RECORDS = 256
 
 #: bytes the buffer must hold past the last section: the widest read from a record's start
 #: (length 5, attributes 1, timestamp delta 10, offset delta 5) never leaves the buffer
@@ -115,15 +121,20 @@ class Framing:
     ts_max: Ints
 
 
-def scan(buf: Bytes, starts: Ints, ends: Ints, counts: Ints, name: Callable[[int], str]) -> Framing:
+def scan(
+    buf: Bytes, starts: Ints, ends: Ints, counts: Ints, name: Callable[[int], str],
+    *, scalar_up_to: int = SCALAR_RECORDS,
+) -> Framing:
     """Read the framing of each batch's records (see the module docstring).
 
     ``buf`` must extend at least :data:`PAD` bytes past the last section. ``name(b)`` labels
     batch *b* in errors. Raises :class:`CorruptBatchError` for the first batch whose framing does
-    not hold."""
+    not hold. Up to ``scalar_up_to`` records in all are read one at a time."""
     nb = len(starts)
-    first = _before(counts)
     total = int(counts.sum()) if nb else 0
+    if total <= scalar_up_to:
+        return _scan_records(buf, starts, ends, counts, name)
+    first = _before(counts)
     start, tail, end, ts, off = (np.zeros(total, dtype=np.int64) for _ in range(5))
     attributes = np.zeros(total, dtype=np.uint8)
     in_sequence = np.ones(nb, dtype=bool)
@@ -161,10 +172,17 @@ def scan(buf: Bytes, starts: Ints, ends: Ints, counts: Ints, name: Callable[[int
     left = np.flatnonzero(pos != ends)
     for b in sorted(set(left.tolist()) | problem.keys())[:1]:
         reason = problem.get(b) or (
-            "records section is truncated" if pos[b] > ends[b]
-            else f"{int(ends[b] - pos[b])} bytes remain after the declared {int(counts[b])} records"
+            f"{int(ends[b] - pos[b])} bytes remain after the declared {int(counts[b])} records"
         )
         raise CorruptBatchError(f"{name(b)}: {reason}")
+    return _framing(buf, counts, first, start, tail, end, attributes, ts, off, in_sequence)
+
+
+def _framing(
+    buf: Bytes, counts: Ints, first: Ints, start: Ints, tail: Ints, end: Ints, attributes: Bytes,
+    ts: Ints, off: Ints, in_sequence: NDArray[np.bool_],
+) -> Framing:
+    nb = len(counts)
     ts_min = np.zeros(nb, dtype=np.int64)
     ts_max = np.zeros(nb, dtype=np.int64)
     has = np.flatnonzero(counts > 0)
@@ -174,22 +192,70 @@ def scan(buf: Bytes, starts: Ints, ends: Ints, counts: Ints, name: Callable[[int
     return Framing(buf, counts, first, start, tail, end, attributes, ts, off, in_sequence, ts_min, ts_max)
 
 
+def _scan_records(
+    buf: Bytes, starts: Ints, ends: Ints, counts: Ints, name: Callable[[int], str]
+) -> Framing:
+    """:func:`scan` one record at a time (the same checks)."""
+    data = buf.data  # a memoryview: indexing it gives Python ints
+    fields: list[tuple[int, int, int, int, int, int]] = []
+    per_batch: list[tuple[bool, int, int]] = []  # in sequence, smallest and largest ts delta
+    bounds = zip(starts.tolist(), ends.tolist(), counts.tolist(), strict=True)
+    for b, (pos, limit, count) in enumerate(bounds):
+        ordered, low, high = True, 0, 0
+        try:
+            for k in range(count):
+                x = data[pos]  # one-byte varints (the common case) read inline
+                length, q = ((x >> 1) ^ -(x & 1), pos + 1) if x < 0x80 else read_varint(data, pos)
+                stop = q + length
+                if length < 1 or stop > limit:
+                    raise CorruptBatchError(f"invalid record length {length} at byte {pos - starts[b]}")
+                ts_delta, p = read_varlong(data, q + 1)
+                x = data[p]
+                off_delta, p = ((x >> 1) ^ -(x & 1), p + 1) if x < 0x80 else read_varint(data, p)
+                if p > stop:
+                    raise CorruptBatchError(f"record at byte {pos - starts[b]} is shorter than its header")
+                fields.append((pos, p, stop, data[q], ts_delta, off_delta))
+                ordered = ordered and off_delta == k
+                low, high = (ts_delta, ts_delta) if k == 0 else (min(low, ts_delta), max(high, ts_delta))
+                pos = stop
+        except CorruptBatchError as exc:
+            raise CorruptBatchError(f"{name(b)}: {exc}") from None
+        except IndexError:  # not with PAD bytes after the last section
+            raise CorruptBatchError(f"{name(b)}: records section is truncated") from None
+        if pos != limit:
+            raise CorruptBatchError(
+                f"{name(b)}: {limit - pos} bytes remain after the declared {count} records"
+            )
+        per_batch.append((ordered, low, high))
+    rows = np.array(fields, dtype=np.int64).reshape(len(fields), 6)
+    batches = np.array(per_batch, dtype=np.int64).reshape(len(per_batch), 3)
+    return Framing(buf, counts, _before(counts), rows[:, 0], rows[:, 1], rows[:, 2],
+                   rows[:, 3].astype(np.uint8), rows[:, 4], rows[:, 5], batches[:, 0].astype(bool),
+                   batches[:, 1], batches[:, 2])
+
+
 def reframe(
-    framing: Framing, groups: Sequence[tuple[int, int]], ts_shift: Ints, off_shift: Ints
+    framing: Framing, groups: Sequence[tuple[int, int]], ts_shift: Sequence[int], off_shift: Sequence[int],
+    *, scalar_up_to: int = SCALAR_RECORDS,
 ) -> list[bytes]:
     """One records section per group ``(i, j)`` of batches ``i .. j-1``: their records in order,
     each record's timestamp delta plus ``ts_shift[b]`` and offset delta plus ``off_shift[b]`` of
-    its batch *b*. The shifted deltas must fit an int64 and an int32 (the caller checks)."""
+    its batch *b*. The shifted deltas must fit an int64 and an int32 (the caller checks). Up to
+    ``scalar_up_to`` records in all are written one at a time."""
     if not groups:
         return []
     f = framing
+    if len(f.start) <= scalar_up_to:
+        return _reframe_records(f, groups, ts_shift, off_shift)
+    ts_shifts = np.array(ts_shift, dtype=np.int64)
+    off_shifts = np.array(off_shift, dtype=np.int64)
     pieces = [np.arange(f.first[i], f.first[j - 1] + f.counts[j - 1]) for i, j in groups]
     rows = np.concatenate(pieces)
     if not rows.size:
         return [b""] * len(groups)
     batch_of = np.repeat(np.arange(len(f.counts)), f.counts)[rows]
-    new_ts, ts_size = _encode(f.timestamp_delta[rows] + ts_shift[batch_of], 10)
-    new_off, off_size = _encode(f.offset_delta[rows] + off_shift[batch_of], 5)
+    new_ts, ts_size = _encode(f.timestamp_delta[rows] + ts_shifts[batch_of], 10)
+    new_off, off_size = _encode(f.offset_delta[rows] + off_shifts[batch_of], 5)
     tail_len = f.end[rows] - f.tail[rows]
     new_len, len_size = _encode(1 + ts_size + off_size + tail_len, 5)
     head = np.concatenate([new_len, f.attributes[rows][:, None], new_ts, new_off], axis=1)
@@ -218,3 +284,34 @@ def reframe(
     cuts = [*np.append(at, total)[bounds].tolist(), total]
     data = out.tobytes()
     return [data[a:b] for a, b in itertools.pairwise(cuts)]
+
+
+def _reframe_records(f: Framing, groups: Sequence[tuple[int, int]], ts_shift: Sequence[int],
+                     off_shift: Sequence[int]) -> list[bytes]:
+    """:func:`reframe` one record at a time."""
+    data = f.buf.data
+    first, counts = f.first.tolist(), f.counts.tolist()
+    tail, end, attributes = f.tail.tolist(), f.end.tolist(), f.attributes.tolist()
+    ts, off = f.timestamp_delta.tolist(), f.offset_delta.tolist()
+    table, small = _VARINTS, _SMALL
+    out: list[bytes] = []
+    for i, j in groups:
+        parts: list[bytes | memoryview] = []
+        for b in range(i, j):
+            ts_shift_b, off_shift_b = ts_shift[b], off_shift[b]
+            for r in range(first[b], first[b] + counts[b]):
+                t = ts[r] + ts_shift_b
+                o = off[r] + off_shift_b
+                ts_b = table[t + small] if -small <= t < small else varint_bytes(t, long=True)
+                off_b = table[o + small] if o < small else varint_bytes(o)
+                size = 1 + len(ts_b) + len(off_b) + end[r] - tail[r]
+                parts += (table[size + small] if size < small else varint_bytes(size), _BYTE[attributes[r]],
+                          ts_b, off_b, data[tail[r] : end[r]])
+        out.append(b"".join(parts))
+    return out
+
+
+#: zigzag varints of -8192..8191 (one or two bytes) and single bytes, looked up by the loop above
+_SMALL = 8192
+_VARINTS = [varint_bytes(v) for v in range(-_SMALL, _SMALL)]
+_BYTE = [bytes((v,)) for v in range(256)]

@@ -67,15 +67,20 @@ record_st = st.builds(
 batches_st = st.lists(st.lists(record_st, min_size=0, max_size=6), min_size=1, max_size=8)
 
 
+#: ``scalar_up_to`` values: every input through the numpy arrays, every input record by record
+PATHS = pytest.mark.parametrize("scalar", [0, 10**9], ids=["arrays", "records"])
+
+
+@PATHS
 @settings(max_examples=150, deadline=None)
 @given(batches=batches_st, data=st.data())
 def test_scan_and_reframe_match_record_by_record_encoding(
-    batches: list[list[Record]], data: st.DataObject
+    scalar: int, batches: list[list[Record]], data: st.DataObject
 ) -> None:
     sections = [b"".join(encode_record(r) for r in recs) for recs in batches]
     counts = np.array([len(r) for r in batches], dtype=np.int64)
     buf, starts, ends = pack(sections)
-    f = scan(buf, starts, ends, counts, str)
+    f = scan(buf, starts, ends, counts, str, scalar_up_to=scalar)
     rows = 0
     for b, (section, recs) in enumerate(zip(sections, batches, strict=True)):
         for k, (start, tail, end, attrs, ts, off) in enumerate(reference_frames(section, len(recs))):
@@ -90,25 +95,24 @@ def test_scan_and_reframe_match_record_by_record_encoding(
     cut = sorted(data.draw(st.sets(st.integers(1, len(batches) - 1), max_size=3))) if len(batches) > 1 else []
     bounds = [0, *cut, len(batches)]
     groups = [(i, j) for i, j in itertools.pairwise(bounds) if j - i >= 1]
-    ts_shift = np.array(data.draw(st.lists(st.integers(-1000, 1000), min_size=len(batches),
-                                           max_size=len(batches))), dtype=np.int64)
-    off_shift = np.array(data.draw(st.lists(st.integers(0, 10_000), min_size=len(batches),
-                                            max_size=len(batches))), dtype=np.int64)
-    out = reframe(f, groups, ts_shift, off_shift)
+    ts_shift = data.draw(st.lists(st.integers(-1000, 1000), min_size=len(batches), max_size=len(batches)))
+    off_shift = data.draw(st.lists(st.integers(0, 10_000), min_size=len(batches), max_size=len(batches)))
+    out = reframe(f, groups, ts_shift, off_shift, scalar_up_to=scalar)
     for (i, j), section in zip(groups, out, strict=True):
         want = b"".join(
-            encode_record(Record(r.offset_delta + int(off_shift[b]), r.timestamp_delta + int(ts_shift[b]),
+            encode_record(Record(r.offset_delta + off_shift[b], r.timestamp_delta + ts_shift[b],
                                  r.key, r.value, r.headers, r.attributes))
             for b in range(i, j) for r in batches[b]
         )
         assert section == want
 
 
+@PATHS
 @settings(max_examples=400, deadline=None)
 @given(sections=st.lists(st.binary(max_size=40), min_size=1, max_size=4),
        counts=st.lists(st.integers(0, 4), min_size=4, max_size=4))
 def test_malformed_sections_get_the_verdict_of_the_record_by_record_reader(
-    sections: list[bytes], counts: list[int]
+    scalar: int, sections: list[bytes], counts: list[int]
 ) -> None:
     want: list[list[Frame] | None] = []
     for s, n in zip(sections, counts, strict=False):
@@ -121,9 +125,9 @@ def test_malformed_sections_get_the_verdict_of_the_record_by_record_reader(
     if any(w is None for w in want):
         first_bad = next(i for i, w in enumerate(want) if w is None)
         with pytest.raises(CorruptBatchError, match=f"^batch {first_bad}: "):
-            scan(buf, starts, ends, n_arr, lambda i: f"batch {i}")
+            scan(buf, starts, ends, n_arr, lambda i: f"batch {i}", scalar_up_to=scalar)
         return
-    f = scan(buf, starts, ends, n_arr, str)
+    f = scan(buf, starts, ends, n_arr, str, scalar_up_to=scalar)
     for b, frames in enumerate(want):
         assert frames is not None
         for k, frame in enumerate(frames):
