@@ -111,7 +111,9 @@ def test_backfill_from_remote_only_segments_is_exact(source: KafkaCluster, targe
         sent += records
     tp = TopicPartition(topic, 0)
     local_start = _wait_remote_only(source, tp, len(sent) // 2)
-    assert 0 < local_start < len(sent)
+    # at least the first half is remote-only; the broker may have tiered all of it by now (the
+    # records' old timestamps breach the 1 ms local retention, so it may roll the active segment)
+    assert len(sent) // 2 <= local_start <= len(sent)
 
     with BackgroundWorker(_config(source, target, topic, **{"offset.lag.max": 10})):
         _wait_mirrored(target, f"{SOURCE}.{topic}", {0: len(sent)}, 120)
