@@ -43,6 +43,7 @@ __all__ = [
     "RunScan",
     "eligible_fields",
     "follows",
+    "follows_fields",
     "match_run",
     "merge_eligible",
     "merge_records",
@@ -103,7 +104,12 @@ def follows(prev: RecordBatch, nxt: RecordBatch) -> bool:
 
     Both batches are assumed :func:`merge_eligible`.
     """
-    return nxt.base_offset == prev.last_offset + 1 and nxt.attributes == prev.attributes
+    return follows_fields(prev.last_offset, prev.attributes, nxt.base_offset, nxt.attributes)
+
+
+def follows_fields(prev_last_offset: int, prev_attributes: int, base_offset: int, attributes: int) -> bool:
+    """:func:`follows` from the header fields it reads."""
+    return base_offset == prev_last_offset + 1 and attributes == prev_attributes
 
 
 # ------------------------------------------------------------------------------- decoding

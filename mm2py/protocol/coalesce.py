@@ -85,6 +85,7 @@ from mm2py.protocol.batch_merge import (
     MergedRecords,
     RunScan,
     eligible_fields,
+    follows_fields,
     merged_batch,
     scan_runs,
 )
@@ -291,21 +292,20 @@ def coalesce(
                 f"{prev_last}): one partition's batches in offset order expected"
             )
         size = length + LOG_OVERHEAD
+        joins = follows_fields(prev_last, prev_attrs, base, attrs)
+        prev_last, prev_attrs = base + last_delta, attrs
         if size < threshold and eligible_fields(magic, attrs, last_delta, count):
-            # follows(): no offset gap, the same attributes
-            if run and run_bytes + size <= limit and base == prev_last + 1 and attrs == prev_attrs:
+            if run and run_bytes + size <= limit and joins:
                 run.append(b)
                 run_bytes += size
             else:
                 if run:
                     builder.add(run, run_index, run_bytes)
                 run, run_index, run_bytes = [b], index, size
-            prev_last, prev_attrs = base + last_delta, attrs
             if prev_last in cuts:
                 builder.add(run, run_index, run_bytes)
                 run = []
             continue
-        prev_last, prev_attrs = base + last_delta, attrs
         if run:
             builder.add(run, run_index, run_bytes)
             run = []
