@@ -184,8 +184,7 @@ def scan_runs(batches: Sequence[RecordBatch], *, verified: bool = False) -> RunS
 
     Raises :class:`CorruptBatchError` for the first batch that does not verify, decompress or
     hold exactly its declared records' framing."""
-    # room for an LZ4 block of the largest size Kafka's clients write, so small inputs never grow it
-    sections = SectionBuffer(sum(len(b) for b in batches) * 3 + 64 * 1024 + PAD)
+    sections = SectionBuffer(sum(len(b) for b in batches) * 3 + PAD)
     append = sections.append
     starts: list[int] = []
     for b in batches:

@@ -123,6 +123,9 @@ def compress(
 #: header checksum the LZ4 frame format defines for those two bytes (second byte of their xxHash32)
 _KAFKA_LZ4_HEAD = b"\x04\x22\x4d\x18\x60\x40\x82"
 _KAFKA_LZ4_BLOCK = 64 * 1024
+#: LZ4 block size word: the high bit marks a block stored uncompressed
+_LZ4_UNCOMPRESSED = 0x80000000
+_UINT32_LE = struct.Struct("<I")
 
 
 def _lz4_frame(data: bytes | bytearray | memoryview, level: int) -> bytes:
@@ -184,13 +187,10 @@ def _snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
 
 # ------------------------------------------------------------------------ many sections at once
 _LZ4 = int(Codec.LZ4)
-_LZ4_MAGIC = b"\x04\x22\x4d\x18"
 #: FLG bits: version (7-6) must be 01; block independence (5); block checksum (4), content size
 #: (3), content checksum (2) and dictionary id (0) must be clear for the block fast path.
 _LZ4_FLG_FAST = 0x60
 _LZ4_BLOCK_MAX = {4: 64 * 1024, 5: 256 * 1024, 6: 1024 * 1024, 7: 4 * 1024 * 1024}
-_LZ4_UNCOMPRESSED = 0x80000000
-_UINT32_LE = struct.Struct("<I")
 #: first 7 bytes of frames fit for the fast path (magic, FLG, BD and the descriptor checksum
 #: byte HC) that the frame decoder has accepted, and their block size maximum
 _lz4_heads: dict[bytes, int] = {}
@@ -200,12 +200,14 @@ class SectionBuffer:
     """Uncompressed records sections appended back to back in one growing ``bytearray``.
 
     :meth:`append` decompresses one batch's records section at the end. The bytes past ``used``
-    are scratch space (their content is undefined)."""
+    are scratch space (their content is undefined). ``capacity`` is the expected size of the
+    sections; the buffer starts with room for one more LZ4 block of the size Kafka's clients write
+    (the block path needs that much free space), so small inputs never make it grow."""
 
     __slots__ = ("_view", "buf", "used")
 
     def __init__(self, capacity: int) -> None:
-        self.buf = bytearray(max(capacity, 1024))
+        self.buf = bytearray(capacity + _KAFKA_LZ4_BLOCK)
         self._view = memoryview(self.buf)
         #: bytes of sections written so far
         self.used = 0
