@@ -204,14 +204,12 @@ def _scan_records(
         ordered, low, high = True, 0, 0
         try:
             for k in range(count):
-                x = data[pos]  # one-byte varints (the common case) read inline
-                length, q = ((x >> 1) ^ -(x & 1), pos + 1) if x < 0x80 else read_varint(data, pos)
+                length, q = read_varint(data, pos)
                 stop = q + length
                 if length < 1 or stop > limit:
                     raise CorruptBatchError(f"invalid record length {length} at byte {pos - starts[b]}")
                 ts_delta, p = read_varlong(data, q + 1)
-                x = data[p]
-                off_delta, p = ((x >> 1) ^ -(x & 1), p + 1) if x < 0x80 else read_varint(data, p)
+                off_delta, p = read_varint(data, p)
                 if p > stop:
                     raise CorruptBatchError(f"record at byte {pos - starts[b]} is shorter than its header")
                 fields.append((pos, p, stop, data[q], ts_delta, off_delta))
