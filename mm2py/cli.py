@@ -76,16 +76,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _freeze_heap() -> None:
-    """Keep the objects of start-up (modules, classes, the REST app: ~75k) out of every later garbage
-    collection: a full collection scanning them stalls the event loop for ~50 ms, a replication-latency
-    spike every time the collector decides on one (seen as bursts in p99/max under live traffic)."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
 def _spark_conf(items: Sequence[str]) -> dict[str, str] | None:
     """``--spark-conf KEY=VALUE`` items as a mapping; None (after saying why) if one is malformed."""
     spark_conf = {}
@@ -159,7 +149,7 @@ async def _serve_worker(
         from rest_api.server import RestServer
 
         rest = RestServer(worker, args.rest_host, args.rest_port)
-    from mm2py.runtime.loop_watch import LoopWatch
+    from mm2py.runtime.loop_watch import LoopWatch, freeze_start_up_heap
 
     watch = LoopWatch()  # a stalled event loop delays every partition at once: say when, and where
     if args.metrics_port:
@@ -168,7 +158,7 @@ async def _serve_worker(
         await rest.start()
         print(f"REST API: {rest.url} (try {rest.url}/flows)", flush=True)
     print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
-    _freeze_heap()
+    freeze_start_up_heap()
     watch.start()
     try:
         await worker.run(stop)

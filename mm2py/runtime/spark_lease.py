@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import socket
@@ -31,6 +30,7 @@ from mm2py.engine.task_api import TASK_COUNTERS, TaskMetrics, TaskSpec
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.lease_wire import Ack, GoMsg, Hello, Released, Report, StopMsg, decode, encode
+from mm2py.runtime.loop_watch import freeze_start_up_heap
 from mm2py.runtime.spark_round import capture_warnings
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ async def _lease(work: LeaseWork, result: LeaseResult) -> None:
 
     codec_start = CodecCounters.snapshot()
     runner = await asyncio.wait_for(build_task(work.spec, commit_interval=work.commit_interval), 60)
-    gc.freeze()  # the executor's start-up objects stay out of later collections (latency spikes)
+    freeze_start_up_heap()  # the executor's start-up objects stay out of later collections
     link: _Link | None = None
     try:
         result.metrics = runner.metrics
