@@ -26,6 +26,12 @@ mode), ``mm2`` (Apache Kafka MirrorMaker 2, dedicated mode, defaults but the tar
 ``mm2-tuned`` (its producer batching as the record copy's) and ``record-copy``. Usage::
 
     python benchmarks/latency_bench.py [--quick] [--peers direct,mm2py,mm2py-spark,mm2] [--rate 2000]
+    python benchmarks/latency_bench.py --peers mm2py,mm2 --rounds 2   # second round in reverse order
+
+Fairness: before the first peer, ``--cluster-warmup`` s of the same live traffic run through both
+clusters (a producer and a consumer on each, and a group commit on each) so that no peer meets
+brokers whose JVMs have not yet compiled their produce and fetch paths; the first peer used to. With
+``--rounds N`` the peers run N times, every other round in reverse order, each run its own row.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from bench_support import (
     total_cpu,
     tree_cpu,
     tree_rss_mib,
+    warm_group_coordinator,
 )
 from confluent_kafka import Consumer
 from latency_support import (
@@ -95,13 +102,53 @@ def last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def run_peer(peer: str, index: int, s: Setup, args: argparse.Namespace, brokers: list[int]) -> Result:
+def warm_clusters(source: str, target: str, args: argparse.Namespace, workdir: Path) -> None:
+    """The benchmark's live traffic through both clusters for ``--cluster-warmup`` s, with nothing
+    mirrored: a producer at ``--rate`` and a consumer on each cluster, and a group commit on each."""
+    if args.cluster_warmup <= 0:
+        return
+    print(f"warming both clusters for {args.cluster_warmup:g} s ...", flush=True)
+    topic = f"latency-warmup-{uuid.uuid4().hex[:8]}"
+    at_rate = argparse.Namespace(**{**vars(args), "startup_rate": args.rate})
+    with contextlib.ExitStack() as stack:
+        consumers: list[Consumer] = []
+        for name, bootstrap in (("source", source), ("target", target)):
+            warm_group_coordinator(bootstrap)
+            create_topic(bootstrap, topic, args.partitions)
+            stack.enter_context(peer_process(
+                producer_command(bootstrap, topic, workdir / f"warmup-{name}.json", at_rate),
+                workdir / f"warmup-{name}-producer.out"))
+            consumers.append(target_consumer(bootstrap))
+            stack.callback(consumers[-1].close)
+        assigned: set[int] = set()
+        end = time.monotonic() + args.cluster_warmup
+        while time.monotonic() < end:
+            for i, consumer in enumerate(consumers):
+                if i in assigned:
+                    consumer.consume(1000, 0.05)
+                elif assign_when_created(consumer, topic, args.partitions):
+                    assigned.add(i)
+                else:
+                    time.sleep(0.05)
+
+
+def run_order(peers: list[str], rounds: int) -> list[tuple[str, str]]:
+    """(peer, label) per run: every other round reversed; labels carry the round when there are several."""
+    runs = []
+    for r in range(1, rounds + 1):
+        for peer in (peers if r % 2 else peers[::-1]):
+            runs.append((peer, f"{peer} #{r}" if rounds > 1 else peer))
+    return runs
+
+
+def run_peer(peer: str, index: int, s: Setup, args: argparse.Namespace, brokers: list[int],
+             label: str = "") -> Result:
     """Producer on, peer on, measure, peer off, producer off; then read the window back from the source."""
     src, dst = f"src{index}", f"dst{index}"
     topic = s.topic
     create_topic(s.source, topic, args.partitions)
     direct = peer == "direct"
-    res = Result(peer, topic if direct else f"{src}.{topic}")
+    res = Result(label or peer, topic if direct else f"{src}.{topic}")
     stats = s.workdir / f"{index}-{peer}-producer.json"
     try:
         cmd = [] if direct else COMMANDS[peer](s, src, dst)
@@ -264,6 +311,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--warmup", type=float, default=10.0,
                     help="seconds after the peer's first record on the target before the window starts")
     ap.add_argument("--quick", action="store_true", help="a 20 s window instead of 60 s")
+    ap.add_argument("--cluster-warmup", type=float, default=30.0,
+                    help="s of live traffic through both clusters before the first peer (0: none)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the peers this many times, every other round in reverse order")
     ap.add_argument("--tasks", type=int, default=1, help="tasks.max for mm2py and MM2")
     ap.add_argument("--spark-master", default="", help="Spark master for mm2py-spark (default local[N])")
     ap.add_argument("--mm2py-prop", action="append", default=[], metavar="KEY=VALUE",
@@ -298,6 +349,8 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error("--seconds must be > 0 and --warmup >= 0")
     if args.startup_rate < 0:
         ap.error("--startup-rate must be >= 0")
+    if args.cluster_warmup < 0 or not 1 <= args.rounds <= 10:
+        ap.error("--cluster-warmup must be >= 0 and --rounds in 1..10")
     if args.linger_ms < 0 or args.tasks < 1 or args.startup_timeout <= 0 or args.drain_timeout <= 0:
         ap.error("--linger-ms must be >= 0, --tasks >= 1, the timeouts > 0")
     if args.rate * args.seconds < 1000:
@@ -345,22 +398,24 @@ def main(argv: list[str]) -> int:
             else:
                 print(f"starting two single-node Kafka clusters in {workdir} ...", flush=True)
                 source, target, brokers = stack.enter_context(local_clusters(workdir))
+            warm_clusters(source, target, args, workdir)
             load = os.getloadavg()
             run = uuid.uuid4().hex[:8]
             results = []
-            for i, peer in enumerate(args.peers, start=1):
-                print(f"running {peer} ...", flush=True)
+            for i, (peer, label) in enumerate(run_order(args.peers, args.rounds), start=1):
+                print(f"running {label} ...", flush=True)
                 setup = Setup(source, target, f"latency-{run}-{i}", workdir, tasks=args.tasks,
                               codec=args.codec, mm2py_props=args.mm2py_prop, mm2_props=args.mm2_prop,
                               spark_master=args.spark_master)
-                res = run_peer(peer, i, setup, args, brokers)
-                print(f"  {peer}: start-up {fmt(res.startup, '.1f')} s, {len(res.latencies_ms):,} records, "
+                res = run_peer(peer, i, setup, args, brokers, label)
+                print(f"  {label}: start-up {fmt(res.startup, '.1f')} s, {len(res.latencies_ms):,} records, "
                       f"p50 {fmt(res.percentile(0.5), '.1f')} ms, p99 {fmt(res.percentile(0.99), '.1f')} ms"
                       + (f" - {res.error}" if res.error else ""), flush=True)
                 results.append(res)
         print(f"\n{datetime.now():%Y-%m-%d %H:%M}, {args.rate:g} records/s of {args.record_size} B "
               f"({args.codec}, linger.ms={args.linger_ms:g}) over {args.partitions} partitions, window "
-              f"{args.seconds:g} s after {args.warmup:g} s of warm-up, tasks.max={args.tasks}, "
+              f"{args.seconds:g} s after {args.warmup:g} s of warm-up, clusters warmed "
+              f"{args.cluster_warmup:g} s, rounds {args.rounds}, tasks.max={args.tasks}, "
               f"{os.cpu_count()} CPUs, load average before the run {load[0]:.2f} (other processes compete "
               f"for the CPUs); whole run {time.monotonic() - began:.0f} s")
         print(DEFINITION)
