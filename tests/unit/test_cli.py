@@ -66,3 +66,25 @@ def test_bad_spark_settings_are_refused_before_anything_starts(tmp_path: Path) -
     assert "--spark-conf expects KEY=VALUE, got 'spark.ui.enabled'" in out.stderr
     out = _run("run", "-c", str(cfg), "--runtime", "flink")
     assert out.returncode == 2 and "invalid choice: 'flink'" in out.stderr
+
+
+def test_commands_import_kio_without_its_hypothesis_strategies() -> None:
+    """hypothesis is installed here (a test dependency): the CLI imports kio with it hidden, so kio
+    registers no strategies (start-up time), and hypothesis can still be imported afterwards."""
+    probe = (
+        "import sys\n"
+        "from mm2py.cli import _import_kio_without_test_strategies as hide\n"
+        "hide()\n"
+        "import kio.static._phantom as phantom\n"
+        "print(phantom.hypothesis is None, 'hypothesis' in sys.modules)\n"
+        "import hypothesis.strategies\n"
+        "print('importable')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "importable"]
+    # a process that already imported hypothesis (a test calling main()) is left as it is
+    already = "import hypothesis\n" + probe
+    out = subprocess.run([sys.executable, "-c", already], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "importable"]
