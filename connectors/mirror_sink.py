@@ -138,6 +138,9 @@ class PendingPut:
     def done(self) -> bool:
         return self.answered.done()
 
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        self.answered.add_done_callback(lambda _answered: fn())
+
     def result(self) -> list[Delivered]:
         """What was acknowledged (a prefix per partition), once :meth:`done`; raises
         :class:`SinkError` carrying it when not everything was. Call once per put, in order."""

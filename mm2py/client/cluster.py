@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mm2py.client.connection import BrokerConnection, ConnectionConfig, ConnectionFactory
 from mm2py.client.errors import ClientError, ConnectionLostError, NoLeaderError, is_retriable_error
@@ -332,7 +332,12 @@ class ClusterClient:
         async def to_leader(node: int, batch: dict[TopicPartition, X]) -> dict[TopicPartition, R]:
             return await send(await self.connection(node), batch)
 
-        outcomes = await asyncio.gather(*(to_leader(n, b) for n, b in groups.items()), return_exceptions=True)
+        calls = [to_leader(n, b) for n, b in groups.items()]
+        try:  # one leader, the usual case, is awaited at once: no task and gather per request
+            outcomes: list[Any] = ([await calls[0]] if len(calls) == 1
+                                   else await asyncio.gather(*calls, return_exceptions=True))
+        except Exception as exc:  # only that single call raises; gather would have returned it
+            outcomes = [exc]
         for batch, outcome in zip(groups.values(), outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 if not is_retriable_error(outcome):

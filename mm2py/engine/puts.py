@@ -20,7 +20,7 @@ from mm2py.engine.task_api import BatchSink, PendingPut
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
-__all__ = ["Put", "PutQueue", "cancel_fetch", "wait_any"]
+__all__ = ["Put", "PutQueue", "Wakeup", "cancel_fetch"]
 
 Work = list[tuple[TopicPartition, list[RecordBatch]]]
 
@@ -71,20 +71,53 @@ class PutQueue:
         return ok
 
 
-async def wait_any(fetch: asyncio.Task[Any] | None, put: Put | None, stop: asyncio.Event) -> bool:
-    """Until ``fetch`` is done or ``put`` answered; False if ``stop`` was set first."""
-    helpers: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
-    if put is not None:
-        helpers.append(asyncio.ensure_future(put.pending.wait()))
-    waits: set[asyncio.Future[Any]] = set(helpers)
-    if fetch is not None:
-        waits.add(fetch)
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for f in helpers:
-            f.cancel()
-    return not stop.is_set()
+class Wakeup:
+    """What the task loop sleeps on between steps: until its fetch is done, its oldest put is
+    answered, or ``stop`` is set.
+
+    One future per sleep, set by done-callbacks registered once per fetch and per put; the only
+    helper task (the wait on ``stop``) lives as long as the loop. A loop step costs no task to
+    create and cancel per source (the live path takes a few hundred steps a second). A callback of
+    an older fetch or put may wake a later sleep early; the loop then finds nothing new and sleeps
+    again.
+    """
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self._stop = stop
+        self._stopped = asyncio.ensure_future(stop.wait())
+        self._stopped.add_done_callback(self._wake)
+        #: the current sleep's future (None between sleeps)
+        self._sleep: asyncio.Future[None] | None = None
+        #: the fetch and the put whose completion already calls _wake
+        self._fetch: asyncio.Future[Any] | None = None
+        self._put: Put | None = None
+
+    def _wake(self, _done: object = None) -> None:
+        sleep = self._sleep
+        if sleep is not None and not sleep.done():
+            sleep.set_result(None)
+
+    async def until_any(self, fetch: asyncio.Future[Any] | None, put: Put | None) -> bool:
+        """Until ``fetch`` is done or ``put`` answered; False if ``stop`` is set (or was)."""
+        if self._stop.is_set():
+            return False
+        if (fetch is not None and fetch.done()) or (put is not None and put.pending.done()):
+            return True
+        if fetch is not None and fetch is not self._fetch:
+            self._fetch = fetch
+            fetch.add_done_callback(self._wake)
+        if put is not None and put is not self._put:
+            self._put = put
+            put.pending.add_done_callback(self._wake)
+        self._sleep = asyncio.get_running_loop().create_future()
+        try:
+            await self._sleep
+        finally:
+            self._sleep = None
+        return not self._stop.is_set()
+
+    def close(self) -> None:
+        self._stopped.cancel()
 
 
 async def cancel_fetch(task: asyncio.Task[Any] | None) -> None:

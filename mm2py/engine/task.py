@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from mm2py.engine.committer import Committer
 from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
-from mm2py.engine.puts import Put, PutQueue, cancel_fetch, wait_any
+from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
 from mm2py.engine.scheduler import sleep_or_stop
 from mm2py.engine.task_api import (
     BatchSink,
@@ -236,6 +236,7 @@ class TaskRunner:
     async def _loop(self, stop: asyncio.Event, until: dict[TopicPartition, int] | None) -> None:
         prefetch: asyncio.Task[dict[TopicPartition, Polled]] | None = None
         puts = PutQueue(self.sink, self._settle)
+        wakeup = Wakeup(stop)
         try:
             while not stop.is_set():
                 if puts and self._pending_assignment is not None:
@@ -262,7 +263,7 @@ class TaskRunner:
                 # fetch the next round while earlier ones are being produced (up to the depth)
                 if prefetch is None and wanted and len(puts) < self.pipeline_depth:
                     prefetch = asyncio.create_task(self.source.poll(wanted))
-                if not await wait_any(prefetch, puts.head(), stop):
+                if not await wakeup.until_any(prefetch, puts.head()):
                     break  # stopped
                 if not puts.settle_ready():
                     await puts.settle_all()  # the failed partitions' later batches failed too
@@ -286,6 +287,7 @@ class TaskRunner:
                 await puts.settle_all()
             raise
         finally:
+            wakeup.close()
             await cancel_fetch(prefetch)
 
     def _reached(self, until: dict[TopicPartition, int]) -> bool:

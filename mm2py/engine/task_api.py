@@ -87,6 +87,10 @@ class PendingPut(Protocol):
         """Until :meth:`done` (cancelling the wait does not cancel the put)."""
         ...
 
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` (on the event loop) once :meth:`done`; soon, if it is already."""
+        ...
+
     def result(self) -> list[Delivered]:
         """What was acknowledged, in order per partition (a prefix of each partition's batches);
         raises :class:`SinkError` carrying it when not everything was."""
@@ -123,6 +127,9 @@ class PutTask:
 
     async def wait(self) -> None:
         await asyncio.wait({self._task})
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        self._task.add_done_callback(lambda _task: fn())
 
     def result(self) -> list[Delivered]:
         return self._task.result()
