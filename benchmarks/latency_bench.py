@@ -28,10 +28,11 @@ mode), ``mm2`` (Apache Kafka MirrorMaker 2, dedicated mode, defaults but the tar
     python benchmarks/latency_bench.py [--quick] [--peers direct,mm2py,mm2py-spark,mm2] [--rate 2000]
     python benchmarks/latency_bench.py --peers mm2py,mm2 --rounds 2   # second round in reverse order
 
-Fairness: before the first peer, ``--cluster-warmup`` s of the same live traffic run through both
-clusters (a producer and a consumer on each, and a group commit on each) so that no peer meets
-brokers whose JVMs have not yet compiled their produce and fetch paths; the first peer used to. With
-``--rounds N`` the peers run N times, every other round in reverse order, each run its own row.
+Fairness: before the first peer, ``--cluster-warmup`` s (180) of the same live traffic run through
+both clusters (a producer and a consumer on each, and a group commit on each). Fresh brokers are
+noisy for their first few minutes of traffic (their JVMs still compiling): with 30 s, the first two
+or three runs had several times the p99 of later ones, whichever peer ran first. With ``--rounds N``
+the peers run N times, every other round in reverse order, each run its own row.
 """
 
 from __future__ import annotations
@@ -311,7 +312,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--warmup", type=float, default=10.0,
                     help="seconds after the peer's first record on the target before the window starts")
     ap.add_argument("--quick", action="store_true", help="a 20 s window instead of 60 s")
-    ap.add_argument("--cluster-warmup", type=float, default=30.0,
+    ap.add_argument("--cluster-warmup", type=float, default=180.0,
                     help="s of live traffic through both clusters before the first peer (0: none)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the peers this many times, every other round in reverse order")
