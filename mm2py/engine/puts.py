@@ -88,7 +88,8 @@ class Wakeup:
         self._stopped.add_done_callback(self._wake)
         #: the current sleep's future (None between sleeps)
         self._sleep: asyncio.Future[None] | None = None
-        #: the fetch and the put whose completion already calls _wake
+        #: the fetch and the put whose completion will call _wake; dropped once done, so that a
+        #: fetch's result (its buffers) is not kept alive here after the loop took it
         self._fetch: asyncio.Future[Any] | None = None
         self._put: Put | None = None
 
@@ -97,18 +98,28 @@ class Wakeup:
         if sleep is not None and not sleep.done():
             sleep.set_result(None)
 
+    def _fetch_done(self, fetch: asyncio.Future[Any]) -> None:
+        if self._fetch is fetch:
+            self._fetch = None
+        self._wake()
+
+    def _put_done(self, put: Put) -> None:
+        if self._put is put:
+            self._put = None
+        self._wake()
+
     async def until_any(self, fetch: asyncio.Future[Any] | None, put: Put | None) -> bool:
         """Until ``fetch`` is done or ``put`` answered; False if ``stop`` is set (or was)."""
         if self._stop.is_set():
             return False
         if (fetch is not None and fetch.done()) or (put is not None and put.pending.done()):
             return True
-        if fetch is not None and fetch is not self._fetch:
+        if fetch is not None and fetch is not self._fetch:  # not yet done (checked above)
             self._fetch = fetch
-            fetch.add_done_callback(self._wake)
+            fetch.add_done_callback(self._fetch_done)
         if put is not None and put is not self._put:
             self._put = put
-            put.pending.add_done_callback(self._wake)
+            put.pending.add_done_callback(lambda: self._put_done(put))
         self._sleep = asyncio.get_running_loop().create_future()
         try:
             await self._sleep

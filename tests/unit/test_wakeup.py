@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Callable
 
 from mm2py.engine.puts import Put, Wakeup
@@ -97,6 +99,29 @@ def test_one_registration_per_put_however_many_sleeps() -> None:
         later.answered.set_result(None)  # the new head put is watched too
         assert await asyncio.wait_for(sleeper, 1) is True
         assert later.registrations == 1
+        wakeup.close()
+
+    _run(main)
+
+
+def test_it_keeps_no_finished_fetch_or_put_alive() -> None:
+    """A done fetch holds the fetched buffers: once the loop has taken it, Wakeup must not keep it."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        wakeup = Wakeup(stop)
+        loop = asyncio.get_running_loop()
+        fetch: asyncio.Future[None] = loop.create_future()
+        pending = FakePending()
+        put = _put(pending)
+        loop.call_later(0.001, fetch.set_result, None)
+        assert await asyncio.wait_for(wakeup.until_any(fetch, put), 1) is True
+        pending.answered.set_result(None)
+        await asyncio.sleep(0)  # the put's done-callbacks run
+        refs = weakref.ref(fetch), weakref.ref(put)
+        del fetch, put, pending
+        gc.collect()
+        assert [r() for r in refs] == [None, None]
         wakeup.close()
 
     _run(main)
