@@ -29,10 +29,10 @@ mode), ``mm2`` (Apache Kafka MirrorMaker 2, dedicated mode, defaults but the tar
     python benchmarks/latency_bench.py --peers mm2py,mm2 --rounds 2   # second round in reverse order
 
 Fairness: before the first peer, ``--cluster-warmup`` s (180) of the same live traffic run through
-both clusters (a producer and a consumer on each, and a group commit on each). Fresh brokers are
-noisy for their first few minutes of traffic (their JVMs still compiling): with 30 s, the first two
-or three runs had several times the p99 of later ones, whichever peer ran first. With ``--rounds N``
-the peers run N times, every other round in reverse order, each run its own row.
+both clusters (a producer and a consumer on each, and a group commit on each). Fresh brokers were
+noisy for their first few minutes of traffic (cause not pinned down; JIT compilation is the likely
+one): with 30 s, the first runs had several times the p99 of later ones, whichever peer ran first.
+With ``--rounds N`` the peers run N times, every other round in reverse order, each run its own row.
 """
 
 from __future__ import annotations
