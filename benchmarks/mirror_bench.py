@@ -6,6 +6,8 @@ own process, copying that backlog to a fresh target topic, and measures:
 * ``seconds``   - wall time from process start until the target end offsets reach the source's;
 * ``startup s`` - from process start until the first record shows up on the target;
 * ``rec/s``, ``MB/s`` - records and source batch bytes (compressed, as stored) per wall second;
+* ``rec/s after start-up`` - records per second from the first record on the target to the last
+  (the copy itself, without the process's start-up);
 * ``CPU s``     - utime+stime of the mirror process (``/proc/<pid>/stat``) when it caught up;
 * ``startup CPU s`` - the part of it spent before the first record reached the target;
 * ``peak RSS``  - ``VmHWM`` of the mirror process;
@@ -210,8 +212,9 @@ def fmt(value: float | None, spec: str) -> str:
 
 def print_report(results: list[Result], source: BatchSummary, expected: int) -> None:
     gb = source.bytes / 1e9
-    head: tuple[str, ...] = ("peer", "records", "dupes", "seconds", "startup s", "rec/s", "MB/s", "CPU s",
-            "startup CPU s", "CPU s/GB", "peak RSS MiB", "brokers CPU s", "proxy CPU s")
+    head: tuple[str, ...] = ("peer", "records", "dupes", "seconds", "startup s", "rec/s",
+                             "rec/s after start-up", "MB/s", "CPU s", "startup CPU s", "CPU s/GB",
+                             "peak RSS MiB", "brokers CPU s", "proxy CPU s")
     rows: list[tuple[str, ...]] = []
     for r in results:
         ok = r.seconds is not None
@@ -219,6 +222,8 @@ def print_report(results: list[Result], source: BatchSummary, expected: int) -> 
             r.peer, f"{r.records:,}" if ok else "-", str(r.duplicates) if ok else "-",
             fmt(r.seconds, ".1f"), fmt(r.startup, ".1f"),
             fmt(expected / r.seconds if ok and r.seconds else None, ",.0f"),
+            fmt(expected / (r.seconds - r.startup)
+                if ok and r.seconds and r.startup is not None and r.seconds > r.startup else None, ",.0f"),
             fmt(source.bytes / 1e6 / r.seconds if ok and r.seconds else None, ".1f"),
             fmt(r.cpu, ".1f"), fmt(r.startup_cpu, ".1f"),
             fmt(r.cpu / gb if r.cpu is not None and gb else None, ".1f"),
