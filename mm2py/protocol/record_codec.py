@@ -42,6 +42,7 @@ __all__ = [
     "build_batch",
     "decode_records",
     "encode_record",
+    "read_record_head",
     "read_varint",
     "read_varlong",
     "records_section",
@@ -151,6 +152,22 @@ def _skip_tail(data: bytes, p: int, end: int) -> int:
     return p
 
 
+def read_record_head(
+    data: bytes | bytearray | memoryview, pos: int, limit: int, section_start: int = 0
+) -> tuple[int, int, int, int, int]:
+    """The framing of the record at ``pos`` of a records section that ends at ``limit``: (where
+    the record ends, attributes, timestamp delta, offset delta, where its key starts). Raises
+    :class:`CorruptBatchError` for a length below 1 or past ``limit`` (the byte it names counts
+    from ``section_start``), and IndexError when ``data`` ends inside these fields."""
+    length, p = read_varint(data, pos)
+    end = p + length
+    if length < 1 or end > limit:
+        raise CorruptBatchError(f"invalid record length {length} at byte {pos - section_start}")
+    ts_delta, q = read_varlong(data, p + 1)
+    off_delta, q = read_varint(data, q)
+    return end, data[p], ts_delta, off_delta, q
+
+
 def scan_raw_records(data: bytes, count: int) -> list[RawRecord]:
     """Parse ``count`` records' framing from an uncompressed records section.
 
@@ -164,13 +181,7 @@ def scan_raw_records(data: bytes, count: int) -> list[RawRecord]:
     total = len(data)
     try:
         for _ in range(count):
-            length, p = read_varint(data, pos)
-            end = p + length
-            if length < 1 or end > total:
-                raise CorruptBatchError(f"invalid record length {length} at byte {pos}")
-            attrs = data[p]
-            ts_delta, p = read_varlong(data, p + 1)
-            off_delta, p = read_varint(data, p)
+            end, attrs, ts_delta, off_delta, p = read_record_head(data, pos, total)
             if _skip_tail(data, p, end) != end:
                 raise CorruptBatchError(f"record at byte {pos} is shorter than its length")
             out.append((attrs, ts_delta, off_delta, p, end))

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mm2py.protocol.errors import CorruptBatchError
-from mm2py.protocol.record_codec import read_varint, read_varlong, varint_bytes
+from mm2py.protocol.record_codec import read_record_head, varint_bytes
 
 __all__ = ["PAD", "Framing", "reframe", "scan"]
 
@@ -200,19 +200,14 @@ def _scan_records(
     fields: list[tuple[int, int, int, int, int, int]] = []
     per_batch: list[tuple[bool, int, int]] = []  # in sequence, smallest and largest ts delta
     bounds = zip(starts.tolist(), ends.tolist(), counts.tolist(), strict=True)
-    for b, (pos, limit, count) in enumerate(bounds):
-        ordered, low, high = True, 0, 0
+    for b, (section, limit, count) in enumerate(bounds):
+        pos, ordered, low, high = section, True, 0, 0
         try:
             for k in range(count):
-                length, q = read_varint(data, pos)
-                stop = q + length
-                if length < 1 or stop > limit:
-                    raise CorruptBatchError(f"invalid record length {length} at byte {pos - starts[b]}")
-                ts_delta, p = read_varlong(data, q + 1)
-                off_delta, p = read_varint(data, p)
+                stop, attributes, ts_delta, off_delta, p = read_record_head(data, pos, limit, section)
                 if p > stop:
-                    raise CorruptBatchError(f"record at byte {pos - starts[b]} is shorter than its header")
-                fields.append((pos, p, stop, data[q], ts_delta, off_delta))
+                    raise CorruptBatchError(f"record at byte {pos - section} is shorter than its header")
+                fields.append((pos, p, stop, attributes, ts_delta, off_delta))
                 ordered = ordered and off_delta == k
                 low, high = (ts_delta, ts_delta) if k == 0 else (min(low, ts_delta), max(high, ts_delta))
                 pos = stop
