@@ -48,6 +48,30 @@ def total_cpu(pids: list[int]) -> float:
     return sum(cpu_seconds(p) or 0.0 for p in pids)
 
 
+def jit_cpu(pids: list[int]) -> float:
+    """utime+stime of the JIT compiler threads (``C1/C2 CompilerThread<n>``) of JVMs ``pids``: the
+    part of a broker's CPU that is the JVM compiling its code, not serving requests."""
+    total = 0.0
+    for pid in pids:
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                text = stat.read_text()
+                if "CompilerThre" in text[text.index("(") + 1:text.rindex(")")]:
+                    fields = text.rsplit(")", 1)[1].split()
+                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def run_order(peers: list[str], rounds: int) -> list[tuple[str, str]]:
+    """(peer, label) per run: every other round reversed, so no peer always runs first on brokers that
+    have just started; labels carry the round when there are several."""
+    runs = []
+    for r in range(1, rounds + 1):
+        for peer in (peers if r % 2 else peers[::-1]):
+            runs.append((peer, f"{peer} #{r}" if rounds > 1 else peer))
+    return runs
+
+
 def process_tree(pid: int) -> list[int]:
     """``pid`` and its live descendants (the Spark runtime's JVM, pyspark daemon and workers)."""
     children: dict[int, list[int]] = {}

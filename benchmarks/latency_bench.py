@@ -60,6 +60,7 @@ from bench_support import (
     Setup,
     create_topic,
     peer_process,
+    run_order,
     total_cpu,
     tree_cpu,
     tree_rss_mib,
@@ -131,15 +132,6 @@ def warm_clusters(source: str, target: str, args: argparse.Namespace, workdir: P
                     assigned.add(i)
                 else:
                     time.sleep(0.05)
-
-
-def run_order(peers: list[str], rounds: int) -> list[tuple[str, str]]:
-    """(peer, label) per run: every other round reversed; labels carry the round when there are several."""
-    runs = []
-    for r in range(1, rounds + 1):
-        for peer in (peers if r % 2 else peers[::-1]):
-            runs.append((peer, f"{peer} #{r}" if rounds > 1 else peer))
-    return runs
 
 
 def run_peer(peer: str, index: int, s: Setup, args: argparse.Namespace, brokers: list[int],

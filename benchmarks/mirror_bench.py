@@ -50,8 +50,10 @@ from bench_support import (
     Setup,
     WanPorts,
     create_topic,
+    jit_cpu,
     make_values,
     peer_process,
+    run_order,
     start_latency_proxy,
     stop_process,
     total_cpu,
@@ -150,7 +152,7 @@ def scan_batches(bootstrap: str, topic: str) -> BatchSummary:
 
 @dataclass
 class Result:
-    peer: str
+    peer: str  # its label: "mm2py", or "mm2py #2" for its second round
     target_topic: str
     records: int = 0
     duplicates: int = 0
@@ -160,22 +162,25 @@ class Result:
     startup_cpu: float | None = None
     rss_mib: float | None = None
     broker_cpu: float | None = None
+    #: the part of broker_cpu that is the brokers' JIT compiler threads (a fresh JVM compiles for
+    #: minutes; whichever peer runs then pays for it in shared CPUs)
+    broker_jit_cpu: float | None = None
     proxy_cpu: float | None = None
     error: str = ""
     stored: BatchSummary | None = None
 
 
-def run_peer(peer: str, index: int, s: Setup, args: argparse.Namespace, source_ends: dict[int, int],
-             brokers: list[int]) -> Result:
+def run_peer(peer: str, label: str, index: int, s: Setup, args: argparse.Namespace,
+             source_ends: dict[int, int], brokers: list[int]) -> Result:
     src, dst = f"src{index}", f"dst{index}"
-    res = Result(peer, f"{src}.{s.topic}")
+    res = Result(label, f"{src}.{s.topic}")
     # --runtime spark: the mm2py peer is the `mm2py run --runtime spark` command
     cmd = COMMANDS["mm2py-spark" if peer == "mm2py" and args.runtime == "spark" else peer](s, src, dst)
     probe = OffsetProbe(s.target_direct or s.target)
     expected = sum(source_ends.values())
     proxies = [s.proxy_pid] if s.proxy_pid else []
     try:
-        broker_cpu0, proxy_cpu0 = total_cpu(brokers), total_cpu(proxies)
+        broker_cpu0, jit_cpu0, proxy_cpu0 = total_cpu(brokers), jit_cpu(brokers), total_cpu(proxies)
         start = time.monotonic()
         with peer_process(cmd, s.workdir / f"{peer}.out") as proc:
             while True:
@@ -191,6 +196,7 @@ def run_peer(peer: str, index: int, s: Setup, args: argparse.Namespace, source_e
                     res.seconds = elapsed
                     res.cpu, res.rss_mib = tree_cpu(proc.pid), tree_rss_mib(proc.pid)
                     res.broker_cpu = total_cpu(brokers) - broker_cpu0 if brokers else None
+                    res.broker_jit_cpu = jit_cpu(brokers) - jit_cpu0 if brokers else None
                     res.proxy_cpu = total_cpu(proxies) - proxy_cpu0 if proxies else None
                     break
                 if elapsed > args.timeout:
@@ -214,7 +220,7 @@ def print_report(results: list[Result], source: BatchSummary, expected: int) -> 
     gb = source.bytes / 1e9
     head: tuple[str, ...] = ("peer", "records", "dupes", "seconds", "startup s", "rec/s",
                              "rec/s after start-up", "MB/s", "CPU s", "startup CPU s", "CPU s/GB",
-                             "peak RSS MiB", "brokers CPU s", "proxy CPU s")
+                             "peak RSS MiB", "brokers CPU s", "of it JIT s", "proxy CPU s")
     rows: list[tuple[str, ...]] = []
     for r in results:
         ok = r.seconds is not None
@@ -227,7 +233,8 @@ def print_report(results: list[Result], source: BatchSummary, expected: int) -> 
             fmt(source.bytes / 1e6 / r.seconds if ok and r.seconds else None, ".1f"),
             fmt(r.cpu, ".1f"), fmt(r.startup_cpu, ".1f"),
             fmt(r.cpu / gb if r.cpu is not None and gb else None, ".1f"),
-            fmt(r.rss_mib, ".0f"), fmt(r.broker_cpu, ".1f"), fmt(r.proxy_cpu, ".1f"),
+            fmt(r.rss_mib, ".0f"), fmt(r.broker_cpu, ".1f"), fmt(r.broker_jit_cpu, ".1f"),
+            fmt(r.proxy_cpu, ".1f"),
         ))
     if all(r.proxy_cpu is None for r in results):  # no latency proxy: drop its column
         head, rows = head[:-1], [row[:-1] for row in rows]
@@ -246,7 +253,7 @@ def print_report(results: list[Result], source: BatchSummary, expected: int) -> 
         if r.stored is not None:
             print(f"{r.peer} target {r.target_topic}: {r.stored.line()}")
     by = {r.peer: r for r in results if r.seconds is not None}
-    mine, mm2 = by.get("mm2py"), by.get("mm2")
+    mine, mm2 = by.get("mm2py", by.get("mm2py #1")), by.get("mm2", by.get("mm2 #1"))
     if mine and mm2 and mine.cpu and mm2.cpu and mine.rss_mib and mm2.rss_mib and mine.seconds:
         print(f"mm2py vs MM2: CPU {mine.cpu / mm2.cpu:.2f}x ({mine.cpu:.1f} s vs {mm2.cpu:.1f} s), "
               f"peak RSS {mine.rss_mib / mm2.rss_mib:.2f}x ({mine.rss_mib:.0f} vs {mm2.rss_mib:.0f} MiB), "
@@ -282,6 +289,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--rtt-side", default="source", choices=["source", "target"],
                     help="the cluster behind the latency proxy: source (the mirror consumes across the "
                     "WAN, the usual deployment) or target (it produces across the WAN)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the peers this many times, every other round in reverse order (each run "
+                    "its own row)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per peer")
     ap.add_argument("--poll", type=float, default=0.1, help="seconds between end-offset polls")
     ap.add_argument("--workdir", type=Path, help="keep configs and logs here (default: a temp dir)")
@@ -294,6 +304,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     if unknown := set(args.peers) - set(PEERS):
         ap.error(f"unknown peers {sorted(unknown)}")
+    if not 1 <= args.rounds <= 10:
+        ap.error("--rounds must be in 1..10")
     return args
 
 
@@ -349,16 +361,17 @@ def main(argv: list[str]) -> int:
                       spark_master=args.spark_master, target_direct=direct["target"],
                       proxy_pid=proxy.pid if proxy else None)
         results = []
-        for i, peer in enumerate(args.peers, start=1):
-            print(f"running {peer} ...", flush=True)
-            res = run_peer(peer, i, setup, args, source_ends, brokers)
+        for i, (peer, label) in enumerate(run_order(args.peers, args.rounds), start=1):
+            print(f"running {label} ...", flush=True)
+            res = run_peer(peer, label, i, setup, args, source_ends, brokers)
             if res.seconds is not None:
                 res.stored = scan_batches(direct["target"], res.target_topic)
-            print(f"  {peer}: {fmt(res.seconds, '.1f')} s {res.error}", flush=True)
+            print(f"  {label}: {fmt(res.seconds, '.1f')} s {res.error}", flush=True)
             results.append(res)
         print(f"\nscenario {args.scenario}: {expected:,} records, {stored.bytes / 1e6:.1f} MB stored "
               f"({args.codec}, avg batch {stored.bytes / max(1, stored.batches) / 1024:.1f} KiB), "
-              f"{args.partitions} partitions, tasks.max={args.tasks}, mm2py runtime {args.runtime}, "
+              f"{args.partitions} partitions, rounds {args.rounds}, tasks.max={args.tasks}, "
+              f"mm2py runtime {args.runtime}, "
               + (f"{args.rtt_side} cluster +{args.rtt_ms:g} ms RTT (latency proxy), " if args.rtt_ms else "")
               + f"{os.cpu_count()} CPUs, "
               f"load average before the run {load[0]:.2f} (other processes compete for the CPUs)\n")
