@@ -24,6 +24,15 @@ if str(ROOT) not in sys.path:  # the scripts import mm2py from this checkout, in
     sys.path.insert(1, str(ROOT))
 
 
+def compile_package() -> None:
+    """Byte-compile mm2py (as ``scripts/install.sh`` and any non-editable install do), so the mm2py
+    peer does not compile its modules from source at every start when PYTHONDONTWRITEBYTECODE is set;
+    the other peers run compiled code too (the JVM's jars, librdkafka)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "mm2py", "connectors", "rest_api"],
+                   cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+
+
 def cpu_seconds(pid: int) -> float | None:
     """utime+stime of ``pid`` (all its threads), or None once it is gone."""
     try:

@@ -58,6 +58,7 @@ from pathlib import Path
 from bench_support import (
     COMMANDS,
     Setup,
+    compile_package,
     create_topic,
     peer_process,
     run_order,
@@ -378,6 +379,7 @@ def local_clusters(workdir: Path) -> Iterator[tuple[str, str, list[int]]]:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    compile_package()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mm2py-latency-"))
     workdir.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks

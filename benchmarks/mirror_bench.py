@@ -49,6 +49,7 @@ from bench_support import (
     OffsetProbe,
     Setup,
     WanPorts,
+    compile_package,
     create_topic,
     jit_cpu,
     make_values,
@@ -311,6 +312,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    compile_package()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mm2py-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
