@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 from collections.abc import Awaitable, Callable
+from types import ModuleType
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Plan
@@ -25,13 +27,29 @@ log = logging.getLogger(__name__)
 TaskBuilder = Callable[[TaskSpec], Awaitable[TaskRunner]]
 
 
-def _default_builder(commit_interval: float) -> TaskBuilder:
-    async def build(spec: TaskSpec) -> TaskRunner:
-        from connectors.mirror_task import build_task  # runtime composes connectors
+class MirrorTaskBuilder:
+    """Builds the mirror task of ``connectors/`` (the runtime composes connectors).
 
-        return await build_task(spec, commit_interval=commit_interval)
+    Its module is imported on first use in a worker thread, started by :meth:`preload` while the
+    controller's first refresh is under way: the import (numpy, codecs, the connectors; about a
+    quarter of a second) then overlaps the controller's round trips instead of following them with
+    the event loop blocked."""
 
-    return build
+    def __init__(self, commit_interval: float) -> None:
+        self.commit_interval = commit_interval
+        self._module: asyncio.Future[ModuleType] | None = None
+
+    def preload(self) -> None:
+        if self._module is None:
+            self._module = asyncio.ensure_future(
+                asyncio.to_thread(importlib.import_module, "connectors.mirror_task"))
+
+    async def __call__(self, spec: TaskSpec) -> TaskRunner:
+        self.preload()
+        assert self._module is not None
+        module = await asyncio.shield(self._module)
+        runner: TaskRunner = await module.build_task(spec, commit_interval=self.commit_interval)
+        return runner
 
 
 class FlowRunner(FlowRunnerBase[TaskRunner]):
@@ -42,12 +60,14 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
     ) -> None:
         self._init_flow(flow)
         self.commit_interval = commit_interval
-        self.builder = builder if builder is not None else _default_builder(commit_interval)
+        self.builder = builder if builder is not None else MirrorTaskBuilder(commit_interval)
         self._running: dict[int, asyncio.Task[None]] = {}
 
     async def refresh(self) -> Plan:
         """Discover topics now and hand the resulting assignment to the tasks."""
         async with self._refresh_lock:
+            if not self.tasks and isinstance(self.builder, MirrorTaskBuilder):
+                self.builder.preload()  # the tasks' code loads while the controller works
             plan = await asyncio.to_thread(self.controller.refresh)
             self.last_plan = plan
             # a partition moving between tasks: its old task lets go (stops producing it and
