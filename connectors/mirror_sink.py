@@ -95,7 +95,7 @@ class MirrorSink:
         self._settle(plans, bases)
         delivered = [
             Delivered(tp, o.first, o.last, o.source_next, base, o.record_offsets, o.batch.size,
-                      o.batch.records_count)
+                      o.batch.records_count, o.batch.max_timestamp)
             for (tp, o), base in zip(items, bases, strict=True)
             if base >= 0  # not acknowledged otherwise (a prefix per partition is)
         ]

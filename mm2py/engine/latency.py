@@ -6,8 +6,10 @@ record's timestamp and the target's acknowledgement of it. mm2py copies whole ba
 measures once per batch with the batch's ``maxTimestamp`` — the newest record's timestamp, or the
 source broker's append time for ``LogAppendTime`` topics: the figure of the batch's last record,
 which is a lower bound for the records before it in the same batch (they waited for it in the
-source producer's linger). Batches without timestamps (-1) are not measured; a timestamp in the
-future (clock skew) counts as 0.
+source producer's linger). Record age is measured per fetched batch, replication latency per
+batch the target acknowledged (a merged batch of small source batches counts once, with the
+``maxTimestamp`` of its newest record). Batches without timestamps (-1) are not measured; a
+timestamp in the future (clock skew) counts as 0.
 
 Figures are kept as fixed-bucket histograms, cheap to update on the data path and to add up
 (Spark leases report theirs to the driver).
@@ -110,11 +112,10 @@ def observe_fetch(times: MutableMapping[TopicPartition, PartitionTimes], tp: Top
 
 
 def observe_acks(times: Mapping[TopicPartition, PartitionTimes], acked: Iterable[tuple[TopicPartition, int]],
-                 stamps: Mapping[tuple[TopicPartition, int], int], now: float) -> None:
-    """The target acknowledged the batches ending at ``acked`` (partition, last source offset) at
-    ``now``; ``stamps`` holds each produced batch's ``maxTimestamp`` by the same key."""
-    for key in acked:
-        ts = stamps.get(key, -1)
-        t = times.get(key[0])
+                 now: float) -> None:
+    """The target acknowledged at ``now`` the batches ``acked``: (source partition, the produced
+    batch's ``maxTimestamp``) each."""
+    for tp, ts in acked:
+        t = times.get(tp)
         if ts >= 0 and t is not None:
             t.replication.observe(now - ts / 1000)

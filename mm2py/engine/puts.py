@@ -31,8 +31,6 @@ class Put:
 
     pending: PendingPut
     work: Work
-    #: (partition, last offset) -> max timestamp of each batch (replication latency)
-    stamps: dict[tuple[TopicPartition, int], int]
     #: partition -> the fetch position after this put's fetch (past filtered batches)
     ends: dict[TopicPartition, int]
 
@@ -52,8 +50,7 @@ class PutQueue:
         return self._puts[0] if self._puts else None
 
     def submit(self, work: Work, ends: dict[TopicPartition, int]) -> None:
-        stamps = {(tp, b.last_offset): b.max_timestamp for tp, batches in work for b in batches}
-        self._puts.append(Put(self._sink.submit(work), work, stamps, ends))
+        self._puts.append(Put(self._sink.submit(work), work, ends))
 
     def settle_ready(self) -> bool:
         """Settle the answered puts at the head; False at the first failed one."""

@@ -356,8 +356,7 @@ class TaskRunner:
             self.metrics.sink_failures += 1
             log.warning("task %s: produce failed, retrying from the last acknowledged batch: %s",
                         self.spec.task_id, exc)
-        observe_acks(self.metrics.times, [(d.source, d.source_last) for d in delivered], put.stamps,
-                     self.wall_clock())
+        observe_acks(self.metrics.times, [(d.source, d.max_timestamp) for d in delivered], self.wall_clock())
         syncs: list[OffsetSync] = []
         for d in delivered:
             if d.source not in self._acked:

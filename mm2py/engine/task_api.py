@@ -64,6 +64,9 @@ class Delivered:
     record_offsets: Sequence[int] | None = None  # when the batch was rebuilt (compaction gaps)
     size: int = 0
     records: int = 0
+    #: maxTimestamp of the batch the target acknowledged (a merged batch's: its newest record),
+    #: -1 when unknown (replication latency is measured from it)
+    max_timestamp: int = -1
 
 
 class BatchSource(Protocol):

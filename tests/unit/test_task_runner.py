@@ -81,7 +81,7 @@ class MemorySink:
                 base = sum(RecordBatch(x).records_count for x in log)
                 log.append(bytes(b))
                 delivered.append(Delivered(tp, b.base_offset, b.last_offset, b.next_offset, base,
-                                           None, b.size, b.records_count))
+                                           None, b.size, b.records_count, b.max_timestamp))
         return delivered
 
     def submit(self, work: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> PutTask:

@@ -32,7 +32,7 @@ class FakePending:
 
 
 def _put(pending: FakePending) -> Put:
-    return Put(pending, [], {}, {})  # type: ignore[arg-type]
+    return Put(pending, [], {})  # type: ignore[arg-type]
 
 
 def _with_wakeup(test: Callable[[asyncio.Event, Wakeup], Awaitable[None]]) -> None:
