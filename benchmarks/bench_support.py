@@ -36,9 +36,13 @@ def compile_package() -> None:
 def cpu_seconds(pid: int) -> float | None:
     """utime+stime of ``pid`` (all its threads), or None once it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return _stat_cpu(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return None
+
+
+def _stat_cpu(stat: str) -> float:
+    """utime+stime in seconds from the text of a ``/proc/<pid>[/task/<tid>]/stat`` file."""
     fields = stat.rsplit(")", 1)[1].split()  # the command name may contain spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -66,8 +70,7 @@ def jit_cpu(pids: list[int]) -> float:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 text = stat.read_text()
                 if "CompilerThre" in text[text.index("(") + 1:text.rindex(")")]:
-                    fields = text.rsplit(")", 1)[1].split()
-                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                    total += _stat_cpu(text)
     return total
 
 

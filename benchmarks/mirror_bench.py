@@ -183,12 +183,13 @@ def run_peer(peer: str, label: str, index: int, s: Setup, args: argparse.Namespa
     try:
         broker_cpu0, jit_cpu0, proxy_cpu0 = total_cpu(brokers), jit_cpu(brokers), total_cpu(proxies)
         start = time.monotonic()
-        with peer_process(cmd, s.workdir / f"{peer}.out") as proc:
+        log = s.workdir / f"{index}-{peer}.out"  # one per run: rounds do not overwrite each other's
+        with peer_process(cmd, log) as proc:
             while True:
                 time.sleep(args.poll)
                 elapsed = time.monotonic() - start
                 if proc.poll() is not None:
-                    res.error = f"exited with {proc.returncode}; see {s.workdir / (peer + '.out')}"
+                    res.error = f"exited with {proc.returncode}; see {log}"
                     return res
                 ends = probe.ends(res.target_topic) or {}
                 if res.startup is None and sum(ends.values()) > 0:
