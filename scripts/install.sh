@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs everything mm2py needs on a fresh Debian/Ubuntu machine: Java 17 + Maven (apt, only if
-# missing), the Python packages (pip, editable, with the dev extra), and the pinned Kafka jars (Maven).
+# Installs everything mm2py needs on a fresh Debian/Ubuntu machine: Java 17 + Maven, a C compiler
+# and the headers of Python and liblz4 for the compiled hot path (apt, only if missing), the Python
+# packages (pip, editable, with the dev extra; builds mm2py.protocol._native), and the pinned Kafka
+# jars (Maven).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,18 +12,24 @@ if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; f
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+[ -f /usr/include/lz4frame.h ] || need_apt+=(liblz4-dev)
+PY="${PYTHON:-python3}"
+"$PY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("include"), "Python.h")))' \
+  || need_apt+=(python3-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing ${need_apt[*]} with apt-get"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 
-PY="${PYTHON:-python3}"
 "$PY" -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 # byte-compile the package, as a non-editable install does: an environment with
 # PYTHONDONTWRITEBYTECODE set would otherwise compile every module on every start (~0.3 s per
 # mm2py process here); a module edited later is recompiled from its newer source as usual
 PYTHONDONTWRITEBYTECODE= "$PY" -m compileall -q mm2py connectors rest_api
+# the editable install builds the compiled path in place; say so loudly if it is not there
+"$PY" -c 'from mm2py.protocol import native; assert native.AVAILABLE, "mm2py.protocol._native was not built"'
 "$PY" -c 'from mm2py.kafka_local import resolve_jars; print("kafka jars:", resolve_jars())'
 # brokers with KIP-405 remote storage (tests/integration/test_tiered_storage.py) also need the
 # LocalTieredStorage of kafka-storage's test artifact

@@ -21,7 +21,7 @@ Per partition the fetcher (all per batch, never per record on the common path):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mm2py.client.cluster import ClusterClient, topic_namer
@@ -38,7 +38,8 @@ from mm2py.protocol.api import (
 from mm2py.protocol.api_fetch import FIRST_TOPIC_ID_VERSION, READ_COMMITTED
 from mm2py.protocol.batch_edit import crop
 from mm2py.protocol.errors_codes import NONE, error_name
-from mm2py.protocol.records import RecordBatch, split_record_set
+from mm2py.protocol.native import CONTROL_SEEN, OUT_OF_ORDER
+from mm2py.protocol.records import RecordBatch, split_checked, split_record_set
 from mm2py.protocol.transactions import AbortedTransactionFilter
 from mm2py.protocol.types import TopicPartition
 
@@ -95,6 +96,51 @@ class FetchedPartition:
         )
 
 
+def _keep_from(batches: list[RecordBatch], fetch_offset: int, kept: list[RecordBatch]) -> int:
+    """Append to ``kept`` the (CRC-checked, non-control) ``batches`` from ``fetch_offset`` on, the
+    first cropped to it; return the position after the last batch kept or skipped by the crop."""
+    skip = 0
+    while skip < len(batches) and batches[skip].last_offset < fetch_offset:
+        skip += 1  # entirely below the requested offset
+    if skip == len(batches):
+        return fetch_offset
+    first = batches[skip]
+    if first.base_offset < fetch_offset:
+        cropped = crop(first, fetch_offset)
+        if cropped is not None:
+            kept.append(cropped)
+        skip += 1
+    kept.extend(batches[skip:])
+    return batches[-1].next_offset
+
+
+def _filter(batches: list[RecordBatch], fetch_offset: int, aborted: Sequence[AbortedTransaction] | None,
+            kept: list[RecordBatch]) -> int:
+    """Check every batch's CRC and append to ``kept`` those a consumer at ``fetch_offset`` sees
+    (read_committed: ``aborted`` is the response's aborted transactions); return the position
+    after the last batch at or past ``fetch_offset``."""
+    filt = None
+    if aborted is not None:
+        filt = AbortedTransactionFilter((a.producer_id, a.first_offset) for a in aborted)
+    next_offset = fetch_offset
+    for batch in batches:
+        batch.verify()
+        # The filter sees every batch in offset order (ABORT markers close aborted ranges).
+        accepted = filt.accept(batch) if filt is not None else True
+        if batch.last_offset < fetch_offset:
+            continue  # entirely below the requested offset
+        next_offset = batch.next_offset
+        if not accepted or batch.is_control:
+            continue
+        if batch.base_offset < fetch_offset:
+            cropped = crop(batch, fetch_offset)
+            if cropped is None:
+                continue
+            batch = cropped
+        kept.append(batch)
+    return next_offset
+
+
 def process_partition(
     tp: TopicPartition, fetch_offset: int, resp: FetchPartitionResponse, read_committed: bool
 ) -> FetchedPartition:
@@ -112,28 +158,17 @@ def process_partition(
     )
     if resp.error_code != NONE:
         return out
-    batches, trailing = split_record_set(resp.records)
-    out.truncated_bytes = trailing
-    filt = (
-        AbortedTransactionFilter((a.producer_id, a.first_offset) for a in aborted) if read_committed else None
-    )
-    kept: list[RecordBatch] = out.batches
-    next_offset = fetch_offset
-    for batch in batches:
-        batch.verify()
-        # The filter sees every batch in offset order (ABORT markers close aborted ranges).
-        accepted = filt.accept(batch) if filt is not None else True
-        if batch.last_offset < fetch_offset:
-            continue  # entirely below the requested offset
-        next_offset = batch.next_offset
-        if not accepted or batch.is_control:
-            continue
-        if batch.base_offset < fetch_offset:
-            cropped = crop(batch, fetch_offset)
-            if cropped is None:
-                continue
-            batch = cropped
-        kept.append(batch)
+    checked = split_checked(resp.records) if not aborted else None
+    if checked is not None and not checked[2] & (CONTROL_SEEN | OUT_OF_ORDER):
+        # every CRC checked, batches in offset order, no control batch, no aborted transaction:
+        # every batch from the requested offset on is kept, the first one cropped (as _filter does)
+        batches, trailing, _ = checked
+        out.truncated_bytes = trailing
+        next_offset = _keep_from(batches, fetch_offset, out.batches)
+    else:
+        batches, trailing = split_record_set(resp.records)
+        out.truncated_bytes = trailing
+        next_offset = _filter(batches, fetch_offset, aborted if read_committed else None, out.batches)
     out.next_offset = next_offset
     end = resp.last_stable_offset if read_committed and resp.last_stable_offset >= 0 else resp.high_watermark
     out.starved = not batches and trailing == 0 and fetch_offset < end

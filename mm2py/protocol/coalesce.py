@@ -81,6 +81,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from mm2py.protocol import native as _native
 from mm2py.protocol.batch_merge import (
     MergedRecords,
     RunScan,
@@ -89,6 +90,7 @@ from mm2py.protocol.batch_merge import (
     merged_batch,
     scan_runs,
 )
+from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.records import LOG_OVERHEAD, RecordBatch
 
 __all__ = ["DEFAULT_TARGET", "DEFAULT_THRESHOLD", "CoalesceCounters", "Coalesced", "coalesce"]
@@ -144,6 +146,14 @@ class Coalesced:
         return self.sources > 1
 
 
+@dataclass(frozen=True, slots=True)
+class _NativeRun:
+    """A run the compiled path merged, and its steps (see :mod:`mm2py.protocol.native`)."""
+
+    run: list[RecordBatch]
+    steps: list[tuple[int, ...]]
+
+
 #: runs are decoded and merged together in chunks of about this many input bytes (bounds the
 #: scratch memory of one call while keeping the per-call array work amortised)
 _CHUNK_BYTES = 2 * 1024 * 1024
@@ -175,20 +185,30 @@ class _Builder:
         self.out.append(Coalesced(batch, batch.base_offset, batch.last_offset, 1, index))
 
     def flush(self) -> None:
-        runs = [b for run, _ in self.pending if len(run) > 1 for b in run]
+        # runs the compiled path merges (see mm2py.protocol.native); the others are scanned together
+        native: dict[int, list[tuple[int, ...]]] = {}
+        if _native.AVAILABLE:
+            for at, (run, _) in enumerate(self.pending):
+                if len(run) > 1 and (done := self._native_steps(run)) is not None:
+                    native[at] = done
+        runs = [b for at, (run, _) in enumerate(self.pending)
+                if len(run) > 1 and at not in native for b in run]
         scanned = scan_runs(runs, verified=self.verified) if runs else None
-        # what to emit, in order: a batch passed through, or a group (i, j) of scanned batches
-        steps: list[tuple[RecordBatch | tuple[int, int], int]] = []
+        # what to emit, in order: a batch passed through, a group (i, j) of scanned batches, or
+        # the compiled path's steps for a run
+        steps: list[tuple[RecordBatch | tuple[int, int] | _NativeRun, int]] = []
         at = 0
-        for run, index in self.pending:
+        for p, (run, index) in enumerate(self.pending):
             if len(run) == 1:
                 if not self.verified:
                     run[0].verify()
                 steps.append((run[0], index))
-                continue
-            assert scanned is not None
-            steps.extend(self._groups(scanned, at, len(run), index))
-            at += len(run)
+            elif p in native:
+                steps.append((_NativeRun(run, native[p]), index))
+            else:
+                assert scanned is not None
+                steps.extend(self._groups(scanned, at, len(run), index))
+                at += len(run)
         self.pending.clear()
         self.pending_bytes = 0
         groups = [s for s, _ in steps if isinstance(s, tuple)]
@@ -196,9 +216,56 @@ class _Builder:
         for step, index in steps:
             if isinstance(step, RecordBatch):
                 self.passthrough(step, index)
+            elif isinstance(step, _NativeRun):
+                self._emit_native(step.run, step.steps, index)
             else:
                 assert scanned is not None
                 self._emit(scanned, step, next(merged), index)
+
+    def _native_steps(self, run: list[RecordBatch]) -> list[tuple[int, ...]] | None:
+        done = _native.merge(run, not self.verified)
+        if done is None:
+            return None
+        steps, decompressions = done
+        CodecCounters.decompressions += decompressions
+        return steps
+
+    def _emit_native(self, run: list[RecordBatch], steps: list[tuple[int, ...]], index: int) -> None:
+        """Emit the compiled path's steps for ``run`` (input positions from ``index``), as
+        :meth:`_groups` and :meth:`_emit` do for a scanned run."""
+        for step in steps:
+            kind, i = step[0], step[1]
+            if kind == _native.PASS:
+                self.passthrough(run[i], index + i)
+                continue
+            CoalesceCounters.fallbacks += kind != _native.MERGED
+            if kind == _native.PASS_OUT_OF_SEQUENCE:
+                self.passthrough(run[i], index + i)
+                continue
+            j = step[2]
+            if kind == _native.PASS_TIME_RANGE:
+                for k in range(i, j):
+                    self.passthrough(run[k], index + k)
+                continue
+            _, _, _, section, lo, hi, count = step
+            first = run[i]
+            merged = MergedRecords(first.attributes, first.base_offset, count, lo, hi, section)  # type: ignore[arg-type]
+            batch = merged_batch(merged, lz4_level=self.lz4_level)
+            if len(batch) <= self.max_bytes:
+                CoalesceCounters.merged_batches += 1
+                CoalesceCounters.merged_inputs += j - i
+                self.out.append(Coalesced(batch, first.base_offset, run[j - 1].last_offset, j - i, index + i))
+                continue
+            CoalesceCounters.oversize_splits += 1
+            half = (j - i) // 2
+            for a, b in ((i, i + half), (i + half, j)):
+                if b - a == 1:
+                    self.passthrough(run[a], index + a)
+                    continue
+                part = run[a:b]
+                again = _native.merge(part, False)  # checked above: never refused
+                assert again is not None
+                self._emit_native(part, again[0], index + a)
 
     @staticmethod
     def _groups(

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 from crc32c import crc32c
 
+from mm2py.protocol import native
 from mm2py.protocol.compression import Codec
 from mm2py.protocol.errors import CorruptBatchError, UnsupportedError
 
@@ -35,6 +36,7 @@ __all__ = [
     "LOG_OVERHEAD",
     "RecordBatch",
     "iter_batches",
+    "split_checked",
     "split_record_set",
 ]
 
@@ -303,3 +305,11 @@ def split_record_set(data: bytes | bytearray | memoryview) -> tuple[list[RecordB
     batches = list(iter_batches(data))
     used = sum(len(b.buf) for b in batches)
     return batches, len(_as_view(data)) - used
+
+
+def split_checked(data: bytes | bytearray | memoryview) -> tuple[list[RecordBatch], int, int] | None:
+    """:func:`split_record_set` with every batch's CRC checked, by the compiled path, and flags
+    (:data:`~mm2py.protocol.native.CONTROL_SEEN`, ``TRANSACTIONAL_SEEN``). ``None`` when the
+    compiled path is not built or refuses the input (a header that cannot be valid, a CRC
+    mismatch): then :func:`split_record_set` and :meth:`RecordBatch.verify` say what is wrong."""
+    return native.split(_as_view(data), RecordBatch, True)

@@ -1,0 +1,209 @@
+/* mm2py.protocol._native: the per-batch hot path of the raw mirror, compiled.
+ *
+ * Two functions, each an exact stand-in for a pure-Python path of mm2py.protocol on the input it
+ * accepts, and a refusal (None) on anything else:
+ *
+ *   split(view, RecordBatch, verify) -> (batches, trailing_bytes, flags) | None
+ *       records.split_record_set plus RecordBatch.verify on every batch. flags: 1 = a control
+ *       batch was seen, 2 = a transactional one, 4 = a batch that does not start after the
+ *       previous one's last offset.
+ *   merge(run, verify) -> (steps, decompressions) | None
+ *       batch_merge.scan_runs + RunScan.merge for one run of merge-eligible batches that follow
+ *       each other (coalesce's planning decides the run), as the steps coalesce emits.
+ *
+ * None means "take the Python path": it is returned for every input the Python path would reject
+ * (a CRC mismatch, a header that cannot be valid, a records section that does not decompress or
+ * does not hold exactly its records) and for input this file does not handle (codecs other than
+ * none and LZ4, values outside int64). The Python path then raises its own, precise error, or
+ * does the work. So this file decides nothing the Python code does not decide the same way;
+ * tests/unit/test_native.py checks that property over random and corrupted input.
+ *
+ * The GIL is held throughout (the LZ4 decompression context is one per process).
+ * Formats: Kafka's DefaultRecordBatch / DefaultRecord (KIP-98), LZ4 frames (lz4frame.h).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <lz4frame.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_native.h"
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
+/* ----------------------------------------------------------------------------- CRC-32C */
+static uint32_t crc_table[256];
+static int have_sse42;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        crc_table[i] = c;
+    }
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t n) {
+    uint64_t c = crc;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = _mm_crc32_u64(c, v);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--) c32 = _mm_crc32_u8(c32, *p++);
+    return c32;
+}
+#endif
+
+uint32_t mm2py_crc32c(const uint8_t *p, size_t n) {
+    uint32_t crc = 0xFFFFFFFFu;
+#if defined(__x86_64__)
+    if (have_sse42) return ~crc_hw(crc, p, n);
+#endif
+    while (n--) crc = (crc >> 8) ^ crc_table[(crc ^ *p++) & 0xFF];
+    return ~crc;
+}
+
+static PyObject *s_buf, *s_h;
+LZ4F_dctx *mm2py_dctx;
+PyObject *mm2py_s_buf;
+
+/* the 13 header fields as records.HEADER_STRUCT (">qiibIhiqqqhii") unpacks them */
+static PyObject *header_tuple(const uint8_t *b) {
+    PyObject *t = PyTuple_New(13);
+    if (!t) return NULL;
+    PyObject *v[13] = {
+        PyLong_FromLongLong((int64_t)be64(b)),
+        PyLong_FromLong((int32_t)be32(b + 8)),
+        PyLong_FromLong((int32_t)be32(b + 12)),
+        PyLong_FromLong((int8_t)b[16]),
+        PyLong_FromUnsignedLong(be32(b + 17)),
+        PyLong_FromLong((int16_t)be16(b + 21)),
+        PyLong_FromLong((int32_t)be32(b + 23)),
+        PyLong_FromLongLong((int64_t)be64(b + 27)),
+        PyLong_FromLongLong((int64_t)be64(b + 35)),
+        PyLong_FromLongLong((int64_t)be64(b + 43)),
+        PyLong_FromLong((int16_t)be16(b + 51)),
+        PyLong_FromLong((int32_t)be32(b + 53)),
+        PyLong_FromLong((int32_t)be32(b + 57)),
+    };
+    for (int i = 0; i < 13; i++) {
+        if (!v[i]) {
+            for (int k = 0; k < 13; k++) Py_XDECREF(v[k]);
+            Py_DECREF(t);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 13; i++) PyTuple_SET_ITEM(t, i, v[i]);
+    return t;
+}
+
+/* A RecordBatch as RecordBatch._trusted builds it: buf = view[pos:stop], _h = the header. */
+static PyObject *make_batch(PyTypeObject *cls, PyObject *view, Py_ssize_t pos, Py_ssize_t stop,
+                            const uint8_t *b) {
+    PyObject *obj = cls->tp_alloc(cls, 0);
+    if (!obj) return NULL;
+    PyObject *slice = PySequence_GetSlice(view, pos, stop);
+    PyObject *h = slice ? header_tuple(b) : NULL;
+    if (!h || PyObject_SetAttr(obj, s_buf, slice) < 0 || PyObject_SetAttr(obj, s_h, h) < 0) {
+        Py_XDECREF(slice);
+        Py_XDECREF(h);
+        Py_DECREF(obj);
+        return NULL;
+    }
+    Py_DECREF(slice);
+    Py_DECREF(h);
+    return obj;
+}
+
+static PyObject *split(PyObject *self, PyObject *args) {
+    PyObject *view;
+    PyTypeObject *cls;
+    int verify;
+    if (!PyArg_ParseTuple(args, "OO!p", &view, &PyType_Type, &cls, &verify)) return NULL;
+    Py_buffer in;
+    if (PyObject_GetBuffer(view, &in, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *d = in.buf;
+    Py_ssize_t end = in.len, pos = 0;
+    int flags = 0;
+    int64_t prev_last = INT64_MIN;
+    PyObject *out = PyList_New(0);
+    if (!out) goto fail;
+    while (end - pos >= LOG_OVERHEAD) {
+        const uint8_t *b = d + pos;
+        int32_t length = (int32_t)be32(b + 8);
+        if (length < 14) goto refuse; /* not even a legacy entry: the Python path says why */
+        if (end - pos <= MAGIC_AT) break;
+        if (b[MAGIC_AT] != 2 || length < HEADER - LOG_OVERHEAD) goto refuse;
+        Py_ssize_t stop = pos + (Py_ssize_t)length + LOG_OVERHEAD;
+        if (stop > end) break; /* a truncated trailing batch, as brokers may send */
+        if (verify && mm2py_crc32c(b + ATTRS_AT, (size_t)(stop - pos - ATTRS_AT)) != be32(b + CRC_AT)) goto refuse;
+        uint16_t attrs = be16(b + ATTRS_AT);
+        if (attrs & 0x20) flags |= 1;
+        if (attrs & 0x10) flags |= 2;
+        int64_t base = (int64_t)be64(b);
+        if (pos > 0 && base <= prev_last) flags |= 4;
+        prev_last = (int64_t)((uint64_t)base + (uint64_t)(int64_t)(int32_t)be32(b + 23));
+        PyObject *batch = make_batch(cls, view, pos, stop, b);
+        if (!batch || PyList_Append(out, batch) < 0) {
+            Py_XDECREF(batch);
+            goto fail;
+        }
+        Py_DECREF(batch);
+        pos = stop;
+    }
+    PyBuffer_Release(&in);
+    return Py_BuildValue("(Nni)", out, end - pos, flags);
+refuse:
+    PyBuffer_Release(&in);
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&in);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyObject *py_crc32c(PyObject *self, PyObject *args) {
+    Py_buffer in;
+    if (!PyArg_ParseTuple(args, "y*", &in)) return NULL;
+    uint32_t crc = mm2py_crc32c(in.buf, (size_t)in.len);
+    PyBuffer_Release(&in);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyMethodDef methods[] = {
+    {"split", split, METH_VARARGS,
+     "split(view, RecordBatch, verify) -> (batches, trailing, flags) or None (take the Python path)"},
+    {"merge", mm2py_merge, METH_VARARGS,
+     "merge(run, verify) -> (steps, decompressions) or None (take the Python path)"},
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data) -> int: CRC-32C (Castagnoli)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "_native", .m_doc = NULL, .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    crc_init();
+    if (LZ4F_isError(LZ4F_createDecompressionContext(&mm2py_dctx, LZ4F_VERSION))) {
+        PyErr_SetString(PyExc_ImportError, "LZ4F_createDecompressionContext failed");
+        return NULL;
+    }
+    s_buf = PyUnicode_InternFromString("buf");
+    s_h = PyUnicode_InternFromString("_h");
+    mm2py_s_buf = s_buf;
+    if (!s_buf || !s_h) return NULL;
+    return PyModule_Create(&module);
+}

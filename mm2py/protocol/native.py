@@ -1,0 +1,69 @@
+"""The compiled per-batch path (:mod:`mm2py.protocol._native`), when it is built.
+
+A mirror of small batches spends its time on work done once per source batch: walking the fetched
+record set, checking each CRC, decompressing each records section, reading each record's framing
+and writing it again for a merged batch. In Python that is about 10 us per batch even with the
+array-based merge, which caps a mirror of half-KiB batches at one event-loop thread's worth of
+them. ``_native`` (C, built by the project's install from ``_native.c`` and ``_native_merge.c``,
+linked to liblz4) does that work for record sets and runs of batches.
+
+It decides nothing on its own: each function is a stand-in for a Python path on the input it
+accepts and answers ``None`` for anything else -- input the Python path would reject (so the
+Python path raises its precise :class:`~mm2py.protocol.errors.CorruptBatchError`) and input it does
+not handle (codecs other than none and LZ4). Without the extension (not built, or
+``MM2PY_NATIVE=0`` in the environment) every call answers ``None`` and the Python paths do all
+the work, with the same results. ``tests/unit/test_native.py`` checks both paths against each
+other over random and corrupted input.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import TypeVar
+
+__all__ = ["AVAILABLE", "merge", "split"]
+
+#: a RecordBatch (records.py imports this module)
+B = TypeVar("B")
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get("MM2PY_NATIVE", "1") == "0":
+        return None
+    try:
+        from mm2py.protocol import _native
+    except ImportError:
+        return None
+    return _native
+
+
+_native = _load()
+#: the compiled path is in use
+AVAILABLE = _native is not None
+
+#: ``split`` flags: a control batch / a transactional batch was seen / a batch does not start
+#: after the previous one's last offset
+CONTROL_SEEN = 1
+TRANSACTIONAL_SEEN = 2
+OUT_OF_ORDER = 4
+
+#: ``merge`` step kinds (see ``_native_merge.c``)
+PASS, PASS_OUT_OF_SEQUENCE, PASS_TIME_RANGE, MERGED = 0, 1, 2, 3
+
+
+def split(view: memoryview, cls: type[B], verify: bool) -> tuple[list[B], int, int] | None:
+    """``split_record_set(view)`` with every batch's CRC checked (``verify``), and flags
+    (:data:`CONTROL_SEEN`, :data:`TRANSACTIONAL_SEEN`, :data:`OUT_OF_ORDER`); ``None``: take the
+    Python path."""
+    if _native is None:
+        return None
+    return _native.split(view, cls, verify)
+
+
+def merge(run: list[B], verify: bool) -> tuple[list[tuple[int, ...]], int] | None:
+    """The steps of merging ``run`` (see ``_native_merge.c``) and the number of decompressions;
+    ``None``: take the Python path."""
+    if _native is None:
+        return None
+    return _native.merge(run, verify)
