@@ -29,14 +29,19 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from mm2py.protocol.compression import Codec, SectionBuffer, compress
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.record_codec import assemble_batch, records_section
-from mm2py.protocol.record_frames import PAD, Framing, reframe, scan
 from mm2py.protocol.records import ATTR_CODEC_MASK, ATTR_TRANSACTIONAL, RecordBatch
+
+if TYPE_CHECKING:
+    from mm2py.protocol.record_frames import Framing
+
+# numpy and record_frames (the array-based merge) are imported on first use: with the compiled
+# path (mm2py.protocol.native) a mirror of LZ4 or uncompressed batches never needs them, and numpy
+# alone takes about 0.1 s of every mirror process's start
 
 __all__ = [
     "MergedRecords",
@@ -171,6 +176,8 @@ class RunScan:
         """Each batch's records shifted to its group's first offset and lowest timestamp."""
         if not groups:
             return []
+        from mm2py.protocol.record_frames import reframe
+
         ts_shift = [0] * len(self.batches)
         off_shift = [0] * len(self.batches)
         for (i, j), group_lo, group_first in zip(groups, lo, first, strict=True):
@@ -184,6 +191,10 @@ def scan_runs(batches: Sequence[RecordBatch], *, verified: bool = False) -> RunS
 
     Raises :class:`CorruptBatchError` for the first batch that does not verify, decompress or
     hold exactly its declared records' framing."""
+    import numpy as np
+
+    from mm2py.protocol.record_frames import PAD, scan
+
     sections = SectionBuffer(sum(len(b) for b in batches) * 3 + PAD)
     append = sections.append
     starts: list[int] = []

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from connectors.acl_sync import TopicAclSync
@@ -32,7 +33,7 @@ from mm2py.stores.admin import ClusterAdmin
 if TYPE_CHECKING:
     from connectors.client_settings import RawClientSettings
 
-__all__ = ["FlowRunnerBase", "TaskView", "controller_for", "ensure_internal_topics"]
+__all__ = ["FlowRunnerBase", "TaskView", "controller_for", "ensure_internal_topics", "internal_topic_jobs"]
 
 
 def controller_for(flow: FlowConfig) -> Controller:
@@ -52,15 +53,27 @@ def controller_for(flow: FlowConfig) -> Controller:
     )
 
 
-def ensure_internal_topics(flow: FlowConfig, controller: Controller) -> None:
-    """Progress topic on the target; offset-syncs topic where the flow keeps it."""
-    controller.target_admin.ensure_compacted_topic(
-        progress_topic(flow.source), flow.checkpoints_topic_replication_factor
-    )
+def internal_topic_jobs(flow: FlowConfig, controller: Controller) -> list[Callable[[], None]]:
+    """Creating (if missing) the progress topic on the target and the offset-syncs topic where the
+    flow keeps it: independent admin calls, each blocking (run them in threads, together)."""
+    jobs: list[Callable[[], None]] = [functools.partial(
+        controller.target_admin.ensure_compacted_topic,
+        progress_topic(flow.source), flow.checkpoints_topic_replication_factor,
+    )]
     if flow.emit_offset_syncs_enabled:
         on_source = flow.offset_syncs_topic_location == "source"
         admin = controller.source_admin if on_source else controller.target_admin
-        admin.ensure_compacted_topic(flow.offset_syncs_topic(), flow.offset_syncs_topic_replication_factor)
+        jobs.append(functools.partial(
+            admin.ensure_compacted_topic, flow.offset_syncs_topic(),
+            flow.offset_syncs_topic_replication_factor,
+        ))
+    return jobs
+
+
+def ensure_internal_topics(flow: FlowConfig, controller: Controller) -> None:
+    """Progress topic on the target; offset-syncs topic where the flow keeps it."""
+    for job in internal_topic_jobs(flow, controller):
+        job()
 
 
 class TaskView(Protocol):
@@ -132,7 +145,9 @@ class FlowRunnerBase(Generic[T]):
     async def start(self) -> None:
         """Internal topics, the first refresh, then the flow runs; a failure marks it FAILED."""
         try:
-            await asyncio.to_thread(ensure_internal_topics, self.flow, self.controller)
+            # the internal topics (one admin round trip each, on two clusters) are created together
+            jobs = internal_topic_jobs(self.flow, self.controller)
+            await asyncio.gather(*(asyncio.to_thread(job) for job in jobs))
             await self.refresh()
             await self._connect()
         except Exception as exc:
