@@ -22,6 +22,7 @@ confluent-kafka consumer+producer loop: decompress, per-record objects, recompre
     python benchmarks/mirror_bench.py [--quick] [--records N] [--peers mm2py,mm2,record-copy]
     python benchmarks/mirror_bench.py --rtt-ms 40 [--rtt-side target]   # one cluster across a WAN-like RTT
     python benchmarks/mirror_bench.py --scenario small-batches --records 500000   # 1 KiB batches
+    python benchmarks/mirror_bench.py ... --rounds 3 --warmup-round   # each peer once untimed first
 
 Scenarios: ``backlog`` (default) seeds with ``batch.size`` = ``--batch-kib`` and ``linger.ms=50``,
 large batches that every peer copies at its best; ``small-batches`` seeds a backlog written in
@@ -294,6 +295,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the peers this many times, every other round in reverse order (each run "
                     "its own row)")
+    ap.add_argument("--warmup-round", action="store_true",
+                    help="run every peer once, untimed, before the rounds: the brokers' JVMs compile the "
+                         "fetch and produce paths of every peer's traffic before any run is measured")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per peer")
     ap.add_argument("--poll", type=float, default=0.1, help="seconds between end-offset polls")
     ap.add_argument("--workdir", type=Path, help="keep configs and logs here (default: a temp dir)")
@@ -363,8 +367,13 @@ def main(argv: list[str]) -> int:
                       batch_kib=args.batch_kib, mm2py_props=args.mm2py_prop, mm2_props=args.mm2_prop,
                       spark_master=args.spark_master, target_direct=direct["target"],
                       proxy_pid=proxy.pid if proxy else None)
+        warmups = args.peers if args.warmup_round else []
+        for i, peer in enumerate(warmups, start=1):
+            print(f"warm-up run of {peer} (not reported) ...", flush=True)
+            res = run_peer(peer, f"{peer} warm-up", i, setup, args, source_ends, brokers)
+            print(f"  {peer} warm-up: {fmt(res.seconds, '.1f')} s {res.error}", flush=True)
         results = []
-        for i, (peer, label) in enumerate(run_order(args.peers, args.rounds), start=1):
+        for i, (peer, label) in enumerate(run_order(args.peers, args.rounds), start=len(warmups) + 1):
             print(f"running {label} ...", flush=True)
             res = run_peer(peer, label, i, setup, args, source_ends, brokers)
             if res.seconds is not None:
@@ -373,7 +382,8 @@ def main(argv: list[str]) -> int:
             results.append(res)
         print(f"\nscenario {args.scenario}: {expected:,} records, {stored.bytes / 1e6:.1f} MB stored "
               f"({args.codec}, avg batch {stored.bytes / max(1, stored.batches) / 1024:.1f} KiB), "
-              f"{args.partitions} partitions, rounds {args.rounds}, tasks.max={args.tasks}, "
+              f"{args.partitions} partitions, rounds {args.rounds}"
+              f"{' after a warm-up round' if args.warmup_round else ''}, tasks.max={args.tasks}, "
               f"mm2py runtime {args.runtime}, "
               + (f"{args.rtt_side} cluster +{args.rtt_ms:g} ms RTT (latency proxy), " if args.rtt_ms else "")
               + f"{os.cpu_count()} CPUs, "
