@@ -16,7 +16,7 @@ from connectors.outgoing import CoalesceSettings, ResendPlan, prepare
 from mm2py.engine.offset_syncs import OffsetSyncPlanner, OffsetSyncStore
 from mm2py.protocol.batch_edit import for_produce
 from mm2py.protocol.batch_merge import match_run, merge_eligible
-from mm2py.protocol.coalesce import DEFAULT_TARGET, DEFAULT_THRESHOLD, Coalesced, coalesce
+from mm2py.protocol.coalesce import DEFAULT_TARGET, DEFAULT_THRESHOLD, CoalesceCounters, Coalesced, coalesce
 from mm2py.protocol.compression import Codec
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
@@ -272,6 +272,23 @@ def test_oversize_merge_is_split_below_max_bytes() -> None:
     out = coalesce(batches, max_bytes=5000, target=1 << 20)
     assert all(len(c.batch) <= 5000 for c in out)
     assert any(c.merged for c in out)
+    assert [r for c in out for r in rows(c.batch)] == [r for b in batches for r in rows(b)]
+
+
+def test_a_merge_that_grows_past_max_bytes_is_split_and_each_half_merged() -> None:
+    # records of nothing, 12 per batch, batches 2^55 ms apart: merged, every record's timestamp
+    # delta takes 8-9 bytes instead of 1, so six batches' ~950 bytes come out over 1,000
+    batches = [
+        RecordBatch(build_batch([Record(d, 0, None, b"", ()) for d in range(12)], base_offset=12 * n,
+                                base_timestamp=n << 55))
+        for n in range(6)
+    ]
+    assert sum(len(b) for b in batches) <= 1000
+    splits = CoalesceCounters.oversize_splits
+    out = coalesce(batches, max_bytes=1000)
+    assert CoalesceCounters.oversize_splits == splits + 1
+    assert [(c.index, c.sources) for c in out] == [(0, 3), (3, 3)]
+    assert all(len(c.batch) <= 1000 for c in out)
     assert [r for c in out for r in rows(c.batch)] == [r for b in batches for r in rows(b)]
 
 
