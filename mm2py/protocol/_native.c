@@ -74,7 +74,7 @@ uint32_t mm2py_crc32c(const uint8_t *p, size_t n) {
     return ~crc;
 }
 
-static PyObject *s_buf, *s_h;
+static PyObject *s_h;
 LZ4F_dctx *mm2py_dctx;
 PyObject *mm2py_s_buf;
 
@@ -115,7 +115,7 @@ static PyObject *make_batch(PyTypeObject *cls, PyObject *view, Py_ssize_t pos, P
     if (!obj) return NULL;
     PyObject *slice = PySequence_GetSlice(view, pos, stop);
     PyObject *h = slice ? header_tuple(b) : NULL;
-    if (!h || PyObject_SetAttr(obj, s_buf, slice) < 0 || PyObject_SetAttr(obj, s_h, h) < 0) {
+    if (!h || PyObject_SetAttr(obj, mm2py_s_buf, slice) < 0 || PyObject_SetAttr(obj, s_h, h) < 0) {
         Py_XDECREF(slice);
         Py_XDECREF(h);
         Py_DECREF(obj);
@@ -201,9 +201,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         PyErr_SetString(PyExc_ImportError, "LZ4F_createDecompressionContext failed");
         return NULL;
     }
-    s_buf = PyUnicode_InternFromString("buf");
+    mm2py_s_buf = PyUnicode_InternFromString("buf");
     s_h = PyUnicode_InternFromString("_h");
-    mm2py_s_buf = s_buf;
-    if (!s_buf || !s_h) return NULL;
+    if (!mm2py_s_buf || !s_h) return NULL;
     return PyModule_Create(&module);
 }

@@ -172,6 +172,11 @@ class RunScan:
             out.append(MergedRecords(attributes, self._base_offset[i], count, lo, hi, next(sections)))
         return out
 
+    def remerge(self, i: int, j: int) -> MergedRecords | None:
+        """:meth:`merge` of the one group ``(i, j)``."""
+        (merged,) = self.merge([(i, j)])
+        return merged
+
     def _reframe(self, groups: list[tuple[int, int]], lo: list[int], first: list[int]) -> list[bytes]:
         """Each batch's records shifted to its group's first offset and lowest timestamp."""
         if not groups:

@@ -78,7 +78,7 @@ merges themselves.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from mm2py.protocol import native as _native
@@ -220,7 +220,7 @@ class _Builder:
                 self._emit_native(step.run, step.steps, index)
             else:
                 assert scanned is not None
-                self._emit(scanned, step, next(merged), index)
+                self._emit(scanned.batches, step, next(merged), index, scanned.remerge)
 
     def _native_steps(self, run: list[RecordBatch]) -> list[tuple[int, ...]] | None:
         done = _native.merge(run, not self.verified)
@@ -233,39 +233,20 @@ class _Builder:
     def _emit_native(self, run: list[RecordBatch], steps: list[tuple[int, ...]], index: int) -> None:
         """Emit the compiled path's steps for ``run`` (input positions from ``index``), as
         :meth:`_groups` and :meth:`_emit` do for a scanned run."""
+
+        def remerge(a: int, b: int) -> MergedRecords | None:
+            again = _native.merge(run[a:b], False)  # part of a run it merged: never refused
+            assert again is not None
+            (step,) = again[0]
+            return _native_merged(run[a], step)
+
         for step in steps:
             kind, i = step[0], step[1]
-            if kind == _native.PASS:
+            if kind in (_native.PASS, _native.PASS_OUT_OF_SEQUENCE):
+                CoalesceCounters.fallbacks += kind == _native.PASS_OUT_OF_SEQUENCE
                 self.passthrough(run[i], index + i)
-                continue
-            CoalesceCounters.fallbacks += kind != _native.MERGED
-            if kind == _native.PASS_OUT_OF_SEQUENCE:
-                self.passthrough(run[i], index + i)
-                continue
-            j = step[2]
-            if kind == _native.PASS_TIME_RANGE:
-                for k in range(i, j):
-                    self.passthrough(run[k], index + k)
-                continue
-            _, _, _, section, lo, hi, count = step
-            first = run[i]
-            merged = MergedRecords(first.attributes, first.base_offset, count, lo, hi, section)  # type: ignore[arg-type]
-            batch = merged_batch(merged, lz4_level=self.lz4_level)
-            if len(batch) <= self.max_bytes:
-                CoalesceCounters.merged_batches += 1
-                CoalesceCounters.merged_inputs += j - i
-                self.out.append(Coalesced(batch, first.base_offset, run[j - 1].last_offset, j - i, index + i))
-                continue
-            CoalesceCounters.oversize_splits += 1
-            half = (j - i) // 2
-            for a, b in ((i, i + half), (i + half, j)):
-                if b - a == 1:
-                    self.passthrough(run[a], index + a)
-                    continue
-                part = run[a:b]
-                again = _native.merge(part, False)  # checked above: never refused
-                assert again is not None
-                self._emit_native(part, again[0], index + a)
+            else:
+                self._emit(run, (i, step[2]), _native_merged(run[i], step), index + i, remerge)
 
     @staticmethod
     def _groups(
@@ -289,14 +270,17 @@ class _Builder:
         return steps
 
     def _emit(
-        self, scanned: RunScan, group: tuple[int, int], merged: MergedRecords | None, index: int
+        self, batches: Sequence[RecordBatch], group: tuple[int, int], merged: MergedRecords | None,
+        index: int, remerge: Callable[[int, int], MergedRecords | None],
     ) -> None:
+        """Emit the merge of ``batches[i:j]`` (``None``: it cannot be merged); a merged batch over
+        ``max_bytes`` is split in halves, each merged again with ``remerge(a, b)``."""
         i, j = group
         if merged is None:
             # timestamps too far apart for one batch's deltas: leave the batches as they are
             CoalesceCounters.fallbacks += 1
             for k in range(i, j):
-                self.passthrough(scanned.batches[k], index + k - i)
+                self.passthrough(batches[k], index + k - i)
             return
         batch = merged_batch(merged, lz4_level=self.lz4_level)
         if len(batch) > self.max_bytes:
@@ -304,15 +288,24 @@ class _Builder:
             half = (j - i) // 2
             for a, b in ((i, i + half), (i + half, j)):
                 if b - a == 1:
-                    self.passthrough(scanned.batches[a], index + a - i)
+                    self.passthrough(batches[a], index + a - i)
                 else:
-                    (part,) = scanned.merge([(a, b)])
-                    self._emit(scanned, (a, b), part, index + a - i)
+                    self._emit(batches, (a, b), remerge(a, b), index + a - i, remerge)
             return
         CoalesceCounters.merged_batches += 1
         CoalesceCounters.merged_inputs += j - i
-        first, last = scanned.batches[i], scanned.batches[j - 1]
+        first, last = batches[i], batches[j - 1]
         self.out.append(Coalesced(batch, first.base_offset, last.last_offset, j - i, index))
+
+
+def _native_merged(first: RecordBatch, step: tuple[int, ...]) -> MergedRecords | None:
+    """The merge a compiled-path step describes (``first``: its first batch); ``None`` for a
+    stretch whose timestamps lie too far apart."""
+    if step[0] == _native.PASS_TIME_RANGE:
+        return None
+    assert step[0] == _native.MERGED
+    _, _, _, section, lo, hi, count = step
+    return MergedRecords(first.attributes, first.base_offset, count, lo, hi, section)  # type: ignore[arg-type]
 
 
 def _limit(threshold: int, target: int, max_bytes: int) -> int:

@@ -309,7 +309,7 @@ def split_record_set(data: bytes | bytearray | memoryview) -> tuple[list[RecordB
 
 def split_checked(data: bytes | bytearray | memoryview) -> tuple[list[RecordBatch], int, int] | None:
     """:func:`split_record_set` with every batch's CRC checked, by the compiled path, and flags
-    (:data:`~mm2py.protocol.native.CONTROL_SEEN`, ``TRANSACTIONAL_SEEN``). ``None`` when the
+    (:data:`~mm2py.protocol.native.CONTROL_SEEN`, ``TRANSACTIONAL_SEEN``, ``OUT_OF_ORDER``). ``None`` when the
     compiled path is not built or refuses the input (a header that cannot be valid, a CRC
     mismatch): then :func:`split_record_set` and :meth:`RecordBatch.verify` say what is wrong."""
     return native.split(_as_view(data), RecordBatch, True)
