@@ -25,6 +25,7 @@ from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
 from mm2py.engine.scheduler import sleep_or_stop
+from mm2py.engine.starts import resolve_starts
 from mm2py.engine.task_api import (
     BatchSink,
     BatchSource,
@@ -165,43 +166,18 @@ class TaskRunner:
         new = [tp for tp in wanted if tp not in self._acked]
         if not new:
             return
-        given = dict(self.spec.start_positions or {})
         seeded = {tp: self._seeds.pop(tp) for tp in new if tp in self._seeds}
-        unknown = [tp for tp in new if tp not in given and tp not in seeded]
-        stored = await asyncio.to_thread(self.progress.load) if unknown and not given else {}
-        missing = [tp for tp in unknown if tp not in stored]
-        fresh = await self.source.resolve_start(missing) if missing else {}
-        targets = await self.sink.end_offsets(missing) if missing else {}
-        if missing:
-            # a partition never mirrored before: its start and the target end it maps to are
-            # committed before anything is produced, so a worker killed before its first periodic
-            # commit resumes exactly (the tail reconciler skips what reached the target)
-            seeds = {tp: Position(fresh.get(tp, 0), targets[tp]) for tp in missing}
-            await self.committer.write(seeds)
-        for tp in new:
-            target: int | None = None
-            if tp in seeded:
-                pos, target = seeded[tp]
-            elif tp in given:
-                pos = given[tp]
-            elif tp in stored:
-                pos, target = stored[tp]
-                if target is not None and self.reconcile is not None:
-                    resumed, already = await self.reconcile(tp, stored[tp])
-                    if resumed.source != pos:
-                        log.info("%s: offsets %d..%d were already on the target; resuming at %d",
-                                 tp, pos, resumed.source - 1, resumed.source)
-                        self.metrics.skipped_on_resume += resumed.source - pos
-                    pos, target = resumed
-                    syncs = [
-                        s for d in already for s in self.planner.on_batch(
-                            tp, d.source_first, d.source_last, d.target_first, d.record_offsets)
-                    ]
-                    if syncs:
-                        self.metrics.syncs += len(syncs)
-                        self.progress.send_syncs(syncs)
-            else:
-                pos, target = fresh.get(tp, 0), targets[tp]
+        starts = await resolve_starts(
+            new, seeded=seeded, given=dict(self.spec.start_positions or {}), progress=self.progress,
+            source=self.source, sink=self.sink, commit=self.committer.write, reconcile=self.reconcile,
+        )
+        self.metrics.skipped_on_resume += starts.skipped
+        syncs = [s for tp, already in starts.already.items() for d in already for s in self.planner.on_batch(
+            tp, d.source_first, d.source_last, d.target_first, d.record_offsets)]
+        if syncs:  # the batches found on the target past the committed positions
+            self.metrics.syncs += len(syncs)
+            self.progress.send_syncs(syncs)
+        for tp, (pos, target) in starts.positions.items():
             self._acked[tp] = pos
             self._fetch_pos[tp] = pos
             self._target_next[tp] = target
@@ -278,6 +254,7 @@ class TaskRunner:
                     work = self._advance(polled, until)
                     if work:
                         ends = {tp: self._round_end.pop(tp) for tp, _ in work if tp in self._round_end}
+                        prefetch = await self._fetch_ahead(until, len(puts) + 1)
                         puts.submit(work, ends)
                 await self._commit(force=False)
             await puts.settle_all()  # stopped: what was handed over counts before the last commit
@@ -289,6 +266,20 @@ class TaskRunner:
         finally:
             wakeup.close()
             await cancel_fetch(prefetch)
+
+    async def _fetch_ahead(
+        self, until: dict[TopicPartition, int] | None, puts: int
+    ) -> asyncio.Task[dict[TopicPartition, Polled]] | None:
+        """The next fetch, sent now (``puts``: the puts there will be once this round's is
+        submitted): the source broker reads and sends it while this round's batches are prepared
+        (coalescing and compression run on this thread). None if the pipeline is full or nothing
+        is wanted; the loop then starts it later, as usual."""
+        wanted = self._wanted(until)
+        if not wanted or puts >= self.pipeline_depth:
+            return None
+        fetch = asyncio.create_task(self.source.poll(wanted))
+        await asyncio.sleep(0)  # the fetch task's first step writes the request
+        return fetch
 
     def _reached(self, until: dict[TopicPartition, int]) -> bool:
         unassigned = [tp for tp in until if tp not in self._acked]
@@ -321,7 +312,9 @@ class TaskRunner:
                     self._acked[tp] = p.reset_to
                     self.planner.reset(tp)
                 continue
-            batches = [b for b in p.batches if b.next_offset > self._fetch_pos[tp]]
+            batches = p.batches
+            if p.fetch_offset is None:  # a source that does not say where it fetched from
+                batches = [b for b in batches if b.next_offset > self._fetch_pos[tp]]
             if p.high_watermark >= 0:
                 self.metrics.lag[tp] = max(0, p.high_watermark - p.next_offset)
             observe_fetch(self.metrics.times, tp, batches, p.high_watermark > p.next_offset,

@@ -49,7 +49,9 @@ class Polled:
     next_offset: int  # where the next fetch starts (past filtered batches too)
     high_watermark: int = -1
     reset_to: int | None = None  # position moved by the source (e.g. retention): lost offsets
-    fetch_offset: int | None = None  # the position this fetch was made from, when known
+    #: the position this fetch was made from, when known; then every batch ends past it (the
+    #: fetcher drops whole batches below it and crops the first), which the task relies on
+    fetch_offset: int | None = None
 
 
 @dataclass(frozen=True)
