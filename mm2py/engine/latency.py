@@ -21,6 +21,7 @@ import bisect
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
+from mm2py.protocol import native
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
@@ -45,13 +46,17 @@ class Histogram:
         self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         self.total += seconds
 
+    def add_counts(self, counts: Sequence[int], total: float) -> None:
+        """Add observations counted elsewhere (``counts`` per bucket, ``total`` their sum)."""
+        self.counts = [a + b for a, b in zip(self.counts, counts, strict=True)]
+        self.total += total
+
     @property
     def count(self) -> int:
         return sum(self.counts)
 
     def add(self, other: Histogram) -> None:
-        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
-        self.total += other.total
+        self.add_counts(other.counts, other.total)
 
     def cumulative(self) -> list[tuple[str, int]]:
         """Prometheus' ``le`` buckets: (bound, observations at or below it), ``+Inf`` last."""
@@ -101,9 +106,13 @@ def observe_fetch(times: MutableMapping[TopicPartition, PartitionTimes], tp: Top
     t = times.get(tp)
     if t is None:
         t = times[tp] = PartitionTimes()
-    for b in batches:
-        if b.max_timestamp >= 0:
-            t.age.observe(now - b.max_timestamp / 1000)
+    counted = native.batch_ages(batches, now, LATENCY_BUCKETS) if type(batches) is list else None
+    if counted is not None:  # the compiled path: the same counts, without a Python step per batch
+        t.age.add_counts(*counted)
+    else:
+        for b in batches:
+            if b.max_timestamp >= 0:
+                t.age.observe(now - b.max_timestamp / 1000)
     newest = batches[-1].max_timestamp if batches else -1
     if not behind:
         t.lag_seconds = 0.0

@@ -1,6 +1,6 @@
 /* mm2py.protocol._native: the per-batch hot path of the raw mirror, compiled.
  *
- * Two functions, each an exact stand-in for a pure-Python path of mm2py.protocol on the input it
+ * Three functions, each an exact stand-in for a pure-Python path of mm2py.protocol on the input it
  * accepts, and a refusal (None) on anything else:
  *
  *   split(view, RecordBatch, verify) -> (batches, trailing_bytes, flags) | None
@@ -10,6 +10,8 @@
  *   merge(run, verify) -> (steps, decompressions) | None
  *       batch_merge.scan_runs + RunScan.merge for one run of merge-eligible batches that follow
  *       each other (coalesce's planning decides the run), as the steps coalesce emits.
+ *   batch_ages(batches, now, bounds) -> (counts, total) | None
+ *       latency.observe_fetch's per-batch age histogram (bucket counts and the sum of the ages).
  *
  * None means "take the Python path": it is returned for every input the Python path would reject
  * (a CRC mismatch, a header that cannot be valid, a records section that does not decompress or
@@ -174,6 +176,62 @@ fail:
     return NULL;
 }
 
+/* batch_ages(batches, now, bounds) -> (counts, total) | None: latency.observe_fetch's age
+ * histogram. For each batch whose maxTimestamp (header field 8) is >= 0: age = now - ts / 1000 s,
+ * at least 0, counted in the first bucket whose bound is >= it (bisect_left; the last count is
+ * past every bound); total is the sum of the ages. None: an item that is not a RecordBatch. */
+enum { MAX_BOUNDS = 64 };
+
+static PyObject *batch_ages(PyObject *self, PyObject *args) {
+    PyObject *batches, *bounds_t;
+    double now;
+    if (!PyArg_ParseTuple(args, "O!dO!", &PyList_Type, &batches, &now, &PyTuple_Type, &bounds_t)) return NULL;
+    Py_ssize_t nb = PyTuple_GET_SIZE(bounds_t);
+    if (nb > MAX_BOUNDS) Py_RETURN_NONE;
+    double bounds[MAX_BOUNDS];
+    Py_ssize_t counts[MAX_BOUNDS + 1] = {0};
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        bounds[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds_t, i));
+        if (bounds[i] == -1.0 && PyErr_Occurred()) return NULL;
+    }
+    double total = 0.0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(batches); k++) {
+        PyObject *h = PyObject_GetAttr(PyList_GET_ITEM(batches, k), s_h);
+        if (!h) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (!PyTuple_Check(h) || PyTuple_GET_SIZE(h) != 13) {
+            Py_DECREF(h);
+            Py_RETURN_NONE;
+        }
+        long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(h, 8));
+        Py_DECREF(h);
+        if (ts == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (ts < 0) continue;
+        double age = now - (double)ts / 1000.0;
+        if (!(age > 0.0)) age = 0.0;
+        Py_ssize_t i = 0;
+        while (i < nb && bounds[i] < age) i++;
+        counts[i]++;
+        total += age;
+    }
+    PyObject *out = PyList_New(nb + 1);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i <= nb; i++) {
+        PyObject *c = PyLong_FromSsize_t(counts[i]);
+        if (!c) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, c);
+    }
+    return Py_BuildValue("(Nd)", out, total);
+}
+
 static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     Py_buffer in;
     if (!PyArg_ParseTuple(args, "y*", &in)) return NULL;
@@ -188,6 +246,8 @@ static PyMethodDef methods[] = {
     {"merge", mm2py_merge, METH_VARARGS,
      "merge(run, verify) -> (steps, decompressions) or None (take the Python path)"},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data) -> int: CRC-32C (Castagnoli)"},
+    {"batch_ages", batch_ages, METH_VARARGS,
+     "batch_ages(batches, now, bounds) -> (counts, total) or None (take the Python path)"},
     {NULL, NULL, 0, NULL},
 };
 

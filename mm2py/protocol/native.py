@@ -22,7 +22,7 @@ import os
 from types import ModuleType
 from typing import TypeVar
 
-__all__ = ["AVAILABLE", "merge", "split"]
+__all__ = ["AVAILABLE", "batch_ages", "merge", "split"]
 
 #: a RecordBatch (records.py imports this module)
 B = TypeVar("B")
@@ -67,3 +67,11 @@ def merge(run: list[B], verify: bool) -> tuple[list[tuple[int, ...]], int] | Non
     if _native is None:
         return None
     return _native.merge(run, verify)
+
+
+def batch_ages(batches: list[B], now: float, bounds: tuple[float, ...]) -> tuple[list[int], float] | None:
+    """The age histogram of ``batches`` fetched at ``now`` (see ``latency.observe_fetch``): counts
+    per bucket of ``bounds`` and the sum of the ages; ``None``: take the Python path."""
+    if _native is None:
+        return None
+    return _native.batch_ages(batches, now, bounds)

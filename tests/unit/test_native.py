@@ -6,6 +6,7 @@ The install builds the extension, so these tests fail (not skip) when it is miss
 from __future__ import annotations
 
 import itertools
+import math
 import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,12 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_coalesce import BASE_TS, Spec, build, sizes_st, small_spec_st, spec_st
 
+from mm2py.engine.latency import LATENCY_BUCKETS, PartitionTimes, observe_fetch
 from mm2py.protocol import native
 from mm2py.protocol.coalesce import CoalesceCounters, coalesce
 from mm2py.protocol.compression import Codec, CodecCounters
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch, split_checked, split_record_set
+from mm2py.protocol.types import TopicPartition
 
 
 @contextmanager
@@ -186,3 +189,37 @@ def test_coalesce_gives_the_same_batches_counters_and_errors_with_the_compiled_p
         assert compiled == python
     else:  # failed: same error; counters may differ by the work done before it was found
         assert compiled[0] == python[0]
+
+
+def _with_max_timestamp(ts: int) -> RecordBatch:
+    return RecordBatch._trusted(memoryview(b""), (0, 49, 0, 2, 0, 0, 0, ts, ts, -1, -1, -1, 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    now=st.floats(min_value=0, max_value=4e9, allow_nan=False),
+    stamps=st.lists(st.one_of(
+        st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1),  # anything the header holds
+        st.integers(min_value=-5, max_value=10),
+        st.integers(min_value=0, max_value=4_000_000_000_000),  # around now, past and future
+    ), max_size=60),
+    back=st.lists(st.sampled_from([*LATENCY_BUCKETS, 0.0, 1e-4, 400.0]), max_size=10),
+)
+def test_batch_ages_are_observe_fetchs_histogram(now: float, stamps: list[int], back: list[float]) -> None:
+    # ages exactly on a bucket's bound too: a timestamp `bound` seconds before now
+    stamps = stamps + [int((now - b) * 1000) for b in back]
+    batches = [_with_max_timestamp(ts) for ts in stamps]
+    tp = TopicPartition("t", 0)
+    compiled: dict[TopicPartition, PartitionTimes] = {}
+    observe_fetch(compiled, tp, batches, True, now)
+    with python_path():
+        plain: dict[TopicPartition, PartitionTimes] = {}
+        observe_fetch(plain, tp, batches, True, now)
+    assert compiled[tp].age.counts == plain[tp].age.counts
+    assert compiled[tp].age.count == sum(1 for ts in stamps if ts >= 0)
+    assert math.isclose(compiled[tp].age.total, plain[tp].age.total, rel_tol=1e-9, abs_tol=1e-9)
+    assert compiled[tp].lag_seconds == plain[tp].lag_seconds
+
+
+def test_batch_ages_refuses_what_is_not_a_batch() -> None:
+    assert native.batch_ages([_with_max_timestamp(5), object()], 1.0, LATENCY_BUCKETS) is None
