@@ -129,6 +129,8 @@ class FlowRunnerBase(Generic[T]):
         self._checkpointing: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._refresh_lock = asyncio.Lock()
+        #: the internal topics to create with the next plan (set by start, taken by _plan)
+        self._internal_topics: list[Callable[[], None]] = []
         self._lock = threading.Lock()  # status() may be read from other threads
         return settings
 
@@ -137,7 +139,20 @@ class FlowRunnerBase(Generic[T]):
         return self.flow.name
 
     async def refresh(self) -> Plan:
+        """Discover topics now (:meth:`_plan`) and hand the assignment to the tasks."""
         raise NotImplementedError
+
+    async def _plan(self) -> Plan:
+        """The controller's refresh, in a thread. The first one, at start, runs beside the creation
+        of the internal topics (one admin round trip each, on two clusters), and returns once both
+        are done: no task starts before the topics it writes its progress and offset syncs to."""
+        plan = asyncio.to_thread(self.controller.refresh)
+        internal, self._internal_topics = self._internal_topics, []
+        if not internal:
+            return await plan
+        done, *_ = await asyncio.gather(plan, *(asyncio.to_thread(job) for job in internal))
+        assert isinstance(done, Plan)
+        return done
 
     async def stop(self) -> None:
         raise NotImplementedError
@@ -145,10 +160,8 @@ class FlowRunnerBase(Generic[T]):
     async def start(self) -> None:
         """Internal topics, the first refresh, then the flow runs; a failure marks it FAILED."""
         try:
-            # the internal topics (one admin round trip each, on two clusters) are created together
-            jobs = internal_topic_jobs(self.flow, self.controller)
-            await asyncio.gather(*(asyncio.to_thread(job) for job in jobs))
-            await self.refresh()
+            self._internal_topics = internal_topic_jobs(self.flow, self.controller)
+            await self.refresh()  # its _plan creates them, beside the controller's first refresh
             await self._connect()
         except Exception as exc:
             self.state, self.trace = TaskState.FAILED, f"{type(exc).__name__}: {exc}"

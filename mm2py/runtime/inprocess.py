@@ -68,7 +68,7 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
         async with self._refresh_lock:
             if not self.tasks and isinstance(self.builder, MirrorTaskBuilder):
                 self.builder.preload()  # the tasks' code loads while the controller works
-            plan = await asyncio.to_thread(self.controller.refresh)
+            plan = await self._plan()
             self.last_plan = plan
             # a partition moving between tasks: its old task lets go (stops producing it and
             # commits its position) before the new one starts, so two tasks never write it at once

@@ -9,7 +9,6 @@ rounds' results.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
@@ -88,7 +87,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
     async def refresh(self) -> Plan:
         """Discover topics now; the next round runs the new assignment."""
         async with self._refresh_lock:
-            plan = await asyncio.to_thread(self.controller.refresh)
+            plan = await self._plan()
             with self._lock:
                 self.last_plan = plan
                 for task_id, parts in plan.assignment.items():
