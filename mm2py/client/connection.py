@@ -3,7 +3,12 @@
 Requests are framed by :mod:`mm2py.protocol.framing`; many may be in flight and responses are
 matched by correlation id. On connect the ApiVersions handshake runs, then the optional
 :class:`Authenticator` (SASL, :mod:`mm2py.client.sasl`), so TLS/SASL never touch the codec: TLS is
-an ``ssl.SSLContext`` (:mod:`mm2py.client.tls`) handed to ``asyncio.open_connection``.
+an ``ssl.SSLContext`` (:mod:`mm2py.client.tls`) handed to ``loop.create_connection``.
+
+Reading is an ``asyncio.BufferedProtocol`` over a :class:`~mm2py.protocol.framing.FrameReader`: the
+socket writes a large response (a fetch of megabytes) straight into a buffer of its exact size, so
+the bytes of a fetched batch are copied once, by the kernel, between the socket and the produce
+request that forwards them.
 
 A refused TLS handshake or SASL authentication raises a :class:`SecurityError`. It is deliberately
 not a retriable :class:`ClientError`: a wrong CA, certificate or password does not heal by itself,
@@ -33,7 +38,7 @@ from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.errors_codes import UNSUPPORTED_VERSION, BrokerError
 from mm2py.protocol.framing import (
     DEFAULT_MAX_FRAME_SIZE,
-    FrameDecoder,
+    FrameReader,
     PendingRequest,
     RequestTracker,
     frame_request,
@@ -42,7 +47,8 @@ from mm2py.protocol.wire import Buf
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_READ_CHUNK = 256 * 1024
+#: a connection's receive buffer for responses that fit it (larger ones get their own)
+_SCRATCH = 256 * 1024
 
 
 class TlsError(SecurityError):
@@ -57,7 +63,7 @@ class AuthenticationError(SecurityError):
 _SSL_DISCONNECTS = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 
 
-def _looks_like_tls(data: bytes) -> bool:
+def _looks_like_tls(data: bytes | memoryview) -> bool:
     """A TLS record (alert or handshake, version 3.x) where a Kafka frame size should be: no Kafka
     frame is 350 MB or more, so this never mistakes a real response."""
     return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03
@@ -97,25 +103,98 @@ class ConnectionConfig:
 
 
 class ConnectionFactory:
-    """Creates connections; override :meth:`open_streams` for custom transports."""
+    """Creates connections; override :meth:`open_transport` for custom transports."""
 
     def __init__(self, config: ConnectionConfig | None = None) -> None:
         self.config = config or ConnectionConfig()
 
-    async def open_streams(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def open_transport(
+        self, host: str, port: int, protocol: Callable[[], asyncio.BufferedProtocol]
+    ) -> asyncio.BaseTransport:
         sec = self.config.security
-        return await asyncio.open_connection(
+        transport, _ = await asyncio.get_running_loop().create_connection(
+            protocol,
             host,
             port,
             ssl=sec.ssl_context,
             server_hostname=(sec.server_hostname or host) if sec.ssl_context else None,
-            limit=_READ_CHUNK,
         )
+        return transport
 
     async def connect(self, host: str, port: int, node_id: int = -1) -> BrokerConnection:
         conn = BrokerConnection(host, port, node_id=node_id, config=self.config, factory=self)
         await conn.connect()
         return conn
+
+
+class _Wire(asyncio.BufferedProtocol):
+    """A connection's socket: bytes received go into its FrameReader's buffers, complete frames
+    to the connection; writes wait (:meth:`drain`) while the transport's buffer is full."""
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self.conn = conn
+        self.transport: asyncio.Transport | None = None
+        self.frames = FrameReader(conn.config.max_frame_size, _SCRATCH)
+        #: plaintext: the first bytes are checked for a TLS answer (a broker port that wants TLS)
+        self._first = conn.config.security.ssl_context is None
+        self._buf: memoryview | None = None  # the buffer last handed to the transport
+        self._paused = False  # the transport's write buffer is above its high-water mark
+        self._drained: asyncio.Future[None] | None = None  # a drain() waiting for resume_writing
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        self._buf = self.frames.buffer()
+        return self._buf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._first:
+            self._first = False
+            assert self._buf is not None
+            if _looks_like_tls(self._buf[:nbytes]):
+                self.conn._fail(self.conn._tls_on_plaintext())
+                return
+        try:
+            frames = self.frames.filled(nbytes)
+        except ProtocolError as e:
+            self.conn._fail(ConnectionLostError(f"{self.conn}: protocol error: {e}"))
+            return
+        for frame in frames:
+            self.conn._dispatch(frame)
+
+    def eof_received(self) -> bool:
+        self.conn._fail(ConnectionLostError(f"{self.conn}: connection closed by broker"))
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError) and not isinstance(exc, _SSL_DISCONNECTS):
+            reason: BaseException = self.conn._tls_error("TLS session", exc)
+        elif exc is not None:
+            reason = ConnectionLostError(f"{self.conn}: read failed: {exc!r}")
+        else:
+            reason = ConnectionLostError(f"{self.conn}: connection closed")
+        self.conn._fail(reason)
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)  # request() finds the connection closed
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    async def drain(self) -> None:
+        if self._paused and not self.lost.done():
+            if self._drained is None or self._drained.done():
+                self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._drained)
 
 
 class BrokerConnection:
@@ -134,9 +213,7 @@ class BrokerConnection:
         self.config = config or ConnectionConfig()
         self._factory = factory or ConnectionFactory(self.config)
         self._tracker: RequestTracker[asyncio.Future[Any]] = RequestTracker()
-        self._decoder = FrameDecoder(self.config.max_frame_size)
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._wire: _Wire | None = None
         self._closed = False
         self._close_reason: BaseException | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
@@ -146,17 +223,17 @@ class BrokerConnection:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._closed
+        return self._wire is not None and not self._closed
 
     @property
     def in_flight(self) -> int:
         return len(self._tracker)
 
     async def connect(self) -> None:
+        wire = _Wire(self)
         try:
-            reader, writer = await asyncio.wait_for(
-                self._factory.open_streams(self.host, self.port), self.config.connect_timeout_s
-            )
+            opening = self._factory.open_transport(self.host, self.port, lambda: wire)
+            await asyncio.wait_for(opening, self.config.connect_timeout_s)
         except ssl.SSLError as e:
             self._closed = True
             if isinstance(e, _SSL_DISCONNECTS):
@@ -165,8 +242,7 @@ class BrokerConnection:
         except (OSError, TimeoutError) as e:
             self._closed = True
             raise ConnectionLostError(f"cannot connect to {self.host}:{self.port}: {e!r}") from e
-        self._writer = writer
-        self._reader_task = asyncio.create_task(self._read_loop(reader), name=f"kafka-read-{self}")
+        self._wire = wire
         try:
             await self._handshake()
             if self.config.security.authenticator is not None:
@@ -174,6 +250,12 @@ class BrokerConnection:
         except BaseException:
             await self.close()
             raise
+
+    def _tls_on_plaintext(self) -> TlsError:
+        name = self.config.security.name
+        return TlsError(f"{self}{f' of cluster {name!r}' if name else ''}: the broker answers "
+                        "with TLS on this port, but the client connects without TLS "
+                        "(PLAINTEXT / SASL_PLAINTEXT)")
 
     def _tls_error(self, what: str, e: ssl.SSLError) -> TlsError:
         name = self.config.security.name
@@ -213,15 +295,16 @@ class BrokerConnection:
         timeout: float | None = None,
     ) -> T:
         """Send one request and await its parsed response."""
-        if self._closed or self._writer is None:
+        wire = self._wire
+        if self._closed or wire is None or wire.transport is None:
             raise ConnectionLostError(f"{self} is closed: {self._close_reason!r}")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         pending = self._tracker.register(api_key, api_version, parser, fut)
         parts = frame_request(api_key, api_version, pending.correlation_id, self.config.client_id, body)
         try:
-            self._writer.writelines(parts)
-            await self._writer.drain()
+            wire.transport.writelines(parts)
+            await wire.drain()
         except (OSError, RuntimeError) as e:
             self._fail(ConnectionLostError(f"{self}: write failed: {e!r}"))
         timeout = self.config.request_timeout_s if timeout is None else timeout
@@ -237,39 +320,7 @@ class BrokerConnection:
             self._tracker.abandon(pending.correlation_id)
             raise
 
-    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
-        reason: BaseException
-        first = True
-        try:
-            while True:
-                data = await reader.read(_READ_CHUNK)
-                if not data:
-                    self._decoder.feed_eof()
-                    reason = ConnectionLostError(f"{self}: connection closed by broker")
-                    break
-                if first and self.config.security.ssl_context is None and _looks_like_tls(data):
-                    name = self.config.security.name
-                    reason = TlsError(f"{self}{f' of cluster {name!r}' if name else ''}: the broker answers "
-                                      "with TLS on this port, but the client connects without TLS "
-                                      "(PLAINTEXT / SASL_PLAINTEXT)")
-                    break
-                first = False
-                for frame in self._decoder.feed(data):
-                    self._dispatch(frame)
-        except ProtocolError as e:
-            reason = ConnectionLostError(f"{self}: protocol error: {e}")
-        except ssl.SSLError as e:  # e.g. the broker's alert refusing our client certificate
-            reason = (ConnectionLostError(f"{self}: read failed: {e!r}") if isinstance(e, _SSL_DISCONNECTS)
-                      else self._tls_error("TLS session", e))
-        except (OSError, asyncio.IncompleteReadError) as e:
-            reason = ConnectionLostError(f"{self}: read failed: {e!r}")
-        except asyncio.CancelledError:
-            reason = ConnectionLostError(f"{self}: closed")
-            self._fail(reason)
-            raise
-        self._fail(reason)
-
-    def _dispatch(self, frame: bytes) -> None:
+    def _dispatch(self, frame: bytes | bytearray) -> None:
         matched = self._tracker.match(frame)
         if matched is None:
             return  # late answer to an abandoned request
@@ -289,8 +340,8 @@ class BrokerConnection:
         self._closed = True
         for p in self._tracker.drain():
             self._fail_pending(p, reason)
-        if self._writer is not None:
-            self._writer.close()
+        if self._wire is not None and self._wire.transport is not None:
+            self._wire.transport.close()
 
     @staticmethod
     def _fail_pending(p: PendingRequest[asyncio.Future[Any]], reason: BaseException) -> None:
@@ -299,11 +350,7 @@ class BrokerConnection:
 
     async def close(self) -> None:
         """Close the socket; in-flight requests fail with ConnectionLostError."""
-        if self._reader_task is not None and not self._reader_task.done():
-            self._reader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader_task
         self._fail(ConnectionLostError(f"{self}: closed by client"))
-        if self._writer is not None:
+        if self._wire is not None and self._wire.transport is not None:
             with contextlib.suppress(OSError, ConnectionError):
-                await self._writer.wait_closed()
+                await self._wire.lost

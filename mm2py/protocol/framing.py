@@ -6,8 +6,9 @@ plus the body; a response is a response header (v0: correlation_id; v1 adds tagg
 the body. ApiVersions responses always use response header v0 (so clients can parse them before
 negotiation).
 
-:class:`FrameDecoder` turns a byte stream into complete frames; :class:`RequestTracker` does the
-correlation-id bookkeeping. Neither touches sockets.
+:class:`FrameReader` turns a byte stream into complete frames, the socket writing into buffers it
+hands out (large frames land in place, uncopied); :class:`RequestTracker` does the correlation-id
+bookkeeping. Neither touches sockets.
 """
 
 from __future__ import annotations
@@ -122,56 +123,98 @@ def encode_response_header(correlation_id: int, header_version: int) -> bytes:
     return _SIZE.pack(correlation_id) + (b"\x00" if header_version >= 1 else b"")
 
 
-class FrameDecoder:
-    """Incremental splitter of a size-prefixed byte stream into frames.
+class FrameReader:
+    """Splits a size-prefixed byte stream into frames, the bytes written by the socket straight
+    into buffers it hands out (for ``asyncio.BufferedProtocol``: ``get_buffer`` is :meth:`buffer`,
+    ``buffer_updated`` is :meth:`filled`).
 
-    ``feed(data)`` returns the frames completed by ``data`` (without their size prefix), as
-    ``bytes`` objects that callers may keep zero-copy views into.
+    Frames that fit its scratch buffer are cut out of it (one copy each). A frame that does not
+    (a fetch response, megabytes) gets a ``bytearray`` of its own size as soon as its size prefix
+    is in, and the socket fills the rest of it directly: no copy, no growing buffer. Frames are
+    returned as ``bytes`` or ``bytearray``; nothing writes to them afterwards.
     """
 
-    __slots__ = ("_buf", "_max", "_need")
+    __slots__ = ("_end", "_frame", "_got", "_max", "_scratch", "_start", "_view")
 
-    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        self._buf = bytearray()
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE, scratch_size: int = 64 * 1024) -> None:
+        if scratch_size < 8:
+            raise ValueError(f"scratch_size {scratch_size} too small")
         self._max = max_frame_size
-        self._need = -1  # size of the frame being assembled, -1 while the prefix is incomplete
+        self._scratch = bytearray(scratch_size)  # never resized: _view stays valid
+        self._view = memoryview(self._scratch)
+        self._start = 0  # first byte not yet taken from the scratch
+        self._end = 0  # end of the bytes received into the scratch
+        self._frame: bytearray | None = None  # a large frame being filled in place
+        self._got = 0  # bytes of _frame received
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        """Bytes received and not yet returned as a frame."""
+        return self._got if self._frame is not None else self._end - self._start
 
-    def feed(self, data: Buf) -> list[bytes]:
-        buf = self._buf
-        buf += data
-        frames: list[bytes] = []
-        pos = 0
-        end = len(buf)
-        while True:
-            if self._need < 0:
-                if end - pos < 4:
-                    break
-                size = _SIZE.unpack_from(buf, pos)[0]
-                if size < 0:
-                    raise ProtocolError(f"negative frame size {size}")
-                if size > self._max:
-                    raise FrameTooLargeError(f"frame size {size} exceeds maximum {self._max}")
-                self._need = size
-                pos += 4
-            if end - pos < self._need:
-                break
-            frames.append(bytes(buf[pos : pos + self._need]))
-            pos += self._need
-            self._need = -1
-        if pos:
-            del buf[:pos]
+    def buffer(self) -> memoryview:
+        """Where the next received bytes go (never empty)."""
+        if self._frame is not None:
+            return memoryview(self._frame)[self._got :]
+        if self._end == len(self._scratch):  # full: move the incomplete frame to the front
+            n = self._end - self._start
+            self._view[:n] = self._scratch[self._start : self._end]
+            self._start, self._end = 0, n
+        return self._view[self._end :]
+
+    def filled(self, nbytes: int) -> list[bytes | bytearray]:
+        """``nbytes`` were written at the start of the last :meth:`buffer`; returns the frames
+        they complete (without their size prefix). Raises ``ProtocolError`` for a negative or too
+        large size (the stream cannot be read on after that)."""
+        frame = self._frame
+        if frame is not None:
+            self._got += nbytes
+            if self._got < len(frame):
+                return []
+            self._frame = None
+            return [frame]
+        self._end += nbytes
+        scratch, view, pos, end = self._scratch, self._view, self._start, self._end
+        frames: list[bytes | bytearray] = []
+        while end - pos >= 4:
+            size = _SIZE.unpack_from(scratch, pos)[0]
+            if size < 0:
+                raise ProtocolError(f"negative frame size {size}")
+            if size > self._max:
+                raise FrameTooLargeError(f"frame size {size} exceeds maximum {self._max}")
+            if end - pos - 4 >= size:
+                frames.append(bytes(view[pos + 4 : pos + 4 + size]))
+                pos += 4 + size
+                continue
+            if size + 4 > len(scratch):  # larger than the scratch: its own buffer from here on
+                big = bytearray(size)
+                got = end - pos - 4
+                big[:got] = view[pos + 4 : end]
+                self._frame, self._got = big, got
+                pos = end
+            break
+        if pos == end:
+            pos = end = 0
+        self._start, self._end = pos, end
         return frames
 
-    def feed_eof(self) -> None:
-        """Signal the end of the stream; raises TruncatedError if a frame is incomplete."""
-        if self._buf or self._need >= 0:
-            raise TruncatedError(
-                f"stream ended inside a frame ({len(self._buf)} bytes buffered, need {self._need})"
-            )
+    def feed(self, data: Buf) -> list[bytes | bytearray]:
+        """Push-style use (a stream that hands out bytes objects): ``data`` copied in through
+        :meth:`buffer` and :meth:`filled`; returns the frames it completes."""
+        src = memoryview(data).cast("B")
+        frames: list[bytes | bytearray] = []
+        while src:
+            buf = self.buffer()
+            n = min(len(buf), len(src))
+            buf[:n] = src[:n]
+            src = src[n:]
+            frames.extend(self.filled(n))
+        return frames
+
+    def eof(self) -> None:
+        """The stream ended; raises ``TruncatedError`` if it ended inside a frame."""
+        if self.buffered:
+            raise TruncatedError(f"stream ended inside a frame ({self.buffered} bytes of it received)")
 
 
 ResponseParser = Callable[[memoryview, int], Any]

@@ -1,4 +1,4 @@
-"""Framing: size prefixes, request/response headers (checked against kio), FrameDecoder,
+"""Framing: size prefixes, request/response headers (checked against kio), FrameReader,
 RequestTracker."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kio.serial import entity_reader
 
 from mm2py.protocol.errors import ProtocolError, TruncatedError
 from mm2py.protocol.framing import (
-    FrameDecoder,
+    FrameReader,
     FrameTooLargeError,
     RequestTracker,
     decode_request_header,
@@ -85,60 +85,96 @@ def test_frame_request_parts() -> None:
     assert parts[1] is body  # body not copied
 
 
-def test_frame_decoder_byte_by_byte_and_bulk() -> None:
+def test_frame_reader_byte_by_byte_and_bulk() -> None:
     payloads = [b"", b"a", b"hello" * 1000, bytes(range(256))]
     stream = b"".join(encode_frame(p) for p in payloads)
-    dec = FrameDecoder()
-    got: list[bytes] = []
+    reader = FrameReader(scratch_size=1024)
+    got: list[bytes | bytearray] = []
     for i in range(len(stream)):
-        got.extend(dec.feed(stream[i : i + 1]))
+        got.extend(reader.feed(stream[i : i + 1]))
     assert got == payloads
-    dec.feed_eof()
-    assert FrameDecoder().feed(stream) == payloads
+    reader.eof()
+    assert FrameReader().feed(stream) == payloads
 
 
-@settings(max_examples=200)
+def _receive(reader: FrameReader, stream: bytes, chunks: list[int]) -> list[bytes | bytearray]:
+    """What a socket does with a BufferedProtocol: write up to ``len(buffer())`` bytes (each
+    time the next chunk size, cycling) into ``buffer()``, then call ``filled``."""
+    got: list[bytes | bytearray] = []
+    pos = 0
+    for chunk in itertools.cycle(chunks or [1 << 20]):
+        if pos == len(stream):
+            return got
+        buf = reader.buffer()
+        assert len(buf) > 0
+        n = min(len(buf), chunk, len(stream) - pos)
+        buf[:n] = stream[pos : pos + n]
+        pos += n
+        got.extend(reader.filled(n))
+    raise AssertionError("unreachable")
+
+
+@settings(max_examples=300)
 @given(
     payloads=st.lists(st.binary(max_size=300), max_size=8),
-    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=10),
+    chunks=st.lists(st.integers(min_value=1, max_value=700), max_size=6),
+    scratch=st.integers(min_value=8, max_value=400),
 )
-def test_frame_decoder_any_chunking(payloads: list[bytes], cuts: list[int]) -> None:
-    stream = b"".join(encode_frame(p) for p in payloads)
-    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
-    dec = FrameDecoder()
-    got: list[bytes] = []
-    for a, b in itertools.pairwise(points):
-        got.extend(dec.feed(stream[a:b]))
-    assert got == payloads
-    assert dec.buffered == 0
+def test_frame_reader_any_chunking_and_scratch_size(
+    payloads: list[bytes], chunks: list[int], scratch: int
+) -> None:
+    reader = FrameReader(scratch_size=scratch)
+    assert _receive(reader, b"".join(encode_frame(p) for p in payloads), chunks) == payloads
+    assert reader.buffered == 0
+    reader.eof()
 
 
-def test_frame_decoder_rejects_negative_and_huge() -> None:
+def test_a_frame_larger_than_the_scratch_is_received_in_place() -> None:
+    big, small = bytes(range(256)) * 40, b"next"
+    reader = FrameReader(scratch_size=64)
+    stream = encode_frame(big) + encode_frame(small)
+    first = reader.buffer()
+    first[:20] = stream[:20]  # the size prefix and 16 bytes of the frame
+    assert reader.filled(20) == []
+    rest = reader.buffer()
+    assert len(rest) == len(big) - 16  # the socket can write the rest of this frame, no further
+    rest[:] = stream[20 : 4 + len(big)]
+    (frame,) = reader.filled(len(rest))
+    assert frame == big and isinstance(frame, bytearray)
+    rest.release()
+    assert _receive(reader, stream[4 + len(big) :], [3]) == [small]
+
+
+def test_frame_reader_rejects_negative_and_huge() -> None:
     with pytest.raises(ProtocolError):
-        FrameDecoder().feed(struct.pack(">i", -5))
+        FrameReader().feed(struct.pack(">i", -5))
     with pytest.raises(FrameTooLargeError):
-        FrameDecoder(max_frame_size=1000).feed(struct.pack(">i", 1001))
-    assert FrameDecoder(max_frame_size=1000).feed(struct.pack(">i", 3) + b"abc") == [b"abc"]
+        FrameReader(max_frame_size=1000).feed(struct.pack(">i", 1001))
+    assert FrameReader(max_frame_size=1000).feed(struct.pack(">i", 3) + b"abc") == [b"abc"]
 
 
-def test_frame_decoder_eof_inside_frame() -> None:
-    dec = FrameDecoder()
-    assert dec.feed(struct.pack(">i", 10) + b"abc") == []
+def test_frame_reader_eof_inside_frame() -> None:
+    reader = FrameReader()
+    assert reader.feed(struct.pack(">i", 10) + b"abc") == []
     with pytest.raises(TruncatedError):
-        dec.feed_eof()
-    dec2 = FrameDecoder()
-    dec2.feed(b"\x00\x00")
+        reader.eof()
+    partial_size = FrameReader()
+    partial_size.feed(b"\x00\x00")
     with pytest.raises(TruncatedError):
-        dec2.feed_eof()
+        partial_size.eof()
+    large = FrameReader(scratch_size=16)
+    large.feed(struct.pack(">i", 1000) + b"x" * 100)
+    with pytest.raises(TruncatedError):
+        large.eof()
 
 
 @settings(max_examples=300)
 @given(data=st.binary(max_size=64))
-def test_frame_decoder_random_bytes_only_protocol_errors(data: bytes) -> None:
-    dec = FrameDecoder(max_frame_size=1 << 20)
+def test_frame_reader_random_bytes_only_protocol_errors(data: bytes) -> None:
+    reader = FrameReader(max_frame_size=1 << 20, scratch_size=16)
     try:
-        dec.feed(data)
-        dec.feed_eof()
+        reader.feed(data)
+        reader.eof()
     except ProtocolError:
         pass
 

@@ -23,7 +23,7 @@ from mm2py.protocol.api_fetch import AbortedTransaction
 from mm2py.protocol.compression import Codec
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE
-from mm2py.protocol.framing import FrameDecoder, decode_request_header, encode_frame, encode_response_header
+from mm2py.protocol.framing import FrameReader, decode_request_header, encode_frame, encode_response_header
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -189,7 +189,7 @@ class FakeBroker:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.append(writer)
-        dec = FrameDecoder()
+        dec = FrameReader()
         held: list[bytes] = []
         while data := await reader.read(65536):
             for frame in dec.feed(data):
