@@ -71,7 +71,7 @@ class MirrorSource:
             await asyncio.sleep(self._linger_until - now)
             now = asyncio.get_running_loop().time()
         polled = await self._poll(positions, now)
-        if self.linger[0] and sum(b.size for p in polled.values() for b in p.batches) < self.linger[1]:
+        if self.linger[0] and _fewer_bytes(polled, self.linger[1]):
             self._linger_until = asyncio.get_running_loop().time() + self.linger[0]
         return polled
 
@@ -129,3 +129,15 @@ class MirrorSource:
 
     async def close(self) -> None:
         await self.cluster.close()
+
+
+def _fewer_bytes(polled: Mapping[TopicPartition, Polled], limit: int) -> bool:
+    """The fetch brought fewer than ``limit`` bytes (counted only until ``limit``: a backlog's
+    fetch of thousands of batches is not walked)."""
+    total = 0
+    for p in polled.values():
+        for b in p.batches:
+            total += b.size
+            if total >= limit:
+                return False
+    return total < limit

@@ -25,6 +25,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <lz4frame.h>
 #include <stdint.h>
 #include <string.h>
@@ -110,21 +111,52 @@ static PyObject *header_tuple(const uint8_t *b) {
     return t;
 }
 
+/* Where a class keeps a __slots__ attribute (its member descriptor's offset), or -1 if it is not a
+ * plain object slot. RecordBatch's two slots are written there directly: setattr's lookup through
+ * the type costs more than the rest of building a batch view. */
+static Py_ssize_t slot_offset(PyTypeObject *cls, PyObject *name) {
+    PyObject *d = PyDict_GetItemWithError(cls->tp_dict, name);
+    if (!d || Py_TYPE(d) != &PyMemberDescr_Type) return -1;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    return (m->type == T_OBJECT_EX && !(m->flags & READONLY)) ? m->offset : -1;
+}
+
+static PyTypeObject *slots_of; /* the class the offsets below are for (not a reference: a type is
+                                  compared by address only, and the offsets re-read for another) */
+static Py_ssize_t buf_at = -1, h_at = -1;
+
+static int set_slot(PyObject *obj, Py_ssize_t at, PyObject *name, PyObject *value) {
+    if (at < 0) {
+        int rc = PyObject_SetAttr(obj, name, value);
+        Py_DECREF(value);
+        return rc;
+    }
+    PyObject **slot = (PyObject **)((char *)obj + at);
+    Py_XSETREF(*slot, value); /* steals value */
+    return 0;
+}
+
 /* A RecordBatch as RecordBatch._trusted builds it: buf = view[pos:stop], _h = the header. */
 static PyObject *make_batch(PyTypeObject *cls, PyObject *view, Py_ssize_t pos, Py_ssize_t stop,
                             const uint8_t *b) {
+    if (cls != slots_of) {
+        buf_at = slot_offset(cls, mm2py_s_buf);
+        h_at = slot_offset(cls, s_h);
+        if (PyErr_Occurred()) return NULL;
+        slots_of = cls;
+    }
     PyObject *obj = cls->tp_alloc(cls, 0);
     if (!obj) return NULL;
     PyObject *slice = PySequence_GetSlice(view, pos, stop);
-    PyObject *h = slice ? header_tuple(b) : NULL;
-    if (!h || PyObject_SetAttr(obj, mm2py_s_buf, slice) < 0 || PyObject_SetAttr(obj, s_h, h) < 0) {
-        Py_XDECREF(slice);
-        Py_XDECREF(h);
+    if (!slice || set_slot(obj, buf_at, mm2py_s_buf, slice) < 0) {
         Py_DECREF(obj);
         return NULL;
     }
-    Py_DECREF(slice);
-    Py_DECREF(h);
+    PyObject *h = header_tuple(b);
+    if (!h || set_slot(obj, h_at, s_h, h) < 0) {
+        Py_DECREF(obj);
+        return NULL;
+    }
     return obj;
 }
 
