@@ -29,6 +29,7 @@ from enum import IntEnum
 
 import cramjam
 
+from mm2py.protocol import native
 from mm2py.protocol.errors import CorruptBatchError, UnsupportedError
 
 __all__ = ["XERIAL_MAGIC", "Codec", "SectionBuffer", "compress", "decompress"]
@@ -137,6 +138,9 @@ def _lz4_frame(data: bytes | bytearray | memoryview, level: int) -> bytes:
         comp = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
         comp.compress(data if type(data) is bytes else bytes(data))  # the streaming API wants bytes
         return bytes(comp.finish())
+    compiled = native.lz4_frame(data)
+    if compiled is not None:
+        return compiled
     mv = memoryview(data).cast("B")
     parts: list[bytes] = [_KAFKA_LZ4_HEAD]
     for start in range(0, len(mv), _KAFKA_LZ4_BLOCK):

@@ -22,7 +22,7 @@ import os
 from types import ModuleType
 from typing import TypeVar
 
-__all__ = ["AVAILABLE", "batch_ages", "merge", "split"]
+__all__ = ["AVAILABLE", "batch_ages", "lz4_frame", "merge", "split"]
 
 #: a RecordBatch (records.py imports this module)
 B = TypeVar("B")
@@ -75,3 +75,11 @@ def batch_ages(batches: list[B], now: float, bounds: tuple[float, ...]) -> tuple
     if _native is None:
         return None
     return _native.batch_ages(batches, now, bounds)
+
+
+def lz4_frame(data: bytes | bytearray | memoryview) -> bytes | None:
+    """``data`` as the LZ4 frame ``compression`` writes in LZ4's fast mode (the same bytes; the GIL
+    released while compressing); ``None``: take the Python path."""
+    if _native is None:
+        return None
+    return _native.lz4_frame(data)

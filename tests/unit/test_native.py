@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from test_coalesce import BASE_TS, Spec, build, sizes_st, small_spec_st, spec_st
 
 from mm2py.engine.latency import LATENCY_BUCKETS, PartitionTimes, observe_fetch
-from mm2py.protocol import native
+from mm2py.protocol import compression, native
 from mm2py.protocol.coalesce import CoalesceCounters, coalesce
 from mm2py.protocol.compression import Codec, CodecCounters
 from mm2py.protocol.errors import ProtocolError
@@ -223,3 +223,20 @@ def test_batch_ages_are_observe_fetchs_histogram(now: float, stamps: list[int], 
 
 def test_batch_ages_refuses_what_is_not_a_batch() -> None:
     assert native.batch_ages([_with_max_timestamp(5), object()], 1.0, LATENCY_BUCKETS) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pieces=st.lists(st.one_of(
+        st.binary(max_size=3000),
+        st.builds(lambda b, n: b * n, st.binary(min_size=1, max_size=8), st.integers(1, 40_000)),
+    ), max_size=6),
+)
+def test_lz4_frame_is_the_python_frame(pieces: list[bytes]) -> None:
+    # incompressible and compressible stretches, across the 64 KiB block boundary, and empty
+    data = b"".join(pieces)
+    compiled = native.lz4_frame(data)
+    with python_path():
+        plain = compression.compress(Codec.LZ4, data)
+    assert compiled == plain
+    assert compression.decompress(Codec.LZ4, compiled) == data
