@@ -67,8 +67,17 @@ class GroupOffsetsRefusedError(StoreError):
     """The broker did not accept a group offset commit (e.g. the group has active members)."""
 
 
+#: librdkafka defaults mm2py sets for its own clients (a client override still wins).
+#: ``reconnect.backoff.ms`` 100 -> 10: a new client waits out this backoff (jittered) before it
+#: connects to a broker it learned from the bootstrap metadata, ~50 ms on its first request at the
+#: default, and a flow's start creates several clients one after another (admin, progress reader
+#: and writer). Reconnects after a failure still back off exponentially, up to
+#: ``reconnect.backoff.max.ms`` (10 s); the Java client starts at 50 ms.
+LIBRDKAFKA_DEFAULTS: Mapping[str, Any] = {"reconnect.backoff.ms": 10}
+
+
 def client_config(bootstrap: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": LIBRDKAFKA_LOG}
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": LIBRDKAFKA_LOG, **LIBRDKAFKA_DEFAULTS}
     conf.update(overrides or {})
     return conf
 

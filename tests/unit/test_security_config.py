@@ -201,3 +201,10 @@ def test_a_flow_hands_security_to_every_client(tls: TlsFiles) -> None:
     conf = librdkafka_config(flow, "source", "producer", {"acks": "all"})
     assert (conf["bootstrap.servers"], conf["sasl.username"], conf["acks"]) == ("e:9092", "alice", "all")
     assert librdkafka_config(flow, "target")["security.protocol"] == "PLAINTEXT"
+
+
+def test_librdkafka_clients_start_with_a_short_reconnect_backoff_that_an_override_replaces() -> None:
+    flow = flow_config({}).flow("east", "west")
+    assert librdkafka_config(flow, "source", "consumer")["reconnect.backoff.ms"] == 10
+    overridden = librdkafka_config(flow, "target", "producer", {"reconnect.backoff.ms": 250})
+    assert overridden["reconnect.backoff.ms"] == 250
