@@ -10,7 +10,7 @@ setup(
     ext_modules=[
         Extension(
             "mm2py.protocol._native",
-            sources=["mm2py/protocol/_native.c", "mm2py/protocol/_native_merge.c"],
+            sources=[f"mm2py/protocol/{name}.c" for name in ("_native", "_native_merge", "_native_plan")],
             depends=["mm2py/protocol/_native.h"],
             libraries=["lz4"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],

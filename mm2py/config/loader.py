@@ -27,8 +27,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mm2py.config.errors import ConfigError
 from mm2py.config.properties import decode_properties_bytes, parse_properties
 
@@ -118,6 +116,8 @@ def read_flat_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read configuration file {str(p)!r}: {exc.strerror}") from None
     if suffix == ".properties":
         return {k: v.strip() for k, v in parse_properties(decode_properties_bytes(data)).items()}
+    import yaml  # only YAML files need it (~15 ms of every start otherwise)
+
     try:
         doc = json.loads(data) if suffix == ".json" else yaml.safe_load(data)
     except (ValueError, yaml.YAMLError) as exc:

@@ -1,6 +1,6 @@
 /* mm2py.protocol._native: the per-batch hot path of the raw mirror, compiled.
  *
- * Four functions, each an exact stand-in for a pure-Python path of mm2py.protocol on the input it
+ * Five functions, each an exact stand-in for a pure-Python path of mm2py.protocol on the input it
  * accepts, and a refusal (None) on anything else:
  *
  *   split(view, RecordBatch, verify) -> (batches, trailing_bytes, flags) | None
@@ -12,6 +12,8 @@
  *       each other (coalesce's planning decides the run), as the steps coalesce emits.
  *   batch_ages(batches, now, bounds) -> (counts, total) | None
  *       latency.observe_fetch's per-batch age histogram (bucket counts and the sum of the ages).
+ *   plan(batches, threshold, limit, cuts) -> [(start, end, bytes), ...] | None
+ *       coalesce's planning loop: runs to merge and batches passed through (_native_plan.c).
  *   lz4_frame(data) -> bytes
  *       compression._lz4_frame in LZ4's fast mode: the same frame, compressed without the GIL.
  *
@@ -81,39 +83,8 @@ uint32_t mm2py_crc32c(const uint8_t *p, size_t n) {
     return ~crc;
 }
 
-static PyObject *s_h;
 LZ4F_dctx *mm2py_dctx;
 PyObject *mm2py_s_buf;
-
-/* the 13 header fields as records.HEADER_STRUCT (">qiibIhiqqqhii") unpacks them */
-static PyObject *header_tuple(const uint8_t *b) {
-    PyObject *t = PyTuple_New(13);
-    if (!t) return NULL;
-    PyObject *v[13] = {
-        PyLong_FromLongLong((int64_t)be64(b)),
-        PyLong_FromLong((int32_t)be32(b + 8)),
-        PyLong_FromLong((int32_t)be32(b + 12)),
-        PyLong_FromLong((int8_t)b[16]),
-        PyLong_FromUnsignedLong(be32(b + 17)),
-        PyLong_FromLong((int16_t)be16(b + 21)),
-        PyLong_FromLong((int32_t)be32(b + 23)),
-        PyLong_FromLongLong((int64_t)be64(b + 27)),
-        PyLong_FromLongLong((int64_t)be64(b + 35)),
-        PyLong_FromLongLong((int64_t)be64(b + 43)),
-        PyLong_FromLong((int16_t)be16(b + 51)),
-        PyLong_FromLong((int32_t)be32(b + 53)),
-        PyLong_FromLong((int32_t)be32(b + 57)),
-    };
-    for (int i = 0; i < 13; i++) {
-        if (!v[i]) {
-            for (int k = 0; k < 13; k++) Py_XDECREF(v[k]);
-            Py_DECREF(t);
-            return NULL;
-        }
-    }
-    for (int i = 0; i < 13; i++) PyTuple_SET_ITEM(t, i, v[i]);
-    return t;
-}
 
 /* Where a class keeps a __slots__ attribute (its member descriptor's offset), or -1 if it is not a
  * plain object slot. RecordBatch's two slots are written there directly: setattr's lookup through
@@ -127,7 +98,7 @@ static Py_ssize_t slot_offset(PyTypeObject *cls, PyObject *name) {
 
 static PyTypeObject *slots_of; /* the class the offsets below are for (not a reference: a type is
                                   compared by address only, and the offsets re-read for another) */
-static Py_ssize_t buf_at = -1, h_at = -1;
+static Py_ssize_t buf_at = -1;
 
 static int set_slot(PyObject *obj, Py_ssize_t at, PyObject *name, PyObject *value) {
     if (at < 0) {
@@ -140,12 +111,13 @@ static int set_slot(PyObject *obj, Py_ssize_t at, PyObject *name, PyObject *valu
     return 0;
 }
 
-/* A RecordBatch as RecordBatch._trusted builds it: buf = view[pos:stop], _h = the header. */
+/* A RecordBatch view: buf = view[pos:stop]; its header tuple (_h) is left for RecordBatch to
+ * unpack when something reads it (most small batches only go through plan and merge, which read
+ * their bytes). */
 static PyObject *make_batch(PyTypeObject *cls, PyObject *view, Py_ssize_t pos, Py_ssize_t stop,
                             const uint8_t *b) {
     if (cls != slots_of) {
         buf_at = slot_offset(cls, mm2py_s_buf);
-        h_at = slot_offset(cls, s_h);
         if (PyErr_Occurred()) return NULL;
         slots_of = cls;
     }
@@ -156,12 +128,33 @@ static PyObject *make_batch(PyTypeObject *cls, PyObject *view, Py_ssize_t pos, P
         Py_DECREF(obj);
         return NULL;
     }
-    PyObject *h = header_tuple(b);
-    if (!h || set_slot(obj, h_at, s_h, h) < 0) {
-        Py_DECREF(obj);
-        return NULL;
+    return obj; /* _h unset: RecordBatch unpacks the header on first use */
+}
+
+int mm2py_batch_header(PyObject *batch, uint8_t *h) {
+    PyObject *view;
+    if (Py_TYPE(batch) == slots_of && buf_at >= 0) {
+        view = *(PyObject **)((char *)batch + buf_at);
+        if (!view) return 0;
+        Py_INCREF(view);
+    } else {
+        view = PyObject_GetAttr(batch, mm2py_s_buf);
+        if (!view) {
+            PyErr_Clear();
+            return 0;
+        }
     }
-    return obj;
+    Py_buffer v;
+    int rc = PyObject_GetBuffer(view, &v, PyBUF_SIMPLE);
+    Py_DECREF(view);
+    if (rc < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    rc = v.len >= HEADER;
+    if (rc) memcpy(h, v.buf, HEADER);
+    PyBuffer_Release(&v);
+    return rc;
 }
 
 static PyObject *split(PyObject *self, PyObject *args) {
@@ -215,7 +208,8 @@ fail:
 /* batch_ages(batches, now, bounds) -> (counts, total) | None: latency.observe_fetch's age
  * histogram. For each batch whose maxTimestamp (header field 8) is >= 0: age = now - ts / 1000 s,
  * at least 0, counted in the first bucket whose bound is >= it (bisect_left; the last count is
- * past every bound); total is the sum of the ages. None: an item that is not a RecordBatch. */
+ * past every bound); total is the sum of the ages. None: an item that is not a RecordBatch view.
+ * The timestamp is read from the batch's bytes (its header tuple may not be unpacked yet). */
 enum { MAX_BOUNDS = 64 };
 
 static PyObject *batch_ages(PyObject *self, PyObject *args) {
@@ -232,21 +226,11 @@ static PyObject *batch_ages(PyObject *self, PyObject *args) {
     }
     double total = 0.0;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(batches); k++) {
-        PyObject *h = PyObject_GetAttr(PyList_GET_ITEM(batches, k), s_h);
-        if (!h) {
-            PyErr_Clear();
-            Py_RETURN_NONE;
-        }
-        if (!PyTuple_Check(h) || PyTuple_GET_SIZE(h) != 13) {
-            Py_DECREF(h);
-            Py_RETURN_NONE;
-        }
-        long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(h, 8));
-        Py_DECREF(h);
-        if (ts == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            Py_RETURN_NONE;
-        }
+        uint8_t h[HEADER];
+        int rc = mm2py_batch_header(PyList_GET_ITEM(batches, k), h);
+        if (rc < 0) return NULL;
+        if (rc == 0) Py_RETURN_NONE;
+        long long ts = (long long)(int64_t)be64(h + 35);
         if (ts < 0) continue;
         double age = now - (double)ts / 1000.0;
         if (!(age > 0.0)) age = 0.0;
@@ -332,6 +316,8 @@ static PyMethodDef methods[] = {
     {"merge", mm2py_merge, METH_VARARGS,
      "merge(run, verify) -> (steps, decompressions) or None (take the Python path)"},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data) -> int: CRC-32C (Castagnoli)"},
+    {"plan", mm2py_plan, METH_VARARGS,
+     "plan(batches, threshold, limit, cuts) -> [(start, end, bytes)] or None (take the Python path)"},
     {"lz4_frame", lz4_frame, METH_VARARGS, "lz4_frame(data) -> bytes: Kafka's LZ4 frame, fast mode"},
     {"batch_ages", batch_ages, METH_VARARGS,
      "batch_ages(batches, now, bounds) -> (counts, total) or None (take the Python path)"},
@@ -349,7 +335,6 @@ PyMODINIT_FUNC PyInit__native(void) {
         return NULL;
     }
     mm2py_s_buf = PyUnicode_InternFromString("buf");
-    s_h = PyUnicode_InternFromString("_h");
-    if (!mm2py_s_buf || !s_h) return NULL;
+    if (!mm2py_s_buf) return NULL;
     return PyModule_Create(&module);
 }

@@ -14,6 +14,11 @@ extern LZ4F_dctx *mm2py_dctx;
 extern PyObject *mm2py_s_buf;
 /* merge(run, verify): see _native.c */
 PyObject *mm2py_merge(PyObject *self, PyObject *args);
+/* plan(batches, threshold, limit, cuts): see _native_plan.c */
+PyObject *mm2py_plan(PyObject *self, PyObject *args);
+/* a RecordBatch's first HEADER bytes copied into h: 1, or 0 if it is not a batch view of at least
+ * a header, -1 with an exception set */
+int mm2py_batch_header(PyObject *batch, uint8_t *h);
 
 /* ----------------------------------------------------------------------------- big-endian fields */
 static inline uint64_t be64(const uint8_t *p) {

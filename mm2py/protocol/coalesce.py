@@ -341,8 +341,25 @@ def coalesce(
     """
     limit = _limit(threshold, target, max_bytes)
     builder = _Builder(max_bytes, verified, lz4_level)
-    run: list[RecordBatch] = []
-    run_index = run_bytes = 0
+    segments = _native.plan(batches, threshold, limit, cuts) if isinstance(batches, list) else None
+    if segments is None:  # no compiled path, or it leaves the input to this one (e.g. to raise)
+        segments = _plan(batches, threshold, limit, cuts)
+    for start, end, size in segments:
+        builder.add(list(batches[start:end]), start, size)
+    builder.flush()
+    return builder.out
+
+
+def _plan(
+    batches: Sequence[RecordBatch], threshold: int, limit: int, cuts: Collection[int]
+) -> list[tuple[int, int, int]]:
+    """Which batches form runs to merge: ``(start, end, bytes)`` segments covering ``batches`` in
+    order, a run of merge-eligible batches that follow each other within ``limit`` bytes (ended
+    after a last offset in ``cuts``), or one batch passed through. The compiled path's ``plan``
+    gives the same segments (``_native_plan.c``)."""
+    out: list[tuple[int, int, int]] = []
+    run = -1  # start of the open run (-1: none)
+    run_bytes = 0
     prev_last = prev_attrs = -1
     for index, b in enumerate(batches):
         base, length, _, magic, _, attrs, last_delta, _, _, _, _, _, count = b.fields
@@ -355,22 +372,20 @@ def coalesce(
         joins = follows_fields(prev_last, prev_attrs, base, attrs)
         prev_last, prev_attrs = base + last_delta, attrs
         if size < threshold and eligible_fields(magic, attrs, last_delta, count):
-            if run and run_bytes + size <= limit and joins:
-                run.append(b)
+            if run >= 0 and run_bytes + size <= limit and joins:
                 run_bytes += size
             else:
-                if run:
-                    builder.add(run, run_index, run_bytes)
-                run, run_index, run_bytes = [b], index, size
+                if run >= 0:
+                    out.append((run, index, run_bytes))
+                run, run_bytes = index, size
             if prev_last in cuts:
-                builder.add(run, run_index, run_bytes)
-                run = []
+                out.append((run, index + 1, run_bytes))
+                run = -1
             continue
-        if run:
-            builder.add(run, run_index, run_bytes)
-            run = []
-        builder.add([b], index, size)
-    if run:
-        builder.add(run, run_index, run_bytes)
-    builder.flush()
-    return builder.out
+        if run >= 0:
+            out.append((run, index, run_bytes))
+            run = -1
+        out.append((index, index + 1, size))
+    if run >= 0:
+        out.append((run, len(batches), run_bytes))
+    return out

@@ -19,10 +19,11 @@ other over random and corrupted input.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from types import ModuleType
 from typing import TypeVar
 
-__all__ = ["AVAILABLE", "batch_ages", "lz4_frame", "merge", "split"]
+__all__ = ["AVAILABLE", "batch_ages", "lz4_frame", "merge", "plan", "split"]
 
 #: a RecordBatch (records.py imports this module)
 B = TypeVar("B")
@@ -83,3 +84,14 @@ def lz4_frame(data: bytes | bytearray | memoryview) -> bytes | None:
     if _native is None:
         return None
     return _native.lz4_frame(data)
+
+
+def plan(
+    batches: list[B], threshold: int, limit: int, cuts: Collection[int]
+) -> list[tuple[int, int, int]] | None:
+    """Coalesce's planning of one partition's ``batches``: ``(start, end, bytes)`` segments in
+    order, a run to merge or a batch passed through (see ``_native_plan.c``); ``None``: take the
+    Python path."""
+    if _native is None:
+        return None
+    return _native.plan(batches, threshold, limit, cuts)

@@ -106,6 +106,16 @@ class RecordBatch:
         self.buf = mv
         self._h = header
 
+    def __getattr__(self, name: str) -> tuple[int, ...]:
+        # Only reached for a slot that is unset. The compiled split (mm2py.protocol.native) builds
+        # views without their header tuple: most small batches are only planned and merged, which
+        # read their bytes. The header is unpacked here on first use and kept.
+        if name != "_h":
+            raise AttributeError(name)
+        header: tuple[int, ...] = HEADER_STRUCT.unpack_from(self.buf, 0)
+        self._h = header
+        return header
+
     @classmethod
     def _trusted(cls, mv: memoryview, header: tuple[int, ...]) -> RecordBatch:
         """Build a view without re-validating (the caller already checked size and magic)."""

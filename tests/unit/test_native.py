@@ -19,12 +19,13 @@ from hypothesis import strategies as st
 from test_coalesce import BASE_TS, Spec, build, sizes_st, small_spec_st, spec_st
 
 from mm2py.engine.latency import LATENCY_BUCKETS, PartitionTimes, observe_fetch
+from mm2py.protocol import coalesce as coalesce_module
 from mm2py.protocol import compression, native
-from mm2py.protocol.coalesce import CoalesceCounters, coalesce
+from mm2py.protocol.coalesce import DEFAULT_THRESHOLD, CoalesceCounters, coalesce
 from mm2py.protocol.compression import Codec, CodecCounters
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.record_codec import Record, build_batch
-from mm2py.protocol.records import RecordBatch, split_checked, split_record_set
+from mm2py.protocol.records import HEADER_STRUCT, RecordBatch, split_checked, split_record_set
 from mm2py.protocol.types import TopicPartition
 
 
@@ -146,10 +147,12 @@ far_ts_st = st.sampled_from([-(2**62), 2**62, 2**62 + 2**61, -(2**62) - 2**61])
                                                 min_size=1, max_size=2), st.booleans()),
         st.tuples(st.integers(0, 29), st.sampled_from(["fewer", "junk"]), st.just(True)),
     ),
+    cut_at=st.lists(st.integers(0, 29), max_size=4),
+    fetched=st.booleans(),
 )
 def test_coalesce_gives_the_same_batches_counters_and_errors_with_the_compiled_path(
     specs: list[Spec], odd: list[int], sizes: tuple[int, int], max_bytes: int, verified: bool,
-    damage: tuple[int, list[tuple[int, int]] | str, bool] | None,
+    damage: tuple[int, list[tuple[int, int]] | str, bool] | None, cut_at: list[int], fetched: bool,
 ) -> None:
     batches = _build_mixed(specs, odd)
     if damage is not None:
@@ -171,13 +174,19 @@ def test_coalesce_gives_the_same_batches_counters_and_errors_with_the_compiled_p
         batches[at] = RecordBatch(bytes(data))
         verified = verified and reseal  # the fetcher's check would have caught a bad CRC
     threshold, target = sizes
+    # exact re-send cuts: runs end after these batches' last offsets (and one that is no batch's)
+    cuts = frozenset(batches[i % len(batches)].last_offset for i in cut_at) | {-7}
+    if fetched:  # views as the compiled split builds them: no header tuple until one is read
+        split = native.split(memoryview(b"".join(bytes(b.buf) for b in batches)), RecordBatch, False)
+        assert split is not None and len(split[0]) == len(batches)
+        batches = split[0]
 
     def run() -> tuple[tuple[str, Any], tuple[int, ...], int]:
         c0, d0 = CoalesceCounters.snapshot(), CodecCounters.decompressions
         got = outcome(lambda: [
             (bytes(c.batch.buf), c.first_offset, c.last_offset, c.sources, c.index)
             for c in coalesce(batches, max_bytes=max_bytes, threshold=threshold, target=target,
-                              verified=verified)
+                              verified=verified, cuts=cuts)
         ])
         c1 = CoalesceCounters.snapshot()
         return got, tuple(b - a for a, b in zip(c0, c1, strict=True)), CodecCounters.decompressions - d0
@@ -192,7 +201,8 @@ def test_coalesce_gives_the_same_batches_counters_and_errors_with_the_compiled_p
 
 
 def _with_max_timestamp(ts: int) -> RecordBatch:
-    return RecordBatch._trusted(memoryview(b""), (0, 49, 0, 2, 0, 0, 0, ts, ts, -1, -1, -1, 1))
+    header = (0, 49, 0, 2, 0, 0, 0, ts, ts, -1, -1, -1, 1)
+    return RecordBatch._trusted(memoryview(HEADER_STRUCT.pack(*header)), header)
 
 
 @settings(max_examples=300, deadline=None)
@@ -209,6 +219,7 @@ def test_batch_ages_are_observe_fetchs_histogram(now: float, stamps: list[int], 
     # ages exactly on a bucket's bound too: a timestamp `bound` seconds before now
     stamps = stamps + [int((now - b) * 1000) for b in back]
     batches = [_with_max_timestamp(ts) for ts in stamps]
+    assert native.batch_ages(batches, now, LATENCY_BUCKETS) is not None  # the compiled path counts
     tp = TopicPartition("t", 0)
     compiled: dict[TopicPartition, PartitionTimes] = {}
     observe_fetch(compiled, tp, batches, True, now)
@@ -240,3 +251,24 @@ def test_lz4_frame_is_the_python_frame(pieces: list[bytes]) -> None:
         plain = compression.compress(Codec.LZ4, data)
     assert compiled == plain
     assert compression.decompress(Codec.LZ4, compiled) == data
+
+
+@settings(max_examples=300, deadline=None)
+@given(specs=st.lists(st.one_of(small_spec_st, small_spec_st, spec_st), min_size=1, max_size=25),
+       take=st.integers(1, 25), extra=st.integers(-1, 1), cut_at=st.lists(st.integers(0, 24), max_size=3),
+       threshold=st.sampled_from([0, 300, DEFAULT_THRESHOLD]), fetched=st.booleans())
+def test_plan_gives_coalesces_segments(
+    specs: list[Spec], take: int, extra: int, cut_at: list[int], threshold: int, fetched: bool
+) -> None:
+    # a run limit equal to (or one byte off) the size of the first `take` batches: the edge the
+    # planning decides with `<=`; cuts at some batches' last offsets
+    batches = build(specs)
+    limit = max(1, sum(b.size for b in batches[:take]) + extra)
+    cuts = frozenset(batches[i % len(batches)].last_offset for i in cut_at)
+    if fetched:
+        split = native.split(memoryview(b"".join(bytes(b.buf) for b in batches)), RecordBatch, True)
+        assert split is not None
+        batches = split[0]
+    planned = native.plan(list(batches), threshold, limit, cuts)
+    assert planned is not None
+    assert planned == coalesce_module._plan(batches, threshold, limit, cuts)
