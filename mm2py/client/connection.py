@@ -6,9 +6,8 @@ matched by correlation id. On connect the ApiVersions handshake runs, then the o
 an ``ssl.SSLContext`` (:mod:`mm2py.client.tls`) handed to ``loop.create_connection``.
 
 Reading is an ``asyncio.BufferedProtocol`` over a :class:`~mm2py.protocol.framing.FrameReader`: the
-socket writes a large response (a fetch of megabytes) straight into a buffer of its exact size, so
-the bytes of a fetched batch are copied once, by the kernel, between the socket and the produce
-request that forwards them.
+socket writes a large response (a fetch of megabytes) straight into a buffer of its exact size (no
+growing buffer, no slices copied on the way in; batch views point into that buffer).
 
 A refused TLS handshake or SASL authentication raises a :class:`SecurityError`. It is deliberately
 not a retriable :class:`ClientError`: a wrong CA, certificate or password does not heal by itself,
@@ -18,7 +17,6 @@ so callers fail at once with the reason instead of retrying until a time-out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 from collections.abc import Callable
@@ -166,7 +164,12 @@ class _Wire(asyncio.BufferedProtocol):
             self.conn._dispatch(frame)
 
     def eof_received(self) -> bool:
-        self.conn._fail(ConnectionLostError(f"{self.conn}: connection closed by broker"))
+        try:
+            self.frames.eof()
+            reason = ConnectionLostError(f"{self.conn}: connection closed by broker")
+        except ProtocolError as e:  # it closed inside a response
+            reason = ConnectionLostError(f"{self.conn}: protocol error: {e}")
+        self.conn._fail(reason)
         return False  # the transport closes itself
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -177,8 +180,7 @@ class _Wire(asyncio.BufferedProtocol):
         else:
             reason = ConnectionLostError(f"{self.conn}: connection closed")
         self.conn._fail(reason)
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)  # request() finds the connection closed
+        self._wake_drain()  # request() finds the connection closed
         if not self.lost.done():
             self.lost.set_result(None)
 
@@ -187,6 +189,9 @@ class _Wire(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._paused = False
+        self._wake_drain()
+
+    def _wake_drain(self) -> None:
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
@@ -352,5 +357,4 @@ class BrokerConnection:
         """Close the socket; in-flight requests fail with ConnectionLostError."""
         self._fail(ConnectionLostError(f"{self}: closed by client"))
         if self._wire is not None and self._wire.transport is not None:
-            with contextlib.suppress(OSError, ConnectionError):
-                await self._wire.lost
+            await self._wire.lost  # set by connection_lost, never failed

@@ -114,8 +114,7 @@ static int set_slot(PyObject *obj, Py_ssize_t at, PyObject *name, PyObject *valu
 /* A RecordBatch view: buf = view[pos:stop]; its header tuple (_h) is left for RecordBatch to
  * unpack when something reads it (most small batches only go through plan and merge, which read
  * their bytes). */
-static PyObject *make_batch(PyTypeObject *cls, PyObject *view, Py_ssize_t pos, Py_ssize_t stop,
-                            const uint8_t *b) {
+static PyObject *make_batch(PyTypeObject *cls, PyObject *view, Py_ssize_t pos, Py_ssize_t stop) {
     if (cls != slots_of) {
         buf_at = slot_offset(cls, mm2py_s_buf);
         if (PyErr_Occurred()) return NULL;
@@ -185,7 +184,7 @@ static PyObject *split(PyObject *self, PyObject *args) {
         int64_t base = (int64_t)be64(b);
         if (pos > 0 && base <= prev_last) flags |= 4;
         prev_last = (int64_t)((uint64_t)base + (uint64_t)(int64_t)(int32_t)be32(b + 23));
-        PyObject *batch = make_batch(cls, view, pos, stop, b);
+        PyObject *batch = make_batch(cls, view, pos, stop);
         if (!batch || PyList_Append(out, batch) < 0) {
             Py_XDECREF(batch);
             goto fail;
@@ -227,9 +226,7 @@ static PyObject *batch_ages(PyObject *self, PyObject *args) {
     double total = 0.0;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(batches); k++) {
         uint8_t h[HEADER];
-        int rc = mm2py_batch_header(PyList_GET_ITEM(batches, k), h);
-        if (rc < 0) return NULL;
-        if (rc == 0) Py_RETURN_NONE;
+        if (!mm2py_batch_header(PyList_GET_ITEM(batches, k), h)) Py_RETURN_NONE;
         long long ts = (long long)(int64_t)be64(h + 35);
         if (ts < 0) continue;
         double age = now - (double)ts / 1000.0;

@@ -16,8 +16,8 @@ extern PyObject *mm2py_s_buf;
 PyObject *mm2py_merge(PyObject *self, PyObject *args);
 /* plan(batches, threshold, limit, cuts): see _native_plan.c */
 PyObject *mm2py_plan(PyObject *self, PyObject *args);
-/* a RecordBatch's first HEADER bytes copied into h: 1, or 0 if it is not a batch view of at least
- * a header, -1 with an exception set */
+/* a RecordBatch's first HEADER bytes copied into h: 1, or 0 (no exception set) if it is not a
+ * batch view of at least a header */
 int mm2py_batch_header(PyObject *batch, uint8_t *h);
 
 /* ----------------------------------------------------------------------------- big-endian fields */

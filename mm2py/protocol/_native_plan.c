@@ -49,9 +49,7 @@ PyObject *mm2py_plan(PyObject *self, PyObject *args) {
     int prev_attrs = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint8_t h[HEADER];
-        int rc = mm2py_batch_header(PyList_GET_ITEM(batches, i), h);
-        if (rc < 0) goto fail;
-        if (rc == 0) goto refuse;
+        if (!mm2py_batch_header(PyList_GET_ITEM(batches, i), h)) goto refuse;
         int64_t base = (int64_t)be64(h), last_delta = (int32_t)be32(h + 23);
         int attrs = (int16_t)be16(h + ATTRS_AT);
         int64_t count = (int32_t)be32(h + 57);

@@ -4,8 +4,9 @@ A mirror of small batches spends its time on work done once per source batch: wa
 record set, checking each CRC, decompressing each records section, reading each record's framing
 and writing it again for a merged batch. In Python that is about 10 us per batch even with the
 array-based merge, which caps a mirror of half-KiB batches at one event-loop thread's worth of
-them. ``_native`` (C, built by the project's install from ``_native.c`` and ``_native_merge.c``,
-linked to liblz4) does that work for record sets and runs of batches.
+them. ``_native`` (C, built by the project's install from ``_native.c``, ``_native_merge.c`` and
+``_native_plan.c``, linked to liblz4) does that work for record sets and runs of batches, plus the
+planning of runs, a fetch's record-age histogram and LZ4 frames.
 
 It decides nothing on its own: each function is a stand-in for a Python path on the input it
 accepts and answers ``None`` for anything else -- input the Python path would reject (so the
