@@ -284,7 +284,8 @@ def peer_process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=ROOT, start_new_session=True,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                    filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     try:
         yield proc
     finally:

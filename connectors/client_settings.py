@@ -127,6 +127,7 @@ def raw_client_settings(
         max_request_bytes=producer.get("max_request_bytes", ProducerConfig.max_request_bytes),
         idempotent=producer.get("idempotent", True),
         max_in_flight=min(5, producer.get("max_in_flight", 5)),
+        connections_per_broker=flow.produce_connections_per_broker,
     )
 
     source_security = cluster_security(flow, "source", "consumer")

@@ -1,6 +1,7 @@
 """Cluster view: bootstrap, metadata cache, leader routing, retries with backoff, ListOffsets.
 
-:class:`ClusterClient` owns one :class:`BrokerConnection` per broker. ``for_leaders`` is the
+:class:`ClusterClient` owns the :class:`BrokerConnection` s to the brokers (one per broker, and
+more for a caller that asks for other slots, see ``connection``). ``for_leaders`` is the
 shared routing/retry engine used by ListOffsets, the fetcher and the producer: it groups work per
 partition leader, sends one request per broker concurrently, and re-routes partitions that failed
 with a retriable error (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
@@ -31,12 +32,7 @@ from mm2py.protocol.api import (
     encode_list_offsets_request,
     encode_metadata_request,
 )
-from mm2py.protocol.errors_codes import (
-    NONE,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    BrokerError,
-    error_info,
-)
+from mm2py.protocol.errors_codes import NONE, UNKNOWN_TOPIC_OR_PARTITION, BrokerError, error_info
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -126,7 +122,7 @@ class ClusterClient:
         self.config = config or ClientConfig()
         self._bootstrap = _parse_bootstrap(bootstrap)
         self._factory = ConnectionFactory(self.config.connection)
-        self._conns: dict[int, BrokerConnection] = {}
+        self._conns: dict[tuple[int, int], BrokerConnection] = {}  # (node id, slot) -> connection
         self._bootstrap_conn: BrokerConnection | None = None
         self._conn_lock = asyncio.Lock()
         self._metadata_lock = asyncio.Lock()
@@ -161,25 +157,28 @@ class ClusterClient:
             cap = max_version if cap is None else min(cap, max_version)
         return conn.version_for(api_key, cap)
 
-    async def connection(self, node_id: int) -> BrokerConnection:
-        conn = self._conns.get(node_id)
+    async def connection(self, node_id: int, slot: int = 0) -> BrokerConnection:
+        """Connection ``slot`` to broker ``node_id`` (opened if need be). A broker answers a
+        connection's requests one after another, in order; different slots' at the same time."""
+        key = (node_id, slot)
+        conn = self._conns.get(key)
         if conn is not None and conn.connected:
             return conn
         async with self._conn_lock:
-            conn = self._conns.get(node_id)
+            conn = self._conns.get(key)
             if conn is not None and conn.connected:
                 return conn
             broker = self.brokers.get(node_id)
             if broker is None:
                 raise NoLeaderError(f"broker {node_id} unknown to metadata")
             conn = await self._factory.connect(broker.host, broker.port, node_id)
-            self._conns[node_id] = conn
+            self._conns[key] = conn
             return conn
 
     async def any_connection(self) -> BrokerConnection:
         """A live connection to some broker (known brokers first, then the bootstrap list)."""
-        for conn in self._conns.values():
-            if conn.connected:
+        for (_, slot), conn in self._conns.items():
+            if slot == 0 and conn.connected:
                 return conn
         last: BaseException | None = None
         for node_id in list(self.brokers):
@@ -226,7 +225,7 @@ class ClusterClient:
         if resp.brokers:
             self.brokers = dict(resp.brokers)
         self.cluster_id = resp.cluster_id
-        for stale in [n for n in self._conns if n not in self.brokers]:
+        for stale in [key for key in self._conns if key[0] not in self.brokers]:
             conn = self._conns.pop(stale)
             asyncio.get_running_loop().create_task(conn.close())
         seen = set()

@@ -145,6 +145,11 @@ class FlowSettings(BaseModel):
     #: LZ4 level of merged lz4 batches: 0-2 LZ4's fast mode (librdkafka's default), 3-12 its
     #: high-compression mode (Kafka's Java producer defaults to 9): smaller batches, more CPU
     coalesce_lz4_level: int = Field(0, alias="mm2py.coalesce.lz4.level", ge=0, le=12)
+    #: connections to each target broker that a task's produce requests go out on (a partition
+    #: keeps one): a broker works on one request per connection at a time, so with two it
+    #: validates and appends two of ours at once; 1 is the Java producer's single connection
+    produce_connections_per_broker: int = Field(2, alias="mm2py.produce.connections.per.broker",
+                                                ge=1, le=8)
     #: every broker of a cluster refusing connections this long fails an admin call (a flow's
     #: start, a REST request) at once with the broker's reason, instead of after admin.timeout.ms
     unreachable_timeout_ms: int = Field(5_000, alias="mm2py.unreachable.timeout.ms", ge=0)

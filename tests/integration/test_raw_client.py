@@ -111,6 +111,18 @@ async def test_raw_mirror_roundtrip(
             assert bytes(t.buf[57:]) == bytes(s.buf[57:])  # recordsCount + compressed records
 
 
+async def producer_unlike(dst: ClusterClient, source_pids: set[int]) -> RawProducer:
+    """A raw producer whose id on the target differs from the source batches' ids. The two
+    clusters number producer ids independently, so they may coincide; a coincidence would let
+    a producer that kept the source's id pass for one that stamps its own."""
+    while True:
+        producer = RawProducer(dst)
+        await producer.state.ensure()
+        if producer.producer_id not in source_pids:
+            return producer
+        await producer.close()
+
+
 async def test_idempotent_producer_stamps_its_own_sequences_and_dedupes_retries(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, src: ClusterClient, dst: ClusterClient
 ) -> None:
@@ -120,7 +132,7 @@ async def test_idempotent_producer_stamps_its_own_sequences_and_dedupes_retries(
                     extra={"batch.num.messages": 50})
     source_batches = await fetch_batches(src, TopicPartition(topic, 0))
     ttp = TopicPartition(target, 0)
-    producer = RawProducer(dst)
+    producer = await producer_unlike(dst, {b.producer_id for b in source_batches})
     offsets = await producer.produce([(ttp, b) for b in source_batches])
     assert offsets == [b.base_offset for b in source_batches]
     target_batches = await fetch_batches(dst, ttp)
@@ -218,7 +230,7 @@ async def test_transactions_only_committed(
 
     target = create_topic(target_cluster.bootstrap, unique("txn-dst"))
     ttp = TopicPartition(target, 0)
-    producer = RawProducer(dst)
+    producer = await producer_unlike(dst, {b.producer_id for b in batches})
     offsets = await producer.produce([(ttp, b) for b in batches])
     assert len(offsets) == len(batches)
     assert contents(read_all(target_cluster.bootstrap, target, expect=len(committed))) == contents(committed)

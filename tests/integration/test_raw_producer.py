@@ -6,7 +6,7 @@ import pytest
 from helpers import BASE_TS, create_topic, read_all, unique
 
 from mm2py.client.cluster import ClusterClient
-from mm2py.client.producer import ProduceError, RawProducer
+from mm2py.client.producer import ProduceError, ProducerConfig, RawProducer
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
@@ -87,3 +87,22 @@ async def test_a_new_producer_id_resends_only_what_the_broker_refused(
     got = read_all(target_cluster.bootstrap, topic)
     assert [r.value for r in got if r.partition == 0] == [b"a0", b"a1"]
     assert [r.value for r in got if r.partition == 1] == [b"b0", b"b1"]
+
+
+async def test_two_connections_per_broker_keep_each_partitions_order(
+    target_cluster: KafkaCluster, dst: ClusterClient
+) -> None:
+    """With two connections to the broker the partitions are dealt to both; ten batches of each of
+    four partitions, pipelined, land in order and once, each at the offset it was acknowledged at."""
+    topic = create_topic(target_cluster.bootstrap, unique("conns"), partitions=4)
+    parts = [TopicPartition(topic, p) for p in range(4)]
+    producer = RawProducer(dst, ProducerConfig(connections_per_broker=2))
+    items = [(tp, small(f"{tp.partition}-{i}")) for i in range(10) for tp in parts]
+    assert await producer.produce(items) == [i for i in range(10) for _ in parts]
+    leader = dst.leader_of(parts[0])
+    assert {slot for node, slot in dst._conns if node == leader} == {0, 1}
+    got = read_all(target_cluster.bootstrap, topic)
+    for tp in parts:
+        assert [(r.offset, r.value) for r in got if r.partition == tp.partition] == [
+            (i, f"{tp.partition}-{i}".encode()) for i in range(10)]
+    await producer.close()

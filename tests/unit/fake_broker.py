@@ -17,7 +17,7 @@ from typing import Any
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.connection import ConnectionConfig
 from mm2py.client.errors import RequestTimeoutError
-from mm2py.client.producer import RawProducer
+from mm2py.client.producer import ProducerConfig, RawProducer
 from mm2py.protocol.api import (
     ApiKey,
     BrokerMetadata,
@@ -88,6 +88,10 @@ class FakeBroker:
         #: batches of one partition in flight at once (the producer's window), the most seen
         self.partition_in_flight: dict[TopicPartition, int] = {}
         self.max_partition_in_flight = 0
+        self.requests = 0  # Produce requests received, over all connections
+        #: Produce request number -> the connection (its number, from 1) it came on
+        self.connection_of: dict[int, int] = {}
+        self.connections = 0  # connections opened
 
     def values(self, tp: TopicPartition) -> list[str]:
         return [e.value for e in self.logs.get(tp, PartitionLog()).entries]
@@ -162,7 +166,8 @@ class FakeConnection:
         self.broker = broker
         self.config = ConnectionConfig(request_timeout_s=5.0)
         self.connected = True
-        self._count = 0
+        broker.connections += 1
+        self.number = broker.connections
 
     def version_for(self, api_key: int, max_version: int | None = None) -> int:
         return PRODUCE_VERSION if api_key == ApiKey.PRODUCE else 4
@@ -175,8 +180,9 @@ class FakeConnection:
         if api_key == ApiKey.INIT_PRODUCER_ID:
             return fb.init_producer_id()
         assert (api_key, version) == (ApiKey.PRODUCE, PRODUCE_VERSION)
-        self._count += 1
-        n = self._count
+        fb.requests += 1
+        n = fb.requests
+        fb.connection_of[n] = self.number
         resp, lost = fb.handle_produce(n, body)  # before any await: handled in the order written
         tps = [TopicPartition(p.topic or "", p.partition) for p in resp.partitions]
         fb.in_flight += 1
@@ -199,17 +205,19 @@ class FakeConnection:
 
 
 class FakeFactory:
-    def __init__(self, conn: FakeConnection) -> None:
-        self.conn = conn
+    """Opens a new connection to the one broker on every call, as a real factory does."""
+
+    def __init__(self, broker: FakeBroker) -> None:
+        self.broker = broker
 
     async def connect(self, host: str, port: int, node_id: int = -1) -> FakeConnection:
-        return self.conn
+        return FakeConnection(self.broker)
 
 
-async def producer_on(broker: FakeBroker) -> RawProducer:
+async def producer_on(broker: FakeBroker, config: ProducerConfig | None = None) -> RawProducer:
     cluster = ClusterClient("fake:9092")
-    cluster._factory = FakeFactory(FakeConnection(broker))  # type: ignore[assignment]
+    cluster._factory = FakeFactory(broker)  # type: ignore[assignment]
     await cluster.start()
-    return RawProducer(cluster)
+    return RawProducer(cluster, config)
 
 

@@ -47,6 +47,16 @@ def test_defaults_are_the_mirror_defaults() -> None:
     s = raw_client_settings(_flow(), fetch_max_bytes=8 << 20)
     assert s.fetcher.max_bytes == 8 << 20 and s.producer.idempotent and s.producer.acks == -1
     assert s.reset_to_earliest and not s.ignored and s.producer.max_in_flight == 5
+    assert s.producer.connections_per_broker == 2
+
+
+def test_connections_per_broker_is_a_flow_setting_with_bounds() -> None:
+    s = raw_client_settings(_flow(**{"east->west.mm2py.produce.connections.per.broker": "1"}),
+                            fetch_max_bytes=8 << 20)
+    assert s.producer.connections_per_broker == 1
+    for bad in ("0", "9", "two"):
+        with pytest.raises(ConfigError, match=r"mm2py\.produce\.connections\.per\.broker"):
+            _flow(**{"mm2py.produce.connections.per.broker": bad})
 
 
 @pytest.mark.parametrize("key,value", [

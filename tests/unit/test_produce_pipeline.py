@@ -14,8 +14,10 @@ import pytest
 from fake_broker import A, B, FakeBroker, batch, producer_on
 
 from mm2py.client.errors import RequestTimeoutError
+from mm2py.client.producer import ProducerConfig
 from mm2py.client.producer.pipeline import PartitionHaltedError
 from mm2py.protocol.errors_codes import BrokerError
+from mm2py.protocol.types import TopicPartition
 
 
 async def confirmed_producer(fb: FakeBroker):  # type: ignore[no-untyped-def]
@@ -73,3 +75,35 @@ async def test_a_lost_answer_early_in_a_long_call_lets_no_more_than_the_window_t
     producer.resume([A])
     assert await producer.produce(items) == list(range(1, 9))
     assert fb.values(A) == [f"a{i}" for i in range(9)], "a batch was appended twice or lost"
+
+
+@pytest.mark.parametrize("connections", [1, 2, 3])
+async def test_partitions_are_dealt_to_the_connections_and_each_keeps_its_own(connections: int) -> None:
+    """With n connections per broker the partitions go out on n connections, dealt in turn as they
+    first appear; each partition's batches all use one (IN-ORDER) and still at most five of them
+    are in flight, so up to 5 x n requests are in flight at once."""
+    fb = FakeBroker(partitions=4)
+    producer = await producer_on(fb, ProducerConfig(connections_per_broker=connections))
+    parts = [TopicPartition("t", p) for p in range(4)]
+    assert await producer.produce([(tp, batch(f"{tp.partition}-0")) for tp in parts]) == [0] * 4
+    items = [(tp, batch(f"{tp.partition}-{i}")) for i in range(1, 13) for tp in parts]
+    await asyncio.gather(*producer.submit(items))
+    used: dict[TopicPartition, set[int]] = {tp: set() for tp in parts}
+    for event in fb.events:
+        if event[0] == "recv":
+            for tp, *_ in event[2]:
+                used[tp].add(fb.connection_of[event[1]])
+    assert all(len(c) == 1 for c in used.values()), f"a partition's batches went out on two: {used}"
+    slots = [next(iter(used[tp])) for tp in parts]
+    assert len(set(slots)) == connections
+    assert all(slots[i] == slots[i % connections] for i in range(4)), f"not dealt in turn: {slots}"
+    for tp in parts:
+        assert fb.values(tp) == [f"{tp.partition}-{i}" for i in range(13)]
+    assert fb.max_partition_in_flight == 5
+    assert fb.max_in_flight == 5 * connections, "the connections did not carry requests at once"
+
+
+def test_the_connections_per_broker_are_bounded() -> None:
+    for bad in (0, 9):
+        with pytest.raises(ValueError, match="connections_per_broker"):
+            ProducerConfig(connections_per_broker=bad)

@@ -10,8 +10,8 @@ Invariants (each named where it is kept):
 
 ``IN-ORDER``
     A partition's batches are written in submission order, all of its in-flight batches on one
-    connection (a lane whose leader changed waits until its in-flight batches are answered), so
-    the broker appends them in order.
+    connection (a lane whose leader changed waits until its in-flight batches are answered; a lane
+    keeps its connection slot for life), so the broker appends them in order.
 ``WINDOW``
     At most ``window`` (<= 5) batches of a partition are in flight: the broker remembers a
     producer's last five batches per partition, so any of them sent again with the same sequence
@@ -80,6 +80,7 @@ class _Lane:
     inflight: deque[_Entry] = field(default_factory=deque)  # sent, not answered, in send order
     next_seq: int = 0  # guards IN-ORDER/WINDOW: the sequence of the next batch sent
     node: int = -1  # the broker the in-flight batches went to
+    slot: int = 0  # IN-ORDER: which of the connections to that broker (fixed for the lane's life)
     pid: int = -1  # the producer id of the in-flight batches (ONE-PRODUCER-ID)
     halted: BaseException | None = None  # the first failure the caller has not resumed from
     no_leader_since: float | None = None
@@ -88,12 +89,20 @@ class _Lane:
 class ProducePipeline:
     """Batches of many partitions, produced continuously with idempotence (see the module doc)."""
 
-    def __init__(self, state: ProducerState, requests: ProduceRequests, window: int) -> None:
+    def __init__(
+        self, state: ProducerState, requests: ProduceRequests, window: int, connections: int = 1
+    ) -> None:
         if not 1 <= window <= 5:
             raise ValueError("window must be 1..5 (the broker remembers 5 batches per producer)")
+        if connections < 1:
+            raise ValueError("connections must be >= 1")
         self.state = state
         self.requests = requests
         self.window = window
+        #: connections per broker; the partitions are dealt to them in turn as they first appear,
+        #: so a broker validates and appends several requests of ours at once (one per connection)
+        #: instead of one after another, which shortens every window's cycle across a long link
+        self.connections = connections
         self._lanes: dict[TopicPartition, _Lane] = {}
         self._wake = asyncio.Event()
         self._pump_task: asyncio.Task[None] | None = None
@@ -114,7 +123,7 @@ class ProducePipeline:
         for tp, batch in items:
             lane = self._lanes.get(tp)
             if lane is None:
-                lane = self._lanes[tp] = _Lane()
+                lane = self._lanes[tp] = _Lane(slot=len(self._lanes) % self.connections)
             entry = _Entry(tp, batch, loop.create_future())
             futures.append(entry.future)
             if lane.halted is not None:
@@ -171,15 +180,15 @@ class ProducePipeline:
                         self._halt(tp, lane, exc)
 
     async def _pump(self) -> None:
-        """Send what may be sent now (one request per broker and pass, passes until none is left)."""
+        """Send what may be sent now (one request per connection and pass, passes until none is left)."""
         pid, epoch = await self.state.ensure()
         while True:
             groups = self._sendable(pid)
             if not groups:
                 return
-            for node, lanes in groups.items():
+            for (node, slot), lanes in groups.items():
                 try:
-                    conn = await self.requests.cluster.connection(node)
+                    conn = await self.requests.cluster.connection(node, slot)
                 except Exception as exc:  # unreachable leader: fail its partitions' queued batches
                     self.requests.cluster.invalidate({tp.topic for tp, _ in lanes})
                     for tp, lane in lanes:
@@ -188,8 +197,9 @@ class ProducePipeline:
                 self._send(conn, node, lanes, pid, epoch)
             await asyncio.sleep(0)  # let the requests be written before the next pass
 
-    def _sendable(self, pid: int) -> dict[int, list[tuple[TopicPartition, _Lane]]]:
-        groups: dict[int, list[tuple[TopicPartition, _Lane]]] = {}
+    def _sendable(self, pid: int) -> dict[tuple[int, int], list[tuple[TopicPartition, _Lane]]]:
+        """The lanes that may send a batch now, by (leader, connection slot)."""
+        groups: dict[tuple[int, int], list[tuple[TopicPartition, _Lane]]] = {}
         cluster = self.requests.cluster
         for tp, lane in self._lanes.items():
             if not lane.queue or lane.halted is not None:
@@ -208,7 +218,7 @@ class ProducePipeline:
             else:
                 lane.node, lane.pid = leader, pid
                 lane.next_seq = self.state.sequence(tp)  # right after the acknowledged prefix
-            groups.setdefault(leader, []).append((tp, lane))
+            groups.setdefault((leader, lane.slot), []).append((tp, lane))
         return groups
 
     def _send(

@@ -41,7 +41,8 @@ class RawProducer:
         self.config = config or ProducerConfig()
         self.requests = ProduceRequests(cluster, self.config)
         self.state = ProducerState(self.requests.init_producer_id)
-        self.pipeline = ProducePipeline(self.state, self.requests, self.config.max_in_flight)
+        self.pipeline = ProducePipeline(self.state, self.requests, self.config.max_in_flight,
+                                        self.config.connections_per_broker)
         self._locks: dict[TopicPartition, asyncio.Lock] = {}
 
     # ------------------------------------------------------------- producer state, for callers

@@ -29,7 +29,10 @@ from mm2py.protocol.errors_codes import NONE, BrokerError, is_retriable_code
 from mm2py.protocol.types import TopicPartition
 from mm2py.protocol.wire import Buf
 
-__all__ = ["ProduceRequests", "ProducerConfig", "by_partition"]
+__all__ = ["MAX_CONNECTIONS_PER_BROKER", "ProduceRequests", "ProducerConfig", "by_partition"]
+
+#: more would only add sockets: a broker has few request handler threads (num.io.threads, 8)
+MAX_CONNECTIONS_PER_BROKER = 8
 
 
 @dataclass(frozen=True)
@@ -44,12 +47,18 @@ class ProducerConfig:
     idempotent: bool = True
     #: batches of one partition in flight (idempotent only; the broker dedupes at most 5)
     max_in_flight: int = 5
+    #: connections to each broker that produce requests go out on (idempotent only; a partition
+    #: keeps one): a broker works on one request per connection at a time, so with more it
+    #: validates and appends several at once and each partition's window cycles faster
+    connections_per_broker: int = 1
 
     def __post_init__(self) -> None:
         if self.acks not in (-1, 1):
             raise ValueError("acks must be -1 (all) or 1: the raw producer needs responses")
         if not 1 <= self.max_in_flight <= 5:
             raise ValueError("max_in_flight must be 1..5 (the broker remembers 5 batches per producer)")
+        if not 1 <= self.connections_per_broker <= MAX_CONNECTIONS_PER_BROKER:
+            raise ValueError(f"connections_per_broker must be 1..{MAX_CONNECTIONS_PER_BROKER}")
 
 
 def by_partition(
