@@ -19,6 +19,7 @@ from mm2py.client.cluster import ClientConfig
 from mm2py.client.connection import ConnectionConfig, SecurityConfig
 from mm2py.client.fetcher import FetcherConfig
 from mm2py.client.producer import ProducerConfig
+from mm2py.client.producer.requests import MAX_WINDOW
 from mm2py.config.errors import ConfigError
 from mm2py.config.flat import is_connection_key
 from mm2py.config.models import FlowConfig
@@ -126,7 +127,7 @@ def raw_client_settings(
         retry_timeout_s=delivery_ms / 1000,
         max_request_bytes=producer.get("max_request_bytes", ProducerConfig.max_request_bytes),
         idempotent=producer.get("idempotent", True),
-        max_in_flight=min(5, producer.get("max_in_flight", 5)),
+        max_in_flight=min(flow.produce_inflight_batches, producer.get("max_in_flight", MAX_WINDOW)),
         connections_per_broker=flow.produce_connections_per_broker,
     )
 

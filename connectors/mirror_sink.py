@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from connectors.outgoing import CoalesceSettings, Outgoing, ResendPlan, prepare
 from mm2py.client.cluster import LATEST
+from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import RawProducer
 from mm2py.client.producer.pipeline import PartitionHaltedError, acknowledged_prefix
 from mm2py.engine.task_api import Delivered, SinkError
@@ -100,7 +101,8 @@ class MirrorSink:
             if base >= 0  # not acknowledged otherwise (a prefix per partition is)
         ]
         if error is not None:
-            raise SinkError(f"{type(error).__name__}: {error}", delivered) from error
+            restart = isinstance(error, ResendRefusedError)
+            raise SinkError(f"{type(error).__name__}: {error}", delivered, restart=restart) from error
         held = [tp for tp, _, held_back, _ in plans if held_back]
         if held:
             # batches held back so that unacknowledged ones are re-sent as they were: fetch again

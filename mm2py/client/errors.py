@@ -12,6 +12,7 @@ __all__ = [
     "NoLeaderError",
     "ProduceError",
     "RequestTimeoutError",
+    "ResendRefusedError",
     "is_retriable_error",
 ]
 
@@ -32,6 +33,13 @@ class RequestTimeoutError(ClientError):
     """No response within the request timeout."""
 
     retriable = True
+
+
+class ResendRefusedError(ClientError):
+    """A batch sent again after a failure was refused as out of sequence while more of the
+    partition's batches may be on the broker than it remembers (five): it may hold this batch and
+    later ones. Which of them it holds can only be read from the partition itself; sending under a
+    new producer id would append them twice. Not retriable in place."""
 
 
 class NoLeaderError(ClientError):

@@ -150,6 +150,11 @@ class FlowSettings(BaseModel):
     #: validates and appends two of ours at once; 1 is the Java producer's single connection
     produce_connections_per_broker: int = Field(2, alias="mm2py.produce.connections.per.broker",
                                                 ge=1, le=8)
+    #: batches of one partition in flight to the target (the window; 16 moves 3.2 times the bytes
+    #: per round trip of the Java producer's 5). The broker recognises a re-sent batch among the
+    #: last five of ours only, so after a failure that left more than five unanswered the task
+    #: restarts and resumes from the target's tail instead of re-sending; 5 never needs that
+    produce_inflight_batches: int = Field(16, alias="mm2py.produce.inflight.batches", ge=1, le=32)
     #: every broker of a cluster refusing connections this long fails an admin call (a flow's
     #: start, a REST request) at once with the broker's reason, instead of after admin.timeout.ms
     unreachable_timeout_ms: int = Field(5_000, alias="mm2py.unreachable.timeout.ms", ge=0)

@@ -342,13 +342,14 @@ class TaskRunner:
         """Positions, metrics and offset syncs for what ``put`` delivered; False if it failed."""
         try:
             delivered = put.pending.result()
-            ok = True
+            ok, failure = True, None
         except SinkError as exc:
-            delivered, ok = exc.delivered, False
+            delivered, ok, failure = exc.delivered, False, exc
             self._in_doubt.update(tp for tp, _ in put.work)
             self.metrics.sink_failures += 1
-            log.warning("task %s: produce failed, retrying from the last acknowledged batch: %s",
-                        self.spec.task_id, exc)
+            then = ("failing the task, whose restart reads what the target holds" if exc.restart
+                    else "retrying from the last acknowledged batch")
+            log.warning("task %s: produce failed, %s: %s", self.spec.task_id, then, exc)
         observe_acks(self.metrics.times, [(d.source, d.max_timestamp) for d in delivered], self.wall_clock())
         syncs: list[OffsetSync] = []
         for d in delivered:
@@ -374,6 +375,8 @@ class TaskRunner:
         if syncs:
             self.metrics.syncs += len(syncs)
             self.progress.send_syncs(syncs)
+        if failure is not None and failure.restart:  # the restart reads what the target holds
+            raise failure
         return ok
 
     async def _commit(self, force: bool) -> None:

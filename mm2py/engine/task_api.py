@@ -145,12 +145,15 @@ class TaskError(Mm2pyError):
 
 
 class SinkError(TaskError):
-    """Producing to the target failed; ``delivered`` is what was acknowledged before the failure."""
+    """Producing to the target failed; ``delivered`` is what was acknowledged before the failure.
+    ``restart``: retrying in place cannot be made safe (what the target holds must be read from
+    it), so the task fails and is started again from its committed progress, which resumes
+    exactly from the target's tail."""
 
-
-    def __init__(self, message: str, delivered: list[Delivered]) -> None:
+    def __init__(self, message: str, delivered: list[Delivered], *, restart: bool = False) -> None:
         super().__init__(message)
         self.delivered = delivered
+        self.restart = restart
 
 
 class ProgressKeeper(Protocol):

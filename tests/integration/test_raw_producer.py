@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from cut_proxy import CutProxy, ProxiedFactory
 from helpers import BASE_TS, create_topic, read_all, unique
 
 from mm2py.client.cluster import ClusterClient
+from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import ProduceError, ProducerConfig, RawProducer
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.record_codec import Record, build_batch
@@ -106,3 +108,42 @@ async def test_two_connections_per_broker_keep_each_partitions_order(
         assert [(r.offset, r.value) for r in got if r.partition == tp.partition] == [
             (i, f"{tp.partition}-{i}".encode()) for i in range(10)]
     await producer.close()
+
+
+@pytest.mark.parametrize("window", [5, 10])
+async def test_a_connection_cut_with_the_window_in_flight_appends_nothing_twice(
+    target_cluster: KafkaCluster, window: int
+) -> None:
+    """The connection to the broker is cut after it handled a whole window of a partition's
+    batches, none of them answered, and the producer sends them again. With five in flight the
+    broker remembers them all and answers the re-sends as duplicates; with ten it remembers the
+    last five only and refuses the first re-sent batch: ResendRefusedError, no new producer id,
+    nothing appended twice. Either way the partition holds every batch once."""
+    topic = create_topic(target_cluster.bootstrap, unique("cut"), partitions=1)
+    tp = TopicPartition(topic, 0)
+    host, _, port = target_cluster.bootstrap.rpartition(":")
+    proxy = CutProxy(host, int(port))
+    await proxy.start()
+    cluster = ClusterClient(target_cluster.bootstrap)
+    cluster._factory = ProxiedFactory(proxy)
+    await cluster.start()
+    producer = RawProducer(cluster, ProducerConfig(max_in_flight=window))
+    try:
+        assert await producer.produce([(tp, small("a0"))]) == [0]
+        pid = producer.producer_id
+        items = [(tp, small(f"a{i}")) for i in range(1, window + 1)]
+        proxy.cut_after(window)  # the call sends them again itself after the connection is lost
+        if window <= 5:
+            assert await producer.produce(items) == list(range(1, window + 1))
+        else:
+            with pytest.raises(ProduceError) as err:
+                await producer.produce(items)
+            assert isinstance(err.value.cause, ResendRefusedError), err.value
+            assert err.value.offsets == [-1] * window
+        assert proxy.cuts == 1 and producer.producer_id == pid
+        got = read_all(target_cluster.bootstrap, topic)
+        assert [r.value for r in got] == [f"a{i}".encode() for i in range(window + 1)]
+    finally:
+        await producer.close()
+        await cluster.close()
+        await proxy.close()

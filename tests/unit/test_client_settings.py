@@ -46,8 +46,18 @@ def test_java_client_names_are_honoured() -> None:
 def test_defaults_are_the_mirror_defaults() -> None:
     s = raw_client_settings(_flow(), fetch_max_bytes=8 << 20)
     assert s.fetcher.max_bytes == 8 << 20 and s.producer.idempotent and s.producer.acks == -1
-    assert s.reset_to_earliest and not s.ignored and s.producer.max_in_flight == 5
+    assert s.reset_to_earliest and not s.ignored and s.producer.max_in_flight == 16
     assert s.producer.connections_per_broker == 2
+
+
+def test_the_window_is_a_flow_setting_and_the_java_key_caps_it() -> None:
+    s = raw_client_settings(_flow(**{"mm2py.produce.inflight.batches": "32"}), fetch_max_bytes=8 << 20)
+    assert s.producer.max_in_flight == 32
+    s = raw_client_settings(_flow(**{"west.producer.max.in.flight.requests.per.connection": "5"}),
+                            fetch_max_bytes=8 << 20)
+    assert s.producer.max_in_flight == 5
+    with pytest.raises(ConfigError, match=r"mm2py\.produce\.inflight\.batches"):
+        _flow(**{"mm2py.produce.inflight.batches": "33"})
 
 
 def test_connections_per_broker_is_a_flow_setting_with_bounds() -> None:

@@ -13,7 +13,7 @@ import asyncio
 import pytest
 from fake_broker import A, B, FakeBroker, batch, producer_on
 
-from mm2py.client.errors import RequestTimeoutError
+from mm2py.client.errors import RequestTimeoutError, ResendRefusedError
 from mm2py.client.producer import ProducerConfig
 from mm2py.client.producer.pipeline import PartitionHaltedError
 from mm2py.protocol.errors_codes import BrokerError
@@ -107,3 +107,71 @@ def test_the_connections_per_broker_are_bounded() -> None:
     for bad in (0, 9):
         with pytest.raises(ValueError, match="connections_per_broker"):
             ProducerConfig(connections_per_broker=bad)
+
+
+async def deep_producer(fb: FakeBroker, window: int = 10):  # type: ignore[no-untyped-def]
+    producer = await producer_on(fb, ProducerConfig(max_in_flight=window))
+    assert await producer.produce([(A, batch("a0"))]) == [0]
+    return producer
+
+
+async def test_a_deep_window_keeps_ten_batches_of_a_partition_in_flight() -> None:
+    fb = FakeBroker()
+    producer = await deep_producer(fb)
+    assert await producer.produce([(A, batch(f"a{i}")) for i in range(1, 25)]) == list(range(1, 25))
+    assert fb.max_partition_in_flight == 10
+    assert fb.values(A) == [f"a{i}" for i in range(25)]
+
+
+async def test_a_deep_window_recovers_in_place_when_at_most_five_may_be_on_the_broker() -> None:
+    """a6's answer is lost (the broker appended it); a7..a10 were in flight behind it: five batches
+    the broker may hold unanswered, all of which it remembers. Sent again, each is recognised."""
+    fb = FakeBroker()
+    producer = await deep_producer(fb)
+    fb.lose_response_of = "a6"
+    items = [(A, batch(f"a{i}")) for i in range(1, 11)]
+    outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
+    assert outcomes[:5] == [1, 2, 3, 4, 5]
+    assert isinstance(outcomes[5], RequestTimeoutError), outcomes
+    producer.resume([A])
+    again = [(A, batch(f"a{i}")) for i in range(6, 13)]
+    assert await producer.produce(again) == list(range(6, 13))
+    assert fb.values(A) == [f"a{i}" for i in range(13)], "a batch was appended twice or lost"
+
+
+async def test_a_resend_the_broker_no_longer_remembers_is_refused_not_sent_under_a_new_id() -> None:
+    """a1's answer is lost with a2..a10 in flight behind it: the broker appended all ten and
+    remembers only a6..a10, so a1 sent again is refused as out of sequence. That is not a lost
+    producer state: a new producer id would append a1..a10 a second time. The batch fails with
+    ResendRefusedError (the caller reads the partition), and the producer id stays."""
+    fb = FakeBroker()
+    producer = await deep_producer(fb)
+    pid = producer.producer_id
+    fb.lose_response_of = "a1"
+    items = [(A, batch(f"a{i}")) for i in range(1, 11)]
+    outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
+    assert isinstance(outcomes[0], RequestTimeoutError), outcomes
+    assert fb.values(A) == [f"a{i}" for i in range(11)]
+    producer.resume([A])
+    outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
+    assert isinstance(outcomes[0], ResendRefusedError), outcomes
+    assert all(isinstance(o, PartitionHaltedError) for o in outcomes[1:]), outcomes
+    assert producer.producer_id == pid and fb.next_producer_id == pid + 1, "a new producer id was taken"
+    assert fb.values(A) == [f"a{i}" for i in range(11)], "a batch was appended twice"
+    (other,) = producer.submit([(B, batch("b0"))])
+    assert await other == 0, "another partition was held up"
+
+
+async def test_a_deep_resend_waits_for_no_new_producer_id() -> None:
+    """As above, but our producer id is replaced (another partition found it forgotten) before
+    a1 is sent again: under the new id the broker would take a1..a10 as new. Refused instead."""
+    fb = FakeBroker()
+    producer = await deep_producer(fb)
+    fb.lose_response_of = "a1"
+    items = [(A, batch(f"a{i}")) for i in range(1, 11)]
+    await asyncio.gather(*producer.submit(items), return_exceptions=True)
+    producer.state.forget(producer.producer_id)
+    producer.resume([A])
+    outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
+    assert isinstance(outcomes[0], ResendRefusedError), outcomes
+    assert fb.values(A) == [f"a{i}" for i in range(11)], "a batch was appended twice"

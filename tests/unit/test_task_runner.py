@@ -65,10 +65,11 @@ class MemorySource:
 
 
 class MemorySink:
-    def __init__(self, fail_on_put: set[int] | None = None) -> None:
+    def __init__(self, fail_on_put: set[int] | None = None, restart: bool = False) -> None:
         self.target: dict[TopicPartition, list[bytes]] = {}
         self.puts = 0
         self.fail_on_put = fail_on_put or set()
+        self.restart = restart  # the failures say: retrying in place cannot be made safe
 
     async def put(self, work: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
         self.puts += 1
@@ -76,7 +77,7 @@ class MemorySink:
         for tp, batches in work:
             for i, b in enumerate(batches):
                 if self.puts in self.fail_on_put and i == 1:
-                    raise SinkError("broker went away", delivered)
+                    raise SinkError("broker went away", delivered, restart=self.restart)
                 log = self.target.setdefault(tp, [])
                 base = sum(RecordBatch(x).records_count for x in log)
                 log.append(bytes(b))
@@ -165,6 +166,24 @@ def test_a_failed_produce_rewinds_to_the_last_acknowledged_batch() -> None:
     run(runner, {TP: 12})
     assert values(sink) == expected(range(0, 12))  # nothing lost, nothing twice
     assert runner.metrics.sink_failures == 2
+
+
+def test_a_produce_failure_that_needs_the_targets_tail_fails_the_task_after_counting_the_prefix() -> None:
+    """A failure the sink cannot retry in place (the producer's re-send was refused: what the
+    target holds must be read from it) is not retried: the task fails, so that its restart
+    resumes from the target's tail; what was acknowledged before it still counts and is committed."""
+    log = Log([batch(0, 3), batch(3, 3), batch(6, 3), batch(9, 3)], end=12)
+    sink, ckpt = MemorySink(fail_on_put={1}, restart=True), MemoryProgress()
+    runner = make({TP: log}, sink=sink, ckpt=ckpt)
+
+    async def go() -> None:
+        await asyncio.wait_for(runner.run(asyncio.Event()), 5)  # retrying in place never ends
+
+    with pytest.raises(SinkError):
+        asyncio.run(go())
+    assert runner.state == "FAILED" and sink.puts == 1, "retried in place"
+    assert values(sink) == expected(range(0, 3))
+    assert ckpt.stored[TP].source == 3 and runner.metrics.sink_failures == 1
 
 
 def test_a_corrupt_batch_fails_the_task_and_is_never_forwarded() -> None:

@@ -13,9 +13,17 @@ Invariants (each named where it is kept):
     connection (a lane whose leader changed waits until its in-flight batches are answered; a lane
     keeps its connection slot for life), so the broker appends them in order.
 ``WINDOW``
-    At most ``window`` (<= 5) batches of a partition are in flight: the broker remembers a
-    producer's last five batches per partition, so any of them sent again with the same sequence
-    is recognised as a duplicate.
+    At most ``window`` batches of a partition are in flight. The broker remembers a producer's
+    last five batches per partition (``REMEMBERED``): any of them sent again with the same
+    sequence is recognised as a duplicate, an older one is refused as out of sequence.
+``DEEP``
+    A window over five is allowed (it carries more bytes per round trip across a long link), at
+    this price: a failure may leave more than five of a partition's batches on the broker
+    unanswered (the lane's ``unsure`` count), and re-sending the first of them is then refused.
+    That refusal, or a new producer id before the re-send, fails the batch with
+    :class:`ResendRefusedError` and leaves the producer id alone: taking a new id and sending
+    again would append what the broker holds twice. The caller must find out from the partition
+    what it holds (the mirror task restarts and resumes exactly from the target's tail).
 ``PROBE``
     A partition not confirmed (see :mod:`.state`) has one batch in flight, alone, until it is
     acknowledged: a broker that does not know our producer there would take any sequence.
@@ -43,8 +51,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mm2py.client.connection import BrokerConnection
-from mm2py.client.errors import ClientError, NoLeaderError
-from mm2py.client.producer.requests import ProduceRequests
+from mm2py.client.errors import ClientError, NoLeaderError, ResendRefusedError
+from mm2py.client.producer.requests import MAX_WINDOW, REMEMBERED, ProduceRequests
 from mm2py.client.producer.state import ProducerState, producer_state_lost
 from mm2py.protocol.api import ProducePartitionResponse
 from mm2py.protocol.batch_edit import for_produce, increment_sequence
@@ -83,6 +91,9 @@ class _Lane:
     slot: int = 0  # IN-ORDER: which of the connections to that broker (fixed for the lane's life)
     pid: int = -1  # the producer id of the in-flight batches (ONE-PRODUCER-ID)
     halted: BaseException | None = None  # the first failure the caller has not resumed from
+    #: DEEP: batches that may be on the broker unanswered since the last failure (0 once a batch
+    #: sent after it is acknowledged: the broker and we agree again)
+    unsure: int = 0
     no_leader_since: float | None = None
 
 
@@ -92,8 +103,8 @@ class ProducePipeline:
     def __init__(
         self, state: ProducerState, requests: ProduceRequests, window: int, connections: int = 1
     ) -> None:
-        if not 1 <= window <= 5:
-            raise ValueError("window must be 1..5 (the broker remembers 5 batches per producer)")
+        if not 1 <= window <= MAX_WINDOW:
+            raise ValueError(f"window must be 1..{MAX_WINDOW}")
         if connections < 1:
             raise ValueError("connections must be >= 1")
         self.state = state
@@ -216,6 +227,9 @@ class ProducePipeline:
                 if lane.pid != pid or lane.node != leader or len(lane.inflight) >= limit:
                     continue  # ONE-PRODUCER-ID, IN-ORDER: wait until answered
             else:
+                if lane.unsure > REMEMBERED and lane.pid not in (-1, pid):  # DEEP
+                    self._refuse(tp, lane, f"our producer id changed from {lane.pid} to {pid}")
+                    continue
                 lane.node, lane.pid = leader, pid
                 lane.next_seq = self.state.sequence(tp)  # right after the acknowledged prefix
             groups.setdefault((leader, lane.slot), []).append((tp, lane))
@@ -268,26 +282,33 @@ class ProducePipeline:
             _fail(e, _halted(e.tp, lane.halted or ClientError("halted")))
             return
         if isinstance(out, ProducePartitionResponse) and out.error_code == NONE:
+            lane.unsure = 0  # DEEP: the broker holds what we think, up to this batch
             if e.pid == self.state.producer_id:
                 self.state.set_sequence(e.tp, increment_sequence(e.seq, e.batch.records_count))
             if not e.future.done():
                 e.future.set_result(out.base_offset)
             return
+        lost = isinstance(out, ProducePartitionResponse) and producer_state_lost(out.error_code)
         cause = _cause(e.tp, out)
+        if lost and lane.unsure > REMEMBERED:  # DEEP: the broker may be past it, not forgetful
+            cause = ResendRefusedError(_refused(e.tp, lane.unsure, str(cause)))
+            lost = False
         self._halt(e.tp, lane, cause, first=e)
         _fail(e, cause)
         if not isinstance(out, ProducePartitionResponse) or invalidates_metadata(out.error_code):
             self.requests.cluster.invalidate({e.tp.topic})
-        if isinstance(out, ProducePartitionResponse) and producer_state_lost(out.error_code):
+        if lost:
             self.state.forget(e.pid)  # ONE-PRODUCER-ID: the next batches wait for a new id
 
     def _halt(
         self, tp: TopicPartition, lane: _Lane, cause: BaseException, first: _Entry | None = None
     ) -> None:
-        """HALT: fail the queue, doom the batches in flight after ``first``, rewind the sequence."""
+        """HALT: fail the queue, doom the batches in flight after ``first``, rewind the sequence.
+        DEEP: ``first`` and those in flight may all be on the broker."""
         if lane.halted is None:
             lane.halted = cause
             log.debug("%s halted: %r", tp, cause)
+        lane.unsure = max(lane.unsure, len(lane.inflight) + (first is not None))
         for e in lane.inflight:
             e.doomed = True
         while lane.queue:
@@ -295,6 +316,12 @@ class ProducePipeline:
             _fail(e, _halted(tp, cause))
         if first is not None:
             lane.next_seq = first.seq
+
+    def _refuse(self, tp: TopicPartition, lane: _Lane, why: str) -> None:
+        """DEEP: the next batch cannot be sent again safely; fail it and halt the partition."""
+        cause = ResendRefusedError(_refused(tp, lane.unsure, why))
+        _fail(lane.queue.popleft(), cause)
+        self._halt(tp, lane, cause)
 
     def _wait_for_leader(self, tp: TopicPartition, lane: _Lane) -> None:
         """No leader known: refresh metadata in the background; give up after the retry time-out."""
@@ -341,6 +368,12 @@ def _fail(e: _Entry, exc: BaseException) -> None:
 def _halted(tp: TopicPartition, cause: BaseException) -> PartitionHaltedError:
     return PartitionHaltedError(f"{tp}: not sent or not known to be appended, an earlier batch "
                                 f"failed: {cause}")
+
+
+def _refused(tp: TopicPartition, unsure: int, why: str) -> str:
+    return (f"{tp}: up to {unsure} batches may be on the broker unanswered, more than it remembers "
+            f"({REMEMBERED}), and a batch cannot be sent again safely ({why}); what the partition "
+            f"holds must be read from it")
 
 
 def _cause(tp: TopicPartition, out: ProducePartitionResponse | BaseException) -> BaseException:

@@ -29,8 +29,16 @@ from mm2py.protocol.errors_codes import NONE, BrokerError, is_retriable_code
 from mm2py.protocol.types import TopicPartition
 from mm2py.protocol.wire import Buf
 
-__all__ = ["MAX_CONNECTIONS_PER_BROKER", "ProduceRequests", "ProducerConfig", "by_partition"]
+__all__ = [
+    "MAX_CONNECTIONS_PER_BROKER", "MAX_WINDOW", "REMEMBERED",
+    "ProduceRequests", "ProducerConfig", "by_partition",
+]
 
+#: batches per producer and partition a broker keeps for its duplicate check
+#: (ProducerStateEntry.NUM_BATCHES_TO_RETAIN in Kafka's storage module)
+REMEMBERED = 5
+#: the deepest window of batches in flight per partition (see the pipeline's ``DEEP``)
+MAX_WINDOW = 32
 #: more would only add sockets: a broker has few request handler threads (num.io.threads, 8)
 MAX_CONNECTIONS_PER_BROKER = 8
 
@@ -45,7 +53,9 @@ class ProducerConfig:
     max_request_bytes: int = 16 * 1024 * 1024
     #: stamp batches with our own producer id and sequences (broker-side dedupe of retries)
     idempotent: bool = True
-    #: batches of one partition in flight (idempotent only; the broker dedupes at most 5)
+    #: batches of one partition in flight (idempotent only). The broker dedupes the last
+    #: REMEMBERED (5); a deeper window moves more bytes per round trip, and after a failure that
+    #: left more than five unanswered the caller must read what the partition holds (DEEP)
     max_in_flight: int = 5
     #: connections to each broker that produce requests go out on (idempotent only; a partition
     #: keeps one): a broker works on one request per connection at a time, so with more it
@@ -55,8 +65,8 @@ class ProducerConfig:
     def __post_init__(self) -> None:
         if self.acks not in (-1, 1):
             raise ValueError("acks must be -1 (all) or 1: the raw producer needs responses")
-        if not 1 <= self.max_in_flight <= 5:
-            raise ValueError("max_in_flight must be 1..5 (the broker remembers 5 batches per producer)")
+        if not 1 <= self.max_in_flight <= MAX_WINDOW:
+            raise ValueError(f"max_in_flight must be 1..{MAX_WINDOW}")
         if not 1 <= self.connections_per_broker <= MAX_CONNECTIONS_PER_BROKER:
             raise ValueError(f"connections_per_broker must be 1..{MAX_CONNECTIONS_PER_BROKER}")
 
