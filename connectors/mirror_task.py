@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 
 from connectors.client_settings import raw_client_settings
@@ -89,8 +90,7 @@ async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRun
     settings = raw_client_settings(flow, fetch_max_bytes=fetch_max, partition_max_bytes=per_partition)
     source_client = ClusterClient(bootstrap_of(flow, "source"), settings.source_client)
     target_client = ClusterClient(bootstrap_of(flow, "target"), settings.target_client)
-    await source_client.start()
-    await target_client.start()
+    await asyncio.gather(source_client.start(), target_client.start())
     source = MirrorSource(source_client, settings.fetcher, reset_to_earliest=settings.reset_to_earliest,
                           linger=(flow.fetch_linger_ms / 1000, flow.fetch_linger_bytes))
     policy = flow.replication_policy()
@@ -98,7 +98,9 @@ async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRun
     def rename(topic: str) -> str:
         return policy.format_remote_topic(flow.source, topic)
 
-    sink = MirrorSink(RawProducer(target_client, settings.producer), rename, coalesce_settings(flow))
+    producer = RawProducer(target_client, settings.producer)
+    producer.start()  # the producer id is asked for while the task resolves its starts
+    sink = MirrorSink(producer, rename, coalesce_settings(flow))
     return TaskRunner(
         spec, source, sink, FlowProgressKeeper(flow),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,

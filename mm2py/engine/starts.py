@@ -57,12 +57,17 @@ async def resolve_starts(
     """The starts of ``new`` partitions (see the module's precedence); ``commit`` writes the
     seeds of partitions never mirrored before."""
     unknown = [tp for tp in new if tp not in given and tp not in seeded]
-    stored = await asyncio.to_thread(progress.load) if unknown and not given else {}
+    stored: Mapping[TopicPartition, Position] = {}
+    fresh: Mapping[TopicPartition, int] = {}
+    targets: Mapping[TopicPartition, int] = {}
+    if unknown:
+        # the offsets a partition never mirrored starts from are asked for while the progress is
+        # read (round trips at once, not one after another); the others' are not used
+        load = asyncio.to_thread(progress.load) if not given else _nothing()
+        stored, fresh, targets = await asyncio.gather(
+            load, source.resolve_start(unknown), sink.end_offsets(unknown))
     missing = [tp for tp in unknown if tp not in stored]
-    fresh: dict[TopicPartition, int] = {}
-    targets: dict[TopicPartition, int] = {}
     if missing:
-        fresh, targets = await asyncio.gather(source.resolve_start(missing), sink.end_offsets(missing))
         await commit({tp: Position(fresh.get(tp, 0), targets[tp]) for tp in missing})
     out = Starts()
     for tp in new:
@@ -90,3 +95,7 @@ async def _resumed(
     if already:
         out.already[tp] = already
     return resumed.source, resumed.target
+
+
+async def _nothing() -> Mapping[TopicPartition, Position]:
+    return {}

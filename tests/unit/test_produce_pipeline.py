@@ -175,3 +175,15 @@ async def test_a_deep_resend_waits_for_no_new_producer_id() -> None:
     outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
     assert isinstance(outcomes[0], ResendRefusedError), outcomes
     assert fb.values(A) == [f"a{i}" for i in range(11)], "a batch was appended twice"
+
+
+async def test_start_asks_for_the_producer_id_before_the_first_batch() -> None:
+    fb = FakeBroker()
+    producer = await producer_on(fb)
+    producer.start()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert fb.next_producer_id == 2 and producer.producer_id == 1, "no id asked for yet"
+    assert await producer.produce([(A, batch("a0"))]) == [0]
+    assert fb.next_producer_id == 2, "a second id was taken"
+    await producer.close()

@@ -1,0 +1,50 @@
+"""Where new partitions start (``mm2py.engine.starts``): the round trips it needs go out together."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+
+from mm2py.engine.starts import resolve_starts
+from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.types import TopicPartition
+
+OLD, NEW = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+class SlowProgress:
+    """The progress topic's reader: OLD was mirrored before. Its read finishes only once the
+    target's end offsets were asked for, so a caller that asks one after the other never ends."""
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+
+    def load(self) -> dict[TopicPartition, Position]:
+        assert self.asked.wait(5), "the end offsets were not asked for while the progress was read"
+        return {OLD: Position(40, 400)}
+
+
+async def test_the_progress_and_the_new_partitions_offsets_are_read_at_once() -> None:
+    progress = SlowProgress()
+    committed: list[Mapping[TopicPartition, Position]] = []
+
+    class Source:
+        async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+            return {tp: 7 for tp in partitions}
+
+    class Sink:
+        async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+            progress.asked.set()
+            await asyncio.sleep(0)
+            return {tp: 70 for tp in partitions}
+
+    async def commit(seeds: Mapping[TopicPartition, Position]) -> None:
+        committed.append(dict(seeds))
+
+    starts = await asyncio.wait_for(resolve_starts(
+        [OLD, NEW], seeded={}, given={}, progress=progress, source=Source(),  # type: ignore[arg-type]
+        sink=Sink(), commit=commit, reconcile=None,  # type: ignore[arg-type]
+    ), 10)
+    assert starts.positions == {OLD: (40, 400), NEW: (7, 70)}
+    assert committed == [{NEW: Position(7, 70)}], "only the partition never mirrored is seeded"
