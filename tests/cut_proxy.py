@@ -16,8 +16,7 @@ import contextlib
 import struct
 
 from mm2py.client.connection import BrokerConnection, ConnectionFactory
-
-PRODUCE = 0
+from mm2py.protocol.api import ApiKey
 
 
 class CutProxy:
@@ -69,12 +68,12 @@ class CutProxy:
                     broker_w.close()
                     return
                 api_key, correlation = struct.unpack_from(">h2xi", frame, 4)
-                if limit is None and self._cut_after is not None and api_key == PRODUCE:
+                if limit is None and self._cut_after is not None and api_key == ApiKey.PRODUCE:
                     if self._skip > 0:
                         self._skip -= 1
                     else:
                         limit, self._cut_after = self._cut_after, None
-                if limit is not None and api_key == PRODUCE:
+                if limit is not None and api_key == ApiKey.PRODUCE:
                     held.add(correlation)
                     sent += 1
                 broker_w.write(frame)

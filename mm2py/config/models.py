@@ -148,6 +148,8 @@ class FlowSettings(BaseModel):
     #: connections to each target broker that a task's produce requests go out on (a partition
     #: keeps one): a broker works on one request per connection at a time, so with two it
     #: validates and appends two of ours at once; 1 is the Java producer's single connection
+    #: (the bounds are ProducerConfig's, MAX_CONNECTIONS_PER_BROKER and MAX_WINDOW, written out so
+    #: that reading a config does not import the producer; test_client_settings ties them)
     produce_connections_per_broker: int = Field(2, alias="mm2py.produce.connections.per.broker",
                                                 ge=1, le=8)
     #: batches of one partition in flight to the target (the window; 16 moves 3.2 times the bytes

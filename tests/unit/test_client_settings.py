@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from connectors.client_settings import raw_client_settings
+from mm2py.client.producer.requests import MAX_CONNECTIONS_PER_BROKER, MAX_WINDOW
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig
 from mm2py.protocol.api_fetch import READ_UNCOMMITTED
@@ -51,20 +52,24 @@ def test_defaults_are_the_mirror_defaults() -> None:
 
 
 def test_the_window_is_a_flow_setting_and_the_java_key_caps_it() -> None:
-    s = raw_client_settings(_flow(**{"mm2py.produce.inflight.batches": "32"}), fetch_max_bytes=8 << 20)
-    assert s.producer.max_in_flight == 32
+    s = raw_client_settings(_flow(**{"mm2py.produce.inflight.batches": str(MAX_WINDOW)}),
+                            fetch_max_bytes=8 << 20)
+    assert s.producer.max_in_flight == MAX_WINDOW == 32
     s = raw_client_settings(_flow(**{"west.producer.max.in.flight.requests.per.connection": "5"}),
                             fetch_max_bytes=8 << 20)
     assert s.producer.max_in_flight == 5
     with pytest.raises(ConfigError, match=r"mm2py\.produce\.inflight\.batches"):
-        _flow(**{"mm2py.produce.inflight.batches": "33"})
+        _flow(**{"mm2py.produce.inflight.batches": str(MAX_WINDOW + 1)})
 
 
 def test_connections_per_broker_is_a_flow_setting_with_bounds() -> None:
     s = raw_client_settings(_flow(**{"east->west.mm2py.produce.connections.per.broker": "1"}),
                             fetch_max_bytes=8 << 20)
     assert s.producer.connections_per_broker == 1
-    for bad in ("0", "9", "two"):
+    key = "mm2py.produce.connections.per.broker"
+    most = raw_client_settings(_flow(**{key: str(MAX_CONNECTIONS_PER_BROKER)}), fetch_max_bytes=8 << 20)
+    assert most.producer.connections_per_broker == MAX_CONNECTIONS_PER_BROKER == 8
+    for bad in ("0", str(MAX_CONNECTIONS_PER_BROKER + 1), "two"):
         with pytest.raises(ConfigError, match=r"mm2py\.produce\.connections\.per\.broker"):
             _flow(**{"mm2py.produce.connections.per.broker": bad})
 
