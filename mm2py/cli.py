@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("mm2py.librdkafka").setLevel(logging.ERROR)
-    log_throttle.install()  # a warning repeated on every retry: once, then once a minute
+    log_throttle.install(args.log_repeat_seconds)  # a repeated warning: once, then once a minute
     config = load_config(args.config)
     if not config.enabled_flows() and not args.rest_port and not args.state_file:
         print(f"mm2py: error: {args.config} enables no flow (set e.g. 'east->west.enabled = true', "
@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--commit-interval", type=float, default=1.0,
                      help="seconds between progress commits (default 1)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    run.add_argument("--log-repeat-seconds", type=float, default=60.0,
+                     help="a warning that repeats (the same kind, e.g. while a cluster is down) is "
+                          "logged once, then at most once this often with a count (default 60)")
     run.add_argument("--metrics-port", type=int, default=0,
                      help="serve Prometheus metrics on this port (default: off)")
     run.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")

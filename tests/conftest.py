@@ -1,7 +1,19 @@
-"""Session-wide real Kafka clusters (KRaft, started by mm2py.kafka_local) for integration tests.
+"""The run's real Kafka clusters (KRaft, started by mm2py.kafka_local), shared by every module.
+
+Tests share clusters and use topics of their own (``helpers.unique``). Each cluster starts the
+first time a test asks for it and stops at the end of the run:
+
+- ``east`` and ``west``: the two-cluster mirror set-up (one node each). ``east`` also has KIP-405
+  remote storage; a topic opts in with ``tiered_topic_config()``.
+- ``trio``: three nodes, for tests where partition leadership matters.
+- ``secured`` and ``secured_west``: TLS and SASL listeners and Kafka's standard authorizer, for
+  the TLS, SASL and ACL tests (their SASL users are ``helpers.SASL_USERS``; the ``super_users`` bypass ACLs).
 
 Cluster work dirs live under ``test-logs/<run>/``; they are deleted after a green run and kept,
 broker logs included, after a run with failures (the path is printed at the end).
+
+Hypothesis runs the ``ci`` profile (the full depth) unless ``HYPOTHESIS_PROFILE=dev`` asks for
+the quicker one; see ``helpers.examples``.
 """
 
 from __future__ import annotations
@@ -11,106 +23,136 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
+from helpers import SASL_USERS
+from hypothesis import settings
 
 from mm2py.client.cluster import ClusterClient
-from mm2py.kafka_local import KafkaCluster, start_all
+from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = ROOT / "test-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
+#: ``ci``: hypothesis's own depth (the tests' ``examples(n)`` give n); ``dev``: a tenth of it
+settings.register_profile("ci", max_examples=100)
+settings.register_profile("dev", max_examples=10)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+#: the principal of the client certificate that the secured clusters' TLS material includes
+CLIENT_CERT_PRINCIPAL = "CN=mm2py-client"
+SECURITY = BrokerSecurity(
+    listeners=("SASL_SSL", "SSL", "SASL_PLAINTEXT"), plain_users=SASL_USERS,
+    scram_users={"alice": SASL_USERS["alice"]}, authorizer=True,
+    # reader and writer can do only what ACLs allow (the ACL sync tests)
+    super_users=("alice", "mirror", CLIENT_CERT_PRINCIPAL),
+)
+
+#: how each cluster is created, and the clusters started together with it
+SPECS: dict[str, dict[str, Any]] = {
+    "east": {"tiered_storage": True},
+    "west": {},
+    "trio": {"nodes": 3},
+    "secured": {"security": SECURITY},
+    "secured-west": {"security": SECURITY},
+}
+GROUPS = (("east", "west"), ("trio",), ("secured", "secured-west"))
+
 
 class _Clusters:
-    """Starts the session's clusters lazily, both at once the first time either is asked for."""
+    """Starts a cluster the first time it is asked for, with the others of its group, in parallel."""
 
-    def __init__(self) -> None:
+    def __init__(self, specs: Mapping[str, Mapping[str, Any]], groups: tuple[tuple[str, ...], ...]) -> None:
+        self.specs, self.groups = specs, groups
         self.started: dict[str, KafkaCluster] = {}
         self.lock = threading.Lock()
 
-    def get(self, *names: str, nodes: int = 1) -> list[KafkaCluster]:
+    def get(self, name: str) -> KafkaCluster:
         with self.lock:
-            missing = [n for n in names if n not in self.started]
-            created = [KafkaCluster.create(n, RUN_DIR / n, nodes=nodes) for n in missing]
-            try:
-                start_all(created, timeout=90)
-            finally:
-                for c in created:
-                    self.started[c.name] = c
-            return [self.started[n] for n in names]
+            if name not in self.started:
+                group = next(g for g in self.groups if name in g)
+                created: list[KafkaCluster] = []
+                errors: list[BaseException] = []
+
+                def create(n: str) -> None:
+                    try:
+                        created.append(KafkaCluster.create(n, RUN_DIR / n, **self.specs[n]))
+                    except BaseException as exc:
+                        errors.append(exc)
+
+                threads = [threading.Thread(target=create, args=(n,)) for n in group]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                try:
+                    if errors:
+                        raise errors[0]
+                    start_all(created, timeout=120)
+                finally:
+                    for c in created:
+                        self.started[c.name] = c
+            return self.started[name]
 
     def stop_all(self) -> None:
         for c in self.started.values():
             c.stop()
 
 
-_CLUSTERS = _Clusters()
+_CLUSTERS = _Clusters(SPECS, GROUPS)
 
 
 @pytest.fixture(scope="session")
-def clusters() -> Iterator[_Clusters]:
-    yield _CLUSTERS
+def east() -> KafkaCluster:
+    """The cluster mirrored FROM (remote storage on; topics opt in)."""
+    return _CLUSTERS.get("east")
 
 
 @pytest.fixture(scope="session")
-def source_cluster(clusters: _Clusters) -> KafkaCluster:
-    """Alias ``east``: the cluster mirrored FROM."""
-    return clusters.get("east", "west")[0]
-
-
-@pytest.fixture(scope="session")
-def target_cluster(clusters: _Clusters) -> KafkaCluster:
-    """Alias ``west``: the cluster mirrored TO."""
-    return clusters.get("east", "west")[1]
-
-
-@pytest.fixture(scope="session")
-def east(source_cluster: KafkaCluster) -> KafkaCluster:
-    return source_cluster
-
-
-@pytest.fixture(scope="session")
-def west(target_cluster: KafkaCluster) -> KafkaCluster:
-    return target_cluster
+def west() -> KafkaCluster:
+    """The cluster mirrored TO."""
+    return _CLUSTERS.get("west")
 
 
 @pytest.fixture
-async def src(source_cluster: KafkaCluster) -> AsyncIterator[ClusterClient]:
+async def src(east: KafkaCluster) -> AsyncIterator[ClusterClient]:
     """A raw client of the source cluster."""
-    async with ClusterClient(source_cluster.bootstrap) as c:
+    async with ClusterClient(east.bootstrap) as c:
         yield c
 
 
 @pytest.fixture
-async def dst(target_cluster: KafkaCluster) -> AsyncIterator[ClusterClient]:
+async def dst(west: KafkaCluster) -> AsyncIterator[ClusterClient]:
     """A raw client of the target cluster."""
-    async with ClusterClient(target_cluster.bootstrap) as c:
+    async with ClusterClient(west.bootstrap) as c:
         yield c
 
 
-@pytest.fixture(scope="module")
-def three_node_cluster() -> Iterator[KafkaCluster]:
-    """A 3-broker cluster, only for tests where partition leadership matters (stopped after the module)."""
-    cluster = KafkaCluster.create("trio", RUN_DIR / "trio", nodes=3)
-    try:
-        yield cluster.start(timeout=120)
-    finally:
-        cluster.stop()
+@pytest.fixture
+def trio() -> Iterator[KafkaCluster]:
+    """The 3-broker cluster, with every node running before and after the test (a test may kill one)."""
+    cluster = _CLUSTERS.get("trio")
+    cluster.start()
+    yield cluster
+    cluster.start()
 
 
-@pytest.fixture(scope="module")
-def tiered_source_cluster() -> Iterator[KafkaCluster]:
-    """A 1-broker cluster with KIP-405 remote log storage (Kafka's LocalTieredStorage), only for
-    tiered-storage tests (stopped after the module). Topics opt in with ``tiered_topic_config()``."""
-    cluster = KafkaCluster.create("tiered", RUN_DIR / "tiered", tiered_storage=True)
-    try:
-        yield cluster.start(timeout=120)
-    finally:
-        cluster.stop()
+@pytest.fixture(scope="session")
+def secured() -> KafkaCluster:
+    """A secured cluster: SASL_SSL (PLAIN and SCRAM), SASL_PLAINTEXT, SSL with client certificates,
+    the standard authorizer; PLAINTEXT too, for set-up and checks (``User:ANONYMOUS``, a super user)."""
+    return _CLUSTERS.get("secured")
+
+
+@pytest.fixture(scope="session")
+def secured_west() -> KafkaCluster:
+    """A second secured cluster, set up like ``secured`` (a target for ACL sync)."""
+    return _CLUSTERS.get("secured-west")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

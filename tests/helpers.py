@@ -37,6 +37,20 @@ class Rec:
         return (self.key, self.value, self.headers, self.timestamp)
 
 
+#: SASL users of the secured test clusters (PLAIN; ``alice`` also SCRAM-SHA-256/512)
+SASL_USERS = {"alice": "alice-secret", "mirror": "mirror-secret", "reader": "reader-secret",
+              "writer": "writer-secret"}
+
+
+def examples(n: int) -> int:
+    """A property test's example count: ``n`` under the ``ci`` hypothesis profile (the default,
+    hypothesis's own 100 examples a test), ``n`` scaled like the profile's ``max_examples`` under
+    another one (``HYPOTHESIS_PROFILE=dev``: a tenth)."""
+    from hypothesis import settings
+
+    return max(1, n * settings.default.max_examples // 100)
+
+
 def unique(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
@@ -153,6 +167,15 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
                 for p in md.partitions}
     finally:
         c.close()
+
+
+def total(bootstrap: str, topic: str) -> int:
+    """How many offsets ``topic`` holds (the sum of its partitions' end offsets; 0 while the
+    topic or a leader is missing): what a test waits on instead of reading a topic again and again."""
+    try:
+        return sum(end_offsets(bootstrap, topic).values())
+    except Exception:  # KafkaException, or KeyError for a topic that is not there yet
+        return 0
 
 
 def read_all(

@@ -160,6 +160,10 @@ class FlowSettings(BaseModel):
     #: every broker of a cluster refusing connections this long fails an admin call (a flow's
     #: start, a REST request) at once with the broker's reason, instead of after admin.timeout.ms
     unreachable_timeout_ms: int = Field(5_000, alias="mm2py.unreachable.timeout.ms", ge=0)
+    #: a flow whose cluster was unreachable at start is started again this long after, then twice
+    #: as long after each further failure, up to ``mm2py.start.retry.backoff.max.ms``
+    start_retry_backoff_ms: int = Field(5_000, alias="mm2py.start.retry.backoff.ms", ge=1)
+    start_retry_backoff_max_ms: int = Field(60_000, alias="mm2py.start.retry.backoff.max.ms", ge=1)
 
     @field_validator("topics", "topics_exclude", "groups", "groups_exclude",
                      "config_properties_exclude")  # fmt: skip

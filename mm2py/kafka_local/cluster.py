@@ -15,27 +15,14 @@ import socket
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .jars import KAFKA_VERSION, HarnessError, java_executable, resolve_jars
+from .layout import LOG4J2, add_listeners, format_storage, random_id, server_properties
 from .security import BrokerSecurity, TlsFiles, broker_properties, generate_tls_files, scram_format_args
 from .tiered import TIERED_PROFILE, tiered_broker_config
-
-LOG4J2 = """\
-status = warn
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = {level}
-rootLogger.appenderRef.file.ref = FILE
-logger.state.name = state.change.logger
-logger.state.level = warn
-"""
 
 
 def free_port() -> int:
@@ -166,7 +153,7 @@ class KafkaCluster:
         workdir.mkdir(parents=True)
         cluster = cls(name=name, workdir=workdir, version=version)
         cluster.jar_profile = TIERED_PROFILE if tiered_storage else None
-        cluster.cluster_id = _random_cluster_id()
+        cluster.cluster_id = random_id()
         for i in range(1, nodes + 1):
             port, cport = ports[i - 1] if ports else (free_port(), free_port())
             cluster.nodes.append(KafkaNode(i, port, cport, workdir / f"node-{i}"))
@@ -176,13 +163,13 @@ class KafkaCluster:
             cluster.tls = generate_tls_files(workdir / "tls", security.client_key_password)
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in cluster.nodes)
         libs = resolve_jars(version, profile=cluster.jar_profile)
+        format_args: list[str] = []
         for node in cluster.nodes:
             node.workdir.mkdir()
-            props = _server_properties(node, voters, len(cluster.nodes))
-            format_args: list[str] = []
+            props = server_properties(node, voters, len(cluster.nodes))
             if security is not None:
                 assert cluster.tls is not None
-                _add_listeners(props, node.secured_ports)
+                add_listeners(props, node.secured_ports)
                 props.update(broker_properties(security, cluster.tls))
                 format_args = scram_format_args(security)
             if tiered_storage:
@@ -194,13 +181,7 @@ class KafkaCluster:
             (node.workdir / "log4j2.properties").write_text(
                 LOG4J2.format(log=node.log_file, level="INFO")
             )
-            _run_tool(
-                libs,
-                ["kafka.tools.StorageTool", "format", "--ignore-formatted",
-                 f"--cluster-id={cluster.cluster_id}", "-c", str(node.workdir / "server.properties"),
-                 *format_args],
-                node.workdir,
-            )
+        format_storage(libs, cluster, format_args)
         return cluster
 
     def start(self, timeout: float = 60.0) -> KafkaCluster:
@@ -309,60 +290,6 @@ def _signal(node: KafkaNode, sig: signal.Signals) -> None:
 def _reap(node: KafkaNode) -> None:
     if node.process is not None:
         node.process.poll()
-
-
-def _random_cluster_id() -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def _server_properties(node: KafkaNode, voters: str, size: int) -> dict[str, str]:
-    rf = str(min(3, size))
-    return {
-        "process.roles": "broker,controller",
-        "node.id": str(node.node_id),
-        "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "log.dirs": str(node.workdir / "data"),
-        "num.partitions": "1",
-        "default.replication.factor": rf,
-        "min.insync.replicas": "1",
-        "offsets.topic.replication.factor": rf,
-        "offsets.topic.num.partitions": "4",
-        "transaction.state.log.replication.factor": rf,
-        "transaction.state.log.min.isr": "1",
-        "transaction.state.log.num.partitions": "4",
-        "share.coordinator.state.topic.replication.factor": rf,
-        "share.coordinator.state.topic.min.isr": "1",
-        "group.initial.rebalance.delay.ms": "0",
-        "auto.create.topics.enable": "false",
-        "log.cleaner.backoff.ms": "1000",
-        "num.network.threads": "2",
-        "num.io.threads": "4",
-    }
-
-
-def _add_listeners(props: dict[str, str], ports: Mapping[str, int]) -> None:
-    """Client listeners named after their protocol, next to PLAINTEXT and CONTROLLER."""
-    for protocol, port in ports.items():
-        props["listeners"] += f",{protocol}://127.0.0.1:{port}"
-        props["advertised.listeners"] += f",{protocol}://127.0.0.1:{port}"
-        props["listener.security.protocol.map"] += f",{protocol}:{protocol}"
-
-
-def _run_tool(libs: Path, args: list[str], cwd: Path) -> str:
-    proc = subprocess.run(
-        [java_executable(), "-Xmx256m", "-cp", f"{libs}/*", *args],
-        capture_output=True, text=True, cwd=cwd,
-    )
-    if proc.returncode != 0:
-        raise HarnessError(f"{' '.join(args[:2])} failed: {proc.stdout}{proc.stderr}"[-3000:])
-    return proc.stdout
 
 
 def start_all(clusters: Sequence[KafkaCluster], timeout: float = 90.0) -> None:

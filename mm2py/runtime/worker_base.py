@@ -285,9 +285,10 @@ class WorkerBase(Generic[R]):
     # -- start-up ---------------------------------------------------------------------------------
     async def _start_flows(self, runners: Iterable[R] | None = None) -> None:
         """Start every flow. A flow whose cluster cannot be reached is left FAILED (its status says
-        why) and started again in the background (a one-off job of the flow's scheduler: 5 s later,
-        then 10, 20, 40, 60, 60 ... s later) while the worker and its other flows run; any other
-        start failure (a configuration refused by a broker, say) stops the worker."""
+        why) and started again in the background (a one-off job of the flow's scheduler: by
+        default 5 s later, then 10, 20, 40, 60, 60 ... s later; ``mm2py.start.retry.backoff.ms``
+        and ``.max.ms``) while the worker and its other flows run; any other start failure (a
+        configuration refused by a broker, say) stops the worker."""
         runners = list(self.flows.values() if runners is None else runners)
         outcomes = await asyncio.gather(*(r.start() for r in runners), return_exceptions=True)
         for runner, outcome in zip(runners, outcomes, strict=True):
@@ -296,10 +297,6 @@ class WorkerBase(Generic[R]):
                 self._retries.append(asyncio.create_task(self._retry_start(runner)))
             elif isinstance(outcome, BaseException):
                 raise outcome
-
-    #: a flow left FAILED at start is started again this long after, then twice as long after
-    #: each further failure, up to the longest delay
-    START_RETRY_FIRST, START_RETRY_LONGEST = 5.0, 60.0
 
     async def _retry_start(self, runner: R) -> None:
         """The flow's start as a one-off job of its own scheduler, retried with back-off while its
@@ -319,9 +316,9 @@ class WorkerBase(Generic[R]):
             log.info("%s: started", name)
 
         jobs = Scheduler(name, self._beats_stop)
-        first = self.START_RETRY_FIRST
-        jobs.once("delayed start", start, delay=first, retry=2 * first, backoff=2.0,
-                  max_retry=self.START_RETRY_LONGEST)
+        first = runner.flow.start_retry_backoff_ms / 1000
+        longest = max(2 * first, runner.flow.start_retry_backoff_max_ms / 1000)
+        jobs.once("delayed start", start, delay=first, retry=2 * first, backoff=2.0, max_retry=longest)
         await jobs.run()
 
     async def _stop_retries(self) -> None:

@@ -1,9 +1,10 @@
 """Topic ACL sync (sync.topic.acls.*) against brokers running Kafka's standard authorizer.
 
-Two single-node clusters run ``StandardAuthorizer`` with a SASL_PLAINTEXT listener (PLAIN users);
-the mirror connects over it as ``mirror``, a super user. Test set-up and checks use the PLAINTEXT
-listener (``User:ANONYMOUS``, also a super user in the harness). The session's plain clusters,
-which run no authorizer, show the one-line give-up.
+The session's secured pair (``secured``, ``secured_west``: one node each) runs
+``StandardAuthorizer`` with a SASL_PLAINTEXT listener (PLAIN users); the mirror connects over it
+as ``mirror``, a super user. Test set-up and checks use the PLAINTEXT listener
+(``User:ANONYMOUS``, also a super user in the harness). The session's plain clusters, which run no
+authorizer, show the one-line give-up.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from helpers import (
+    SASL_USERS,
     BackgroundWorker,
     create_topic,
     make_records,
@@ -31,7 +32,7 @@ from mm2py.client.cluster import ClientConfig, ClusterClient
 from mm2py.client.connection import ConnectionConfig
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.config.security import parse_security
-from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
+from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark_flow import SparkFlowRunner
 from mm2py.stores.acls import TopicAcl, to_binding
@@ -40,29 +41,18 @@ from mm2py.stores.admin import ClusterAdmin
 pytestmark = pytest.mark.integration
 
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
-USERS = {"mirror": "mirror-secret", "reader": "reader-secret", "writer": "writer-secret"}
 
 
 @pytest.fixture(scope="module")
-def authz(target_cluster: KafkaCluster) -> Iterator[tuple[KafkaCluster, KafkaCluster]]:
-    """Source and target with the standard authorizer (beside the session's clusters, so their
-    logs are kept or removed with theirs)."""
-    security = BrokerSecurity(listeners=("SASL_PLAINTEXT",), plain_users=USERS, scram_users={},
-                              client_key_password=None, authorizer=True, super_users=("mirror",))
-    pair = [KafkaCluster.create(name, target_cluster.workdir.parent / name, security=security)
-            for name in ("authz-east", "authz-west")]
-    try:
-        start_all(pair, timeout=120)
-        yield pair[0], pair[1]
-    finally:
-        for cluster in pair:
-            cluster.stop()
+def authz(secured: KafkaCluster, secured_west: KafkaCluster) -> tuple[KafkaCluster, KafkaCluster]:
+    """Source and target with the standard authorizer: the session's secured pair."""
+    return secured, secured_west
 
 
 def sasl(user: str) -> dict[str, str]:
     """A client's settings in MM2/Java names."""
     return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-            "sasl.jaas.config": f'{PLAIN} required username="{user}" password="{USERS[user]}";'}
+            "sasl.jaas.config": f'{PLAIN} required username="{user}" password="{SASL_USERS[user]}";'}
 
 
 def flow_config(east: KafkaCluster, west: KafkaCluster, topic: str) -> object:
@@ -134,7 +124,7 @@ async def fetch_count(cluster: KafkaCluster, user: str, tp: TopicPartition) -> i
 def produce_error(cluster: KafkaCluster, user: str, topic: str) -> str | None:
     conf = {"bootstrap.servers": cluster.bootstrap_for("SASL_PLAINTEXT"),
             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-            "sasl.username": user, "sasl.password": USERS[user],
+            "sasl.username": user, "sasl.password": SASL_USERS[user],
             "message.timeout.ms": 10_000}
     errors: list[str] = []
     producer = Producer(conf)
@@ -169,20 +159,20 @@ def test_the_spark_driver_runs_the_acl_sync_too(authz: tuple[KafkaCluster, Kafka
 
 
 def test_without_an_authorizer_one_line_and_the_mirror_keeps_working(
-    source_cluster: KafkaCluster, target_cluster: KafkaCluster, caplog: pytest.LogCaptureFixture,
+    east: KafkaCluster, west: KafkaCluster, caplog: pytest.LogCaptureFixture,
 ) -> None:
     topic = unique("acl-none")
-    create_topic(source_cluster.bootstrap, topic, partitions=1)
-    config = mirror_config({"east": source_cluster.bootstrap, "west": target_cluster.bootstrap},
+    create_topic(east.bootstrap, topic, partitions=1)
+    config = mirror_config({"east": east.bootstrap, "west": west.bootstrap},
                            {"east->west": {"topics": topic, "sync.topic.acls.interval.seconds": 1}})
     caplog.set_level(logging.INFO, logger="connectors.acl_sync")
     with BackgroundWorker(config) as bg:
-        produce_records(source_cluster.bootstrap, topic, make_records(40, tag="first"))
-        wait_until(lambda: len(read_all(target_cluster.bootstrap, f"east.{topic}", timeout=5)) == 40,
+        produce_records(east.bootstrap, topic, make_records(40, tag="first"))
+        wait_until(lambda: len(read_all(west.bootstrap, f"east.{topic}", timeout=5)) == 40,
                    60, 0.5, "records mirrored")
         time.sleep(3.5)  # three more intervals: a retrying sync would have logged again
-        produce_records(source_cluster.bootstrap, topic, make_records(10, tag="second"))
-        wait_until(lambda: len(read_all(target_cluster.bootstrap, f"east.{topic}", timeout=5)) == 50,
+        produce_records(east.bootstrap, topic, make_records(10, tag="second"))
+        wait_until(lambda: len(read_all(west.bootstrap, f"east.{topic}", timeout=5)) == 50,
                    60, 0.5, "later records mirrored")
         status = bg.worker.flows["east->west"].status()["acl_sync"]
     lines = [r for r in caplog.records if r.name == "connectors.acl_sync"]
@@ -191,7 +181,7 @@ def test_without_an_authorizer_one_line_and_the_mirror_keeps_working(
     assert "sync.topic.acls.enabled=false" in lines[0].getMessage()
     assert status["state"] == "NO_AUTHORIZER" and status["failures"] == 0
     # the target really has none: creating one there is refused for the same reason
-    plain = AdminClient({"bootstrap.servers": target_cluster.bootstrap})
+    plain = AdminClient({"bootstrap.servers": west.bootstrap})
     future = next(iter(plain.create_acls([to_binding(
         TopicAcl(topic, "LITERAL", "User:x", "*", "READ", "ALLOW"))]).values()))
     with pytest.raises(Exception, match=r"SECURITY_DISABLED|No Authorizer"):

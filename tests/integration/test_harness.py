@@ -17,12 +17,12 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_records_round_trip_through_a_real_broker(source_cluster: KafkaCluster, codec: str) -> None:
-    topic = create_topic(source_cluster.bootstrap, unique(f"rt-{codec}"), partitions=2)
+def test_records_round_trip_through_a_real_broker(east: KafkaCluster, codec: str) -> None:
+    topic = create_topic(east.bootstrap, unique(f"rt-{codec}"), partitions=2)
     sent = make_records(400, partition=None, tag=codec)
     sent = [r.__class__(r.key, r.value, r.headers, r.timestamp, i % 2) for i, r in enumerate(sent)]
-    produce_records(source_cluster.bootstrap, topic, sent, compression=codec)
-    got = read_all(source_cluster.bootstrap, topic)
+    produce_records(east.bootstrap, topic, sent, compression=codec)
+    got = read_all(east.bootstrap, topic)
     assert len(got) == len(sent)
     for p in (0, 1):
         want = [r.content() for r in sent if r.partition == p]
@@ -31,11 +31,11 @@ def test_records_round_trip_through_a_real_broker(source_cluster: KafkaCluster, 
     assert any(r.headers for r in got) and any(r.key is None for r in got)
 
 
-def test_clusters_are_independent(source_cluster: KafkaCluster, target_cluster: KafkaCluster) -> None:
-    assert source_cluster.bootstrap != target_cluster.bootstrap
-    topic = create_topic(source_cluster.bootstrap, unique("only-east"))
-    assert topic in topic_names(source_cluster.bootstrap)
-    assert topic not in topic_names(target_cluster.bootstrap)
+def test_clusters_are_independent(east: KafkaCluster, west: KafkaCluster) -> None:
+    assert east.bootstrap != west.bootstrap
+    topic = create_topic(east.bootstrap, unique("only-east"))
+    assert topic in topic_names(east.bootstrap)
+    assert topic not in topic_names(west.bootstrap)
 
 
 def _mm2py(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -86,17 +86,17 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
     assert _mm2py("dev", "status", env=env).returncode != 0
 
 
-def test_three_broker_cluster_survives_losing_a_partition_leader(three_node_cluster: KafkaCluster) -> None:
+def test_three_broker_cluster_survives_losing_a_partition_leader(trio: KafkaCluster) -> None:
     from confluent_kafka.admin import AdminClient
 
-    bootstrap = three_node_cluster.bootstrap
+    bootstrap = trio.bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     assert len(admin.list_topics(timeout=10).brokers) == 3
     topic = create_topic(bootstrap, unique("trio"), partitions=1, replication_factor=3)
     first = make_records(200, tag="before")
     produce_records(bootstrap, topic, first)
     leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
-    three_node_cluster.kill_node(leader)
+    trio.kill_node(leader)
     second = make_records(200, tag="after")
     produce_records(bootstrap, topic, second)  # acks=all, min.insync.replicas=1: a new leader took over
     new_leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,12 +31,6 @@ from mm2py.kafka_local import KafkaCluster
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 PARTITIONS = 3
-
-
-@pytest.fixture
-def trio(three_node_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
-    yield three_node_cluster
-    three_node_cluster.start()  # bring a killed node back for the next test
 
 
 def _leader(bootstrap: str, topic: str, partition: int) -> int:

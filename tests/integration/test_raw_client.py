@@ -67,17 +67,17 @@ def contents(recs: list[Rec]) -> list[tuple[object, ...]]:
 @pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
 @pytest.mark.parametrize("codec", CODECS)
 async def test_raw_mirror_roundtrip(
-    source_cluster: KafkaCluster,
-    target_cluster: KafkaCluster,
+    east: KafkaCluster,
+    west: KafkaCluster,
     src: ClusterClient,
     dst: ClusterClient,
     codec: str,
     idempotent: bool,
 ) -> None:
-    topic = create_topic(source_cluster.bootstrap, unique(f"src-{codec}"))
-    target = create_topic(target_cluster.bootstrap, unique(f"dst-{codec}"))
+    topic = create_topic(east.bootstrap, unique(f"src-{codec}"))
+    target = create_topic(west.bootstrap, unique(f"dst-{codec}"))
     records = make_records(300, partition=0, tag=codec)
-    produce_records(source_cluster.bootstrap, topic, records, compression=codec, idempotent=idempotent,
+    produce_records(east.bootstrap, topic, records, compression=codec, idempotent=idempotent,
                     extra={"batch.num.messages": 40})  # fmt: skip
     tp, ttp = TopicPartition(topic, 0), TopicPartition(target, 0)
 
@@ -92,7 +92,7 @@ async def test_raw_mirror_roundtrip(
     offsets = await plain.produce([(ttp, b) for b in source_batches])
     assert offsets == [b.base_offset for b in source_batches]  # same numbering as the source
 
-    got = read_all(target_cluster.bootstrap, target, expect=len(records))
+    got = read_all(west.bootstrap, target, expect=len(records))
     assert contents(got) == contents(records)
     assert [r.offset for r in got] == list(range(len(records)))
 
@@ -124,11 +124,11 @@ async def producer_unlike(dst: ClusterClient, source_pids: set[int]) -> RawProdu
 
 
 async def test_idempotent_producer_stamps_its_own_sequences_and_dedupes_retries(
-    source_cluster: KafkaCluster, target_cluster: KafkaCluster, src: ClusterClient, dst: ClusterClient
+    east: KafkaCluster, west: KafkaCluster, src: ClusterClient, dst: ClusterClient
 ) -> None:
-    topic = create_topic(source_cluster.bootstrap, unique("idem-src"), partitions=1)
-    target = create_topic(target_cluster.bootstrap, unique("idem-dst"), partitions=1)
-    produce_records(source_cluster.bootstrap, topic, make_records(300), compression="zstd", linger_ms=0,
+    topic = create_topic(east.bootstrap, unique("idem-src"), partitions=1)
+    target = create_topic(west.bootstrap, unique("idem-dst"), partitions=1)
+    produce_records(east.bootstrap, topic, make_records(300), compression="zstd", linger_ms=0,
                     extra={"batch.num.messages": 50})
     source_batches = await fetch_batches(src, TopicPartition(topic, 0))
     ttp = TopicPartition(target, 0)
@@ -156,15 +156,15 @@ async def test_idempotent_producer_stamps_its_own_sequences_and_dedupes_retries(
 
 @pytest.mark.parametrize("codec", CODECS)
 async def test_first_batch_crop(
-    source_cluster: KafkaCluster,
-    target_cluster: KafkaCluster,
+    east: KafkaCluster,
+    west: KafkaCluster,
     src: ClusterClient,
     dst: ClusterClient,
     codec: str,
 ) -> None:
-    topic = create_topic(source_cluster.bootstrap, unique(f"crop-{codec}"))
+    topic = create_topic(east.bootstrap, unique(f"crop-{codec}"))
     records = make_records(50, partition=0, tag="crop")
-    produce_records(source_cluster.bootstrap, topic, records, compression=codec, linger_ms=500,
+    produce_records(east.bootstrap, topic, records, compression=codec, linger_ms=500,
                     extra={"batch.num.messages": 1000})  # fmt: skip
     tp = TopicPartition(topic, 0)
     whole = await fetch_batches(src, tp)
@@ -176,10 +176,10 @@ async def test_first_batch_crop(
         assert [g[0] for g in got] == list(range(start, 50))
         assert [g[1:] for g in got] == [(r.key, r.value, r.headers, r.timestamp) for r in records[start:]]
     # the cropped batch is accepted by a broker and reads back as exactly the kept records
-    target = create_topic(target_cluster.bootstrap, unique("crop-dst"))
+    target = create_topic(west.bootstrap, unique("crop-dst"))
     batches = await fetch_batches(src, tp, 17)
     await RawProducer(dst).produce([(TopicPartition(target, 0), b) for b in batches])
-    assert contents(read_all(target_cluster.bootstrap, target, expect=33)) == contents(records[17:])
+    assert contents(read_all(west.bootstrap, target, expect=33)) == contents(records[17:])
 
 
 def _transactional_writes(bootstrap: str, topic: str) -> list[Rec]:
@@ -205,10 +205,10 @@ def _transactional_writes(bootstrap: str, topic: str) -> list[Rec]:
 
 
 async def test_transactions_only_committed(
-    source_cluster: KafkaCluster, target_cluster: KafkaCluster, src: ClusterClient, dst: ClusterClient
+    east: KafkaCluster, west: KafkaCluster, src: ClusterClient, dst: ClusterClient
 ) -> None:
-    topic = create_topic(source_cluster.bootstrap, unique("txn"))
-    committed = _transactional_writes(source_cluster.bootstrap, topic)
+    topic = create_topic(east.bootstrap, unique("txn"))
+    committed = _transactional_writes(east.bootstrap, topic)
     tp = TopicPartition(topic, 0)
     # Transaction markers are written asynchronously after commit: wait until LSO == HW.
     for _ in range(100):
@@ -228,12 +228,12 @@ async def test_transactions_only_committed(
     assert not any(b.is_control for b in uncommitted)
     assert sum(b.records_count for b in uncommitted) == 100  # aborted data visible, markers not
 
-    target = create_topic(target_cluster.bootstrap, unique("txn-dst"))
+    target = create_topic(west.bootstrap, unique("txn-dst"))
     ttp = TopicPartition(target, 0)
     producer = await producer_unlike(dst, {b.producer_id for b in batches})
     offsets = await producer.produce([(ttp, b) for b in batches])
     assert len(offsets) == len(batches)
-    assert contents(read_all(target_cluster.bootstrap, target, expect=len(committed))) == contents(committed)
+    assert contents(read_all(west.bootstrap, target, expect=len(committed))) == contents(committed)
     source_pids = {b.producer_id for b in batches}
     for t in await fetch_batches(dst, ttp):
         # the source's transactional producer state is gone: our own idempotent id replaces it
@@ -242,9 +242,9 @@ async def test_transactions_only_committed(
 
 
 async def test_gapped_batch_rejected_raw_accepted_after_rebuild(
-    target_cluster: KafkaCluster, dst: ClusterClient
+    west: KafkaCluster, dst: ClusterClient
 ) -> None:
-    target = create_topic(target_cluster.bootstrap, unique("gap"))
+    target = create_topic(west.bootstrap, unique("gap"))
     tp = TopicPartition(target, 0)
     recs = [Record(0, 0, b"k0", b"v0"), Record(2, 5, b"k2", b"v2", (("h", b"x"),)), Record(5, 9, None, b"v5")]
     for codec in (Codec.NONE, Codec.ZSTD):
@@ -261,7 +261,7 @@ async def test_gapped_batch_rejected_raw_accepted_after_rebuild(
         assert resp.partitions[0].error_code != NONE
         # The producer rebuilds it and the broker accepts it.
         await RawProducer(dst).send(tp, gapped)
-    got = read_all(target_cluster.bootstrap, target, expect=6)
+    got = read_all(west.bootstrap, target, expect=6)
     expected = [(b"k0", b"v0", (), BASE_TS), (b"k2", b"v2", (("h", b"x"),), BASE_TS + 5),
                 (None, b"v5", (), BASE_TS + 9)] * 2  # fmt: skip
     assert [r.content() for r in got] == expected
@@ -269,7 +269,7 @@ async def test_gapped_batch_rejected_raw_accepted_after_rebuild(
 
 
 async def test_produce_waits_for_topic_being_created(
-    target_cluster: KafkaCluster, dst: ClusterClient
+    west: KafkaCluster, dst: ClusterClient
 ) -> None:
     name = unique("late")
     tp = TopicPartition(name, 0)
@@ -277,7 +277,7 @@ async def test_produce_waits_for_topic_being_created(
 
     async def create_later() -> None:
         await asyncio.sleep(1.0)
-        await asyncio.to_thread(create_topic, target_cluster.bootstrap, name)
+        await asyncio.to_thread(create_topic, west.bootstrap, name)
 
     creator = asyncio.create_task(create_later())
     started = time.monotonic()
@@ -285,11 +285,11 @@ async def test_produce_waits_for_topic_being_created(
     await creator
     assert offset == 0
     assert time.monotonic() - started >= 1.0
-    assert [r.value for r in read_all(target_cluster.bootstrap, name, expect=1)] == [b"v"]
+    assert [r.value for r in read_all(west.bootstrap, name, expect=1)] == [b"v"]
 
 
-async def test_stale_metadata_after_topic_recreated(target_cluster: KafkaCluster, dst: ClusterClient) -> None:
-    name = create_topic(target_cluster.bootstrap, unique("recreate"))
+async def test_stale_metadata_after_topic_recreated(west: KafkaCluster, dst: ClusterClient) -> None:
+    name = create_topic(west.bootstrap, unique("recreate"))
     tp = TopicPartition(name, 0)
     producer = RawProducer(dst)
     batch = build_batch(
@@ -299,12 +299,12 @@ async def test_stale_metadata_after_topic_recreated(target_cluster: KafkaCluster
     assert await producer.send(tp, batch) == 2
     old_id = dst.topic_id(name)
     assert old_id is not None
-    a = admin(target_cluster.bootstrap)
+    a = admin(west.bootstrap)
     a.delete_topics([name])[name].result(30)
     deadline = time.monotonic() + 30
     while True:  # deletion is asynchronous: recreate as soon as the broker allows it
         try:
-            create_topic(target_cluster.bootstrap, name)
+            create_topic(west.bootstrap, name)
             break
         except Exception:
             if time.monotonic() > deadline:
@@ -319,8 +319,8 @@ async def test_stale_metadata_after_topic_recreated(target_cluster: KafkaCluster
     assert [r.value for b in res.batches for r in decode_records(b)] == [b"v1", b"v2"]
 
 
-async def test_fetch_recovers_from_stale_leader(target_cluster: KafkaCluster, dst: ClusterClient) -> None:
-    name = create_topic(target_cluster.bootstrap, unique("stale"))
+async def test_fetch_recovers_from_stale_leader(west: KafkaCluster, dst: ClusterClient) -> None:
+    name = create_topic(west.bootstrap, unique("stale"))
     tp = TopicPartition(name, 0)
     await RawProducer(dst).send(tp, build_batch([Record(0, 0, None, b"x")], base_timestamp=BASE_TS))
     # Poison the cache: the leader is a broker id that does not exist.
@@ -333,15 +333,15 @@ async def test_fetch_recovers_from_stale_leader(target_cluster: KafkaCluster, ds
 
 @pytest.mark.parametrize(("fetch_v", "produce_v"), [(4, 3), (7, 5), (11, 8), (12, 9), (13, 12), (16, 13)])
 async def test_protocol_versions_against_broker(
-    target_cluster: KafkaCluster, fetch_v: int, produce_v: int
+    west: KafkaCluster, fetch_v: int, produce_v: int
 ) -> None:
     caps: dict[int, int] = {
         ApiKey.FETCH: fetch_v,
         ApiKey.PRODUCE: produce_v,
         ApiKey.METADATA: 4 if fetch_v < 12 else 12,
     }
-    async with ClusterClient(target_cluster.bootstrap, ClientConfig(max_versions=caps)) as c:
-        name = create_topic(target_cluster.bootstrap, unique(f"v{fetch_v}"), partitions=2)
+    async with ClusterClient(west.bootstrap, ClientConfig(max_versions=caps)) as c:
+        name = create_topic(west.bootstrap, unique(f"v{fetch_v}"), partitions=2)
         batch = build_batch(
             [Record(i, i, b"k%d" % i, b"v") for i in range(3)],
             codec=Codec.LZ4,
@@ -357,8 +357,8 @@ async def test_protocol_versions_against_broker(
         assert await c.list_offsets([TopicPartition(name, 1)], LATEST) == {TopicPartition(name, 1): 6}
 
 
-async def test_pipelining_and_connection_loss(target_cluster: KafkaCluster, dst: ClusterClient) -> None:
-    name = create_topic(target_cluster.bootstrap, unique("pipe"), partitions=4)
+async def test_pipelining_and_connection_loss(west: KafkaCluster, dst: ClusterClient) -> None:
+    name = create_topic(west.bootstrap, unique("pipe"), partitions=4)
     tps = [TopicPartition(name, p) for p in range(4)]
     batch = build_batch([Record(0, 0, None, b"v")], base_timestamp=BASE_TS)
     producer = RawProducer(dst)

@@ -22,12 +22,12 @@ def small(tag: str) -> RecordBatch:
 
 
 async def test_pipelined_produce_returns_a_prefix_per_partition_after_a_rejected_batch(
-    target_cluster: KafkaCluster, dst: ClusterClient
+    west: KafkaCluster, dst: ClusterClient
 ) -> None:
     """Five rounds in flight; partition A's second batch is too large for the topic. A keeps only
     its first batch (the later ones are refused as out of sequence), B gets all of its batches, and
     A's sequence stays usable for what comes next."""
-    topic = create_topic(target_cluster.bootstrap, unique("window"), partitions=2,
+    topic = create_topic(west.bootstrap, unique("window"), partitions=2,
                          config={"max.message.bytes": "3000"})
     a, b = TopicPartition(topic, 0), TopicPartition(topic, 1)
 
@@ -40,19 +40,19 @@ async def test_pipelined_produce_returns_a_prefix_per_partition_after_a_rejected
     assert err.value.offsets == [0, -1, -1, -1, 0, 1, 2, 3]
     # A continues from its last acknowledged batch with a consistent sequence
     assert await producer.produce([(a, small("a2")), (a, small("a3"))]) == [1, 2]
-    got = read_all(target_cluster.bootstrap, topic)
+    got = read_all(west.bootstrap, topic)
     assert [(r.partition, r.value) for r in got if r.partition == 0] == [(0, b"a0"), (0, b"a2"), (0, b"a3")]
     assert [r.value for r in got if r.partition == 1] == [b"b0", b"b1", b"b2", b"b3"]
 
 
 async def test_pipelined_produce_never_appends_past_a_rejected_first_batch(
-    target_cluster: KafkaCluster, dst: ClusterClient
+    west: KafkaCluster, dst: ClusterClient
 ) -> None:
     """The broker accepts any sequence number from a producer it does not know yet on a partition
     (ProducerAppendInfo.checkSequence), so batches pipelined behind a partition's refused first
     batch would be appended out of order. The producer probes an unconfirmed partition with one
     batch first: nothing lands after the refused batch, and the later retry lands in order."""
-    topic = create_topic(target_cluster.bootstrap, unique("probe"), partitions=2,
+    topic = create_topic(west.bootstrap, unique("probe"), partitions=2,
                          config={"max.message.bytes": "3000"})
     a, b = TopicPartition(topic, 0), TopicPartition(topic, 1)
 
@@ -67,17 +67,17 @@ async def test_pipelined_produce_never_appends_past_a_rejected_first_batch(
     # once the first batch of a partition is acknowledged, its later batches are pipelined
     assert await producer.produce([(a, small("a1")), (a, small("a2")), (a, small("a3"))]) == [0, 1, 2]
     assert await producer.produce([(b, small("b2"))]) == [2]
-    got = read_all(target_cluster.bootstrap, topic)
+    got = read_all(west.bootstrap, topic)
     assert [r.value for r in got if r.partition == 0] == [b"a1", b"a2", b"a3"]
 
 
 async def test_a_new_producer_id_resends_only_what_the_broker_refused(
-    target_cluster: KafkaCluster, dst: ClusterClient
+    west: KafkaCluster, dst: ClusterClient
 ) -> None:
     """One partition of a round is refused as out of sequence (our state and the broker's disagree,
     simulated by skipping sequence numbers) while the other is appended. The producer takes a new
     id and sends again only the refused batch: the appended one must not land twice."""
-    topic = create_topic(target_cluster.bootstrap, unique("reid"), partitions=2)
+    topic = create_topic(west.bootstrap, unique("reid"), partitions=2)
     a, b = TopicPartition(topic, 0), TopicPartition(topic, 1)
 
     producer = RawProducer(dst)
@@ -86,24 +86,24 @@ async def test_a_new_producer_id_resends_only_what_the_broker_refused(
     producer.set_sequence(a, producer.sequence(a) + 7)
     assert await producer.produce([(a, small("a1")), (b, small("b1"))]) == [1, 1]
     assert producer.producer_id != first_id
-    got = read_all(target_cluster.bootstrap, topic)
+    got = read_all(west.bootstrap, topic)
     assert [r.value for r in got if r.partition == 0] == [b"a0", b"a1"]
     assert [r.value for r in got if r.partition == 1] == [b"b0", b"b1"]
 
 
 async def test_two_connections_per_broker_keep_each_partitions_order(
-    target_cluster: KafkaCluster, dst: ClusterClient
+    west: KafkaCluster, dst: ClusterClient
 ) -> None:
     """With two connections to the broker the partitions are dealt to both; ten batches of each of
     four partitions, pipelined, land in order and once, each at the offset it was acknowledged at."""
-    topic = create_topic(target_cluster.bootstrap, unique("conns"), partitions=4)
+    topic = create_topic(west.bootstrap, unique("conns"), partitions=4)
     parts = [TopicPartition(topic, p) for p in range(4)]
     producer = RawProducer(dst, ProducerConfig(connections_per_broker=2))
     items = [(tp, small(f"{tp.partition}-{i}")) for i in range(10) for tp in parts]
     assert await producer.produce(items) == [i for i in range(10) for _ in parts]
     leader = dst.leader_of(parts[0])
     assert {slot for node, slot in dst._conns if node == leader} == {0, 1}
-    got = read_all(target_cluster.bootstrap, topic)
+    got = read_all(west.bootstrap, topic)
     for tp in parts:
         assert [(r.offset, r.value) for r in got if r.partition == tp.partition] == [
             (i, f"{tp.partition}-{i}".encode()) for i in range(10)]
@@ -112,19 +112,19 @@ async def test_two_connections_per_broker_keep_each_partitions_order(
 
 @pytest.mark.parametrize("window", [5, 10])
 async def test_a_connection_cut_with_the_window_in_flight_appends_nothing_twice(
-    target_cluster: KafkaCluster, window: int
+    west: KafkaCluster, window: int
 ) -> None:
     """The connection to the broker is cut after it handled a whole window of a partition's
     batches, none of them answered, and the producer sends them again. With five in flight the
     broker remembers them all and answers the re-sends as duplicates; with ten it remembers the
     last five only and refuses the first re-sent batch: ResendRefusedError, no new producer id,
     nothing appended twice. Either way the partition holds every batch once."""
-    topic = create_topic(target_cluster.bootstrap, unique("cut"), partitions=1)
+    topic = create_topic(west.bootstrap, unique("cut"), partitions=1)
     tp = TopicPartition(topic, 0)
-    host, _, port = target_cluster.bootstrap.rpartition(":")
+    host, _, port = west.bootstrap.rpartition(":")
     proxy = CutProxy(host, int(port))
     await proxy.start()
-    cluster = ClusterClient(target_cluster.bootstrap)
+    cluster = ClusterClient(west.bootstrap)
     cluster._factory = ProxiedFactory(proxy)
     await cluster.start()
     producer = RawProducer(cluster, ProducerConfig(max_in_flight=window))
@@ -141,7 +141,7 @@ async def test_a_connection_cut_with_the_window_in_flight_appends_nothing_twice(
             assert isinstance(err.value.cause, ResendRefusedError), err.value
             assert err.value.offsets == [-1] * window
         assert proxy.cuts == 1 and producer.producer_id == pid
-        got = read_all(target_cluster.bootstrap, topic)
+        got = read_all(west.bootstrap, topic)
         assert [r.value for r in got] == [f"a{i}".encode() for i in range(window + 1)]
     finally:
         await producer.close()

@@ -1,15 +1,17 @@
-"""TLS and SASL against a real secured broker: raw client, confluent-kafka clients, a whole mirror flow.
+"""TLS and SASL against a real secured broker: raw client, confluent-kafka clients, a whole mirror
+flow.
 
-One module-scoped single-node cluster has a SASL_SSL listener (PLAIN, SCRAM-SHA-256/512 users) and
-an SSL listener that requires a client certificate, next to the PLAINTEXT listener the tests use
-for set-up and checks. Every client under test is configured from MM2/Java property names.
+The session's ``secured`` cluster (one node) has a SASL_SSL listener (PLAIN, SCRAM-SHA-256/512
+users) and an SSL listener that requires a client certificate, next to the PLAINTEXT listener the
+tests use for set-up and checks. It runs the standard authorizer (the ACL sync tests need it);
+``alice`` and the client certificate's principal are super users, so nothing here depends on ACLs.
+Every client under test is configured from MM2/Java property names.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer
@@ -32,7 +34,7 @@ from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.client.producer import ProducerConfig, RawProducer
 from mm2py.config.models import MirrorMakerConfig
 from mm2py.config.security import parse_security
-from mm2py.kafka_local import BrokerSecurity, KafkaCluster
+from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.errors_codes import NONE
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.record_codec import decode_records
@@ -48,19 +50,6 @@ MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
-
-
-@pytest.fixture(scope="module")
-def secured(target_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
-    """Lives beside the session's clusters, so its logs are kept (or removed) with theirs."""
-    cluster = KafkaCluster.create(
-        "secured", target_cluster.workdir.parent / "secured",
-        security=BrokerSecurity(listeners=("SASL_SSL", "SSL")),
-    )
-    try:
-        yield cluster.start(timeout=90)
-    finally:
-        cluster.stop()
 
 
 def sasl_ssl_props(
@@ -172,7 +161,7 @@ async def test_an_untrusted_broker_certificate_fails_clearly(secured: KafkaClust
     assert time.monotonic() - started < 10
 
 
-def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, target_cluster: KafkaCluster) -> None:
+def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, west: KafkaCluster) -> None:
     """The whole flow in MM2 names: controller, raw fetch, offset syncs (on the secured source),
     progress (on the plain target) and a checkpoint of a group that consumed on the secured source."""
     topic = create_topic(secured.bootstrap, unique("sec-flow"), partitions=2)
@@ -185,7 +174,7 @@ def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, target_cluste
     committer.close()
     security = {f"east.{k}": v for k, v in sasl_ssl_props(secured).items()}
     config = mirror_config(
-        {"east": secured.bootstrap_for("SASL_SSL"), "west": target_cluster.bootstrap},
+        {"east": secured.bootstrap_for("SASL_SSL"), "west": west.bootstrap},
         {"east->west": {"topics": topic, "groups": group, "offset.lag.max": 10,
                         "emit.checkpoints.interval.seconds": 1, "refresh.groups.interval.seconds": 1}},
         **security,
@@ -193,17 +182,17 @@ def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, target_cluste
     assert isinstance(config, MirrorMakerConfig)
     assert config.clusters["east"].connection["security.protocol"] == "SASL_SSL"
     mirrored = f"east.{topic}"
-    west = ClusterAdmin("west", target_cluster.bootstrap)
+    west = ClusterAdmin("west", west.bootstrap)
 
     def all_mirrored() -> bool:
         if mirrored not in west.list_topics():
             return False
-        return len(read_all(target_cluster.bootstrap, mirrored, timeout=5)) >= len(sent)
+        return len(read_all(west.bootstrap, mirrored, timeout=5)) >= len(sent)
 
     def checkpointed() -> list[Checkpoint]:
         if "east.checkpoints.internal" not in west.list_topics():
             return []
-        records = read_all(target_cluster.bootstrap, "east.checkpoints.internal", timeout=5)
+        records = read_all(west.bootstrap, "east.checkpoints.internal", timeout=5)
         return [c for c in (Checkpoint.from_record(r.key, r.value) for r in records) if c.group == group]
 
     with BackgroundWorker(config):
@@ -214,7 +203,7 @@ def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, target_cluste
         wait_until(lambda: {c.topic_partition: (c.upstream_offset, c.downstream_offset)
                             for c in checkpointed()} == exact, timeout=30,
                    what="exact checkpoints of a group on the secured cluster")
-    got = read_all(target_cluster.bootstrap, mirrored)
+    got = read_all(west.bootstrap, mirrored)
     for p in (0, 1):
         want = [r.content() for r in sent if r.partition == p]
         assert [r.content() for r in got if r.partition == p] == want
@@ -222,7 +211,7 @@ def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, target_cluste
     syncs = read_syncs(secured.bootstrap, "mm2-offset-syncs.west.internal")
     ours = [s for s in syncs if s.topic_partition.topic == topic]
     assert {s.topic_partition.partition for s in ours} == {0, 1}
-    positions = PositionStore(ClusterAdmin("west", target_cluster.bootstrap), "east").load()
+    positions = PositionStore(ClusterAdmin("west", west.bootstrap), "east").load()
     assert {tp.partition: p.source for tp, p in positions.items() if tp.topic == topic} == {0: 150, 1: 150}
     assert all(s.upstream_offset < 150 for s in ours)
     # every checkpoint written was behind or exact, never ahead

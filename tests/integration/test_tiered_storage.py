@@ -1,12 +1,13 @@
 """Mirroring from a source cluster with tiered storage (KIP-405), early segments remote-only.
 
-The source is one broker with remote log storage on (Kafka's own LocalTieredStorage: a directory
-plays the object store). Its topics have 64 KiB segments and a tiny local retention, so within
-seconds their early segments exist only in remote storage: the earliest offset is 0 while the
-earliest LOCAL offset (ListOffsets spec -4) is far above it, and every fetch below that is a remote
-read. A broker serves those differently from local reads: a segment at a time, remote data for one
-partition per Fetch request, and a remote batch larger than the partition limit only to the first
-partition of a request. The target is the session's plain ``west`` cluster.
+The source is the session's ``east`` broker, which has remote log storage on (Kafka's own
+LocalTieredStorage: a directory plays the object store). Its tiered topics have 64 KiB segments
+and a tiny local retention, so within seconds their early segments exist only in remote storage:
+the earliest offset is 0 while the earliest LOCAL offset (ListOffsets spec -4) is far above it,
+and every fetch below that is a remote read. A broker serves those differently from local reads:
+a segment at a time, remote data for one partition per Fetch request, and a remote batch larger
+than the partition limit only to the first partition of a request. The target is the session's
+plain ``west`` cluster.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException, Producer
@@ -58,14 +58,14 @@ EXCLUDE = CONFIG_PROPERTIES_EXCLUDE_DEFAULT + r", remote\.storage\.enable, local
 
 
 @pytest.fixture(scope="module")
-def source(tiered_source_cluster: KafkaCluster) -> KafkaCluster:
-    return tiered_source_cluster
+def source(east: KafkaCluster) -> KafkaCluster:
+    """The session's ``east``, which has remote storage on (its tiered topics opt in)."""
+    return east
 
 
 @pytest.fixture(scope="module")
-def target(clusters: Any) -> KafkaCluster:
-    cluster: KafkaCluster = clusters.get(TARGET)[0]
-    return cluster
+def target(west: KafkaCluster) -> KafkaCluster:
+    return west
 
 
 def _offsets(bootstrap: str, tps: list[TopicPartition], spec: int) -> dict[TopicPartition, int]:

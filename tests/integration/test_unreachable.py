@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
 
 from mm2py.errors import ClusterUnreachableError
 from mm2py.stores.admin import ClusterAdmin
@@ -60,36 +61,48 @@ def test_an_admin_call_to_a_refusing_cluster_fails_within_the_unreachable_timeou
     assert "'east'" in str(err.value) and "Connection refused" in str(err.value)
 
 
-def _run(config: Path, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "mm2py.cli", "run", "-c", str(config)],
+def _run(config: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "mm2py.cli", "run", "-c", str(config), *extra],
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def _config(tmp_path: Path, bootstrap: str) -> Path:
+def _config(tmp_path: Path, bootstrap: str, **settings: object) -> Path:
     path = tmp_path / "mm2.json"
     path.write_text(json.dumps({"clusters": {"east": bootstrap, "west": bootstrap},
-                                "flows": {"east->west": {"topics": ".*"}}}))
+                                "flows": {"east->west": {"topics": ".*"}}, **settings}))
     return path
 
 
 def test_run_against_a_refusing_cluster_says_so_briefly_keeps_trying_and_stops_on_sigint(
     tmp_path: Path,
 ) -> None:
-    """A minute against a cluster that refuses connections: the reason is logged at once, then
-    only at a slow pace while the worker keeps trying; SIGINT stops it within seconds."""
+    """A cluster that refuses connections: the reason (naming the cluster) is logged at once, then
+    only at a slow pace while the worker keeps trying; SIGINT stops it within seconds.
+
+    The worker's timers are those of a minute scaled down twelve times (unreachable after 5 s,
+    starts retried 5, 10, 20, 40 s apart, a repeated warning once a minute): the same sequence of
+    attempts and log lines in five seconds."""
     log = tmp_path / "run.log"
-    proc = _run(_config(tmp_path, f"127.0.0.1:{_closed_port()}"), log)
+    port = _closed_port()
+    config = _config(tmp_path, f"127.0.0.1:{port}", **{
+        "mm2py.unreachable.timeout.ms": 400, "mm2py.start.retry.backoff.ms": 400,
+        "mm2py.start.retry.backoff.max.ms": 5000})
+    proc = _run(config, log, "--log-repeat-seconds", "5")
     try:
-        time.sleep(60)
+        # a held-back repeat released with its count: the worker kept trying past one repeat interval
+        wait_until(lambda: proc.poll() is not None or "more like it in the last 5s" in log.read_text(),
+                   60, 0.2, "a repeated warning logged with its count")
         assert proc.poll() is None, log.read_text()  # still running, still trying
         lines = log.read_text().splitlines()
         assert len(lines) < 20, "\n".join(lines[:40])
         assert any("not started" in line and "Connection refused" in line for line in lines), lines
+        assert f"cluster 'east' (127.0.0.1:{port})" in log.read_text(), lines
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
         assert proc.wait(10) == 0, log.read_text()
         assert time.monotonic() - started < 5
+        assert "Traceback" not in log.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()

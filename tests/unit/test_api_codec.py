@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -434,7 +435,7 @@ _SAMPLES = {kv: _valid_samples(*kv) for kv in ALL_VERSIONS}
 
 
 @pytest.mark.parametrize(("api_key", "version"), ALL_VERSIONS)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_decoders_only_raise_protocol_errors(api_key: int, version: int, data: st.DataObject) -> None:
     decode = DECODERS[api_key]

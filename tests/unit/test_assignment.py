@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,7 @@ def test_fresh_assignment_invariants(parts: list[TopicPartition], tmax: int) -> 
     assert assign(list(reversed(parts)), tmax) == result, "deterministic, order-independent"
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(_tps, _tps, st.integers(1, 12), st.integers(1, 12))
 def test_sticky_reassignment_is_balanced_and_minimal(
     before: list[TopicPartition], after: list[TopicPartition], t1: int, t2: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,7 +147,7 @@ def _mirror_history(draw: st.DrawFn) -> tuple[list[tuple[int, int, bool]], int]:
     return batches, committed
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_mirror_history(), st.integers(0, 40), st.data())
 def test_translation_is_exact_below_progress_and_never_ahead(
     history: tuple[list[tuple[int, int, bool]], int], lag_max: int, data: st.DataObject

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass
 
 import pytest
+from batch_specs import BASE_TS, TP, Spec, build, sizes_st, small_spec_st, spec_st
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,85 +22,6 @@ from mm2py.protocol.compression import Codec
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
 from mm2py.protocol.records import RecordBatch
-from mm2py.protocol.types import TopicPartition
-
-TP = TopicPartition("small", 0)
-BASE_TS = 1_700_000_000_000
-KINDS = ("plain", "plain", "plain", "plain", "plain", "control", "txn", "logappend", "compacted")
-
-
-@dataclass(frozen=True)
-class Spec:
-    gap: int  # source offsets skipped before this batch
-    kind: str
-    codec: Codec
-    values: tuple[int, ...]  # value size of each record
-    ts: int  # base timestamp offset from BASE_TS
-    producer: int  # source producer id (-1: none)
-
-
-spec_st = st.builds(
-    Spec,
-    gap=st.sampled_from([0, 0, 0, 0, 1, 3]),
-    kind=st.sampled_from(KINDS),
-    codec=st.sampled_from([Codec.LZ4, Codec.LZ4, Codec.LZ4, *Codec]),
-    values=st.lists(st.integers(0, 900), min_size=1, max_size=12).map(tuple),
-    ts=st.integers(-5_000, 5_000),
-    producer=st.sampled_from([-1, 7, 8]),
-)
-#: mostly small plain batches, so that runs form often
-small_spec_st = st.builds(
-    Spec,
-    gap=st.sampled_from([0, 0, 0, 0, 0, 0, 0, 2]),
-    kind=st.sampled_from(("plain",) * 12 + KINDS),
-    codec=st.sampled_from([Codec.LZ4] * 8 + [Codec.NONE, Codec.ZSTD]),
-    values=st.lists(st.integers(0, 200), min_size=1, max_size=5).map(tuple),
-    ts=st.integers(-5_000, 5_000),
-    producer=st.sampled_from([-1, 7, 8]),
-)
-sizes_st = st.tuples(st.sampled_from([512, 2048, DEFAULT_THRESHOLD]),
-                     st.sampled_from([1024, 6000, DEFAULT_TARGET]))
-
-
-def _records(spec: Spec, n: int) -> list[Record]:
-    deltas = [2 * i for i in range(len(spec.values))] if spec.kind == "compacted" else range(n)
-    return [
-        Record(
-            offset_delta=d,
-            timestamp_delta=(d * 37) % 500 - 100,
-            key=None if d % 5 == 4 else f"k{d}-{spec.ts}".encode(),
-            value=bytes((d + j) % 251 for j in range(size)),
-            headers=(("h", f"{d}".encode()), ("n", None)) if d % 3 == 1 else (),
-        )
-        for d, size in zip(deltas, spec.values, strict=True)
-    ]
-
-
-def build(specs: list[Spec]) -> list[RecordBatch]:
-    """One partition's fetched batches for ``specs``, at increasing offsets."""
-    out: list[RecordBatch] = []
-    offset = 0
-    for spec in specs:
-        offset += spec.gap
-        n = len(spec.values)
-        recs = _records(spec, n)
-        kw: dict[str, object] = {}
-        if spec.kind == "control":
-            recs = [Record(0, 0, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", ())]
-            kw = {"control": True, "transactional": True}
-        elif spec.kind == "txn":
-            kw = {"transactional": True}
-        elif spec.kind == "logappend":
-            kw = {"timestamp_type": 1, "max_timestamp": BASE_TS + 10_000}
-        pid = spec.producer if spec.kind not in ("control", "txn") else 9
-        data = build_batch(recs, codec=spec.codec, base_offset=offset, base_timestamp=BASE_TS + spec.ts,
-                           producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
-                           base_sequence=offset if pid >= 0 else -1, **kw)  # type: ignore[arg-type]
-        batch = RecordBatch(data)
-        out.append(batch)
-        offset = batch.next_offset
-    return out
-
 
 Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
 
@@ -114,7 +36,7 @@ def _ranges(out: list[Coalesced]) -> list[tuple[int, int, int]]:
     return [(c.first_offset, c.last_offset, c.sources) for c in out]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.one_of(spec_st, small_spec_st), min_size=1, max_size=40), sizes_st)
 def test_merged_output_holds_exactly_the_input_records_in_order(
     specs: list[Spec], sizes: tuple[int, int]
@@ -149,7 +71,7 @@ def test_merged_output_holds_exactly_the_input_records_in_order(
     assert position == len(batches)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.one_of(spec_st, small_spec_st), min_size=1, max_size=40), sizes_st, st.integers(1, 100))
 def test_offset_translation_is_exact_across_merged_batches(
     specs: list[Spec], sizes: tuple[int, int], lag: int
@@ -175,7 +97,7 @@ def test_offset_translation_is_exact_across_merged_batches(
     assert [o.source_next for o in outgoing][-1:] == [b.next_offset for b in batches][-1:]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.one_of(spec_st, small_spec_st), min_size=1, max_size=30), sizes_st)
 def test_match_run_recognises_each_written_batch_and_nothing_else(
     specs: list[Spec], sizes: tuple[int, int]
@@ -204,7 +126,7 @@ def test_match_run_recognises_each_written_batch_and_nothing_else(
             assert match_run(RecordBatch(other), batches[c.index :]) == 0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.one_of(spec_st, small_spec_st), min_size=2, max_size=40), sizes_st, st.data())
 def test_cuts_form_the_same_batches_again_from_a_longer_fetch(
     specs: list[Spec], sizes: tuple[int, int], data: st.DataObject
@@ -333,7 +255,7 @@ def test_batches_of_different_source_producers_are_merged() -> None:
     assert [c.sources for c in coalesce(batches, max_bytes=1 << 20)] == [4]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(small_spec_st, min_size=2, max_size=40), sizes_st, st.data())
 def test_the_sink_re_sends_unacknowledged_batches_as_they_were(
     specs: list[Spec], sizes: tuple[int, int], data: st.DataObject

@@ -9,6 +9,7 @@ import struct
 from typing import Any
 
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.request_header.v1.header import RequestHeader as KioHeaderV1
@@ -114,7 +115,7 @@ def _receive(reader: FrameReader, stream: bytes, chunks: list[int]) -> list[byte
     raise AssertionError("unreachable")
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     payloads=st.lists(st.binary(max_size=300), max_size=8),
     chunks=st.lists(st.integers(min_value=1, max_value=700), max_size=6),
@@ -168,7 +169,7 @@ def test_frame_reader_eof_inside_frame() -> None:
         large.eof()
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(data=st.binary(max_size=64))
 def test_frame_reader_random_bytes_only_protocol_errors(data: bytes) -> None:
     reader = FrameReader(max_frame_size=1 << 20, scratch_size=16)

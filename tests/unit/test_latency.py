@@ -7,7 +7,7 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
-from test_task_runner import TP, Log, MemoryProgress, MemorySink, MemorySource, values
+from memory_task import TP, Log, MemoryProgress, MemorySink, MemorySource, values
 
 from mm2py.engine.latency import LATENCY_BUCKETS, Histogram, PartitionTimes, observe_fetch
 from mm2py.engine.task import TaskRunner

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from helpers import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -196,4 +197,4 @@ class LeaseMachine(RuleBasedStateMachine):
 
 
 TestLeaseMachine = LeaseMachine.TestCase
-TestLeaseMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestLeaseMachine.settings = settings(max_examples=examples(150), stateful_step_count=40, deadline=None)

@@ -14,9 +14,10 @@ from dataclasses import replace
 from typing import Any
 
 import crc32c as crc32c_lib
+from batch_specs import BASE_TS, Spec, build, sizes_st, small_spec_st, spec_st
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_coalesce import BASE_TS, Spec, build, sizes_st, small_spec_st, spec_st
 
 from mm2py.engine.latency import LATENCY_BUCKETS, PartitionTimes, observe_fetch
 from mm2py.protocol import coalesce as coalesce_module
@@ -84,7 +85,7 @@ def _python_split(data: bytes) -> tuple[list[tuple[bytes, tuple[int, ...]]], int
     return [(bytes(b.buf), b.fields) for b in batches], trailing, flags
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     specs=st.lists(spec_st, max_size=6),
     order=st.permutations(range(6)),
@@ -130,7 +131,7 @@ def _build_mixed(specs: list[Spec], odd: list[int]) -> list[RecordBatch]:
 far_ts_st = st.sampled_from([-(2**62), 2**62, 2**62 + 2**61, -(2**62) - 2**61])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     specs=st.lists(
         st.one_of(small_spec_st, small_spec_st, small_spec_st,
@@ -205,7 +206,7 @@ def _with_max_timestamp(ts: int) -> RecordBatch:
     return RecordBatch._trusted(memoryview(HEADER_STRUCT.pack(*header)), header)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     now=st.floats(min_value=0, max_value=4e9, allow_nan=False),
     stamps=st.lists(st.one_of(
@@ -236,7 +237,7 @@ def test_batch_ages_refuses_what_is_not_a_batch() -> None:
     assert native.batch_ages([_with_max_timestamp(5), object()], 1.0, LATENCY_BUCKETS) is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     pieces=st.lists(st.one_of(
         st.binary(max_size=3000),
@@ -253,7 +254,7 @@ def test_lz4_frame_is_the_python_frame(pieces: list[bytes]) -> None:
     assert compression.decompress(Codec.LZ4, compiled) == data
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(specs=st.lists(st.one_of(small_spec_st, small_spec_st, spec_st), min_size=1, max_size=25),
        take=st.integers(1, 25), extra=st.integers(-1, 1), cut_at=st.lists(st.integers(0, 24), max_size=3),
        threshold=st.sampled_from([0, 300, DEFAULT_THRESHOLD]), fetched=st.booleans())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +44,7 @@ def _simulate(batches: list[tuple[int, int, list[bool] | None]], lag: int):
     return store, mirrored, s, t
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(batch_st, min_size=1, max_size=25), st.integers(1, 150))
 def test_translation_is_exact_for_every_mirrored_position(batches, lag) -> None:
     store, mirrored, source_end, target_end = _simulate(batches, lag)
@@ -56,7 +57,7 @@ def test_translation_is_exact_for_every_mirrored_position(batches, lag) -> None:
         assert store.translate(TP, u, downstream_end=target_end) == want, u
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(batch_st, min_size=1, max_size=25), st.integers(1, 150))
 def test_syncs_are_sparse_in_steady_state(batches, lag) -> None:
     planner = OffsetSyncPlanner(offset_lag_max=lag)
@@ -101,7 +102,7 @@ def _mm2_translate(syncs: list[tuple[int, int]], u: int) -> int | None:
     return down + (0 if up == u else 1)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(batch_st, min_size=1, max_size=25), st.integers(1, 150))
 def test_mm2_reading_our_syncs_never_skips_a_record(batches, lag) -> None:
     store, mirrored, source_end, target_end = _simulate(batches, lag)

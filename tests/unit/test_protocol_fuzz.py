@@ -6,6 +6,7 @@ import contextlib
 from datetime import timedelta
 
 import pytest
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,7 @@ from mm2py.protocol.records import RecordBatch, iter_batches, split_record_set
 from mm2py.protocol.transactions import AbortedTransactionFilter
 
 FUZZ = settings(
-    max_examples=200,
+    max_examples=examples(200),
     deadline=timedelta(milliseconds=1000),
     suppress_health_check=[HealthCheck.too_slow],
 )

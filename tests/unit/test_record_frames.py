@@ -10,6 +10,7 @@ import struct
 import cramjam
 import numpy as np
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,7 +73,7 @@ PATHS = pytest.mark.parametrize("scalar", [0, 10**9], ids=["arrays", "records"])
 
 
 @PATHS
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(batches=batches_st, data=st.data())
 def test_scan_and_reframe_match_record_by_record_encoding(
     scalar: int, batches: list[list[Record]], data: st.DataObject
@@ -108,7 +109,7 @@ def test_scan_and_reframe_match_record_by_record_encoding(
 
 
 @PATHS
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(sections=st.lists(st.binary(max_size=40), min_size=1, max_size=4),
        counts=st.lists(st.integers(0, 4), min_size=4, max_size=4))
 def test_malformed_sections_get_the_verdict_of_the_record_by_record_reader(

@@ -11,6 +11,7 @@ import io
 from typing import Any
 
 import pytest
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -94,7 +95,7 @@ _SAMPLES = [
 ]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_decoders_only_raise_protocol_errors(data: st.DataObject) -> None:
     decode, version, sample = data.draw(st.sampled_from(_SAMPLES))
@@ -215,7 +216,7 @@ def test_scram_server_final_before_client_final() -> None:
         ScramClient("SCRAM-SHA-1", "u", "p")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=120))
 def test_scram_parsing_only_raises_mechanism_errors(data: bytes) -> None:
     client = ScramClient("SCRAM-SHA-256", "u", "p", nonce="n")

@@ -42,11 +42,14 @@ class FlakyRunner:
         return {"name": self.flow.name, "state": self.state, "trace": None, "topics": {}, "tasks": []}
 
 
-class FlakyWorker(WorkerBase[FlakyRunner]):
-    START_RETRY_FIRST, START_RETRY_LONGEST = 0.05, 0.2
+#: a retried start 0.05 s after the first, then doubling up to 0.2 s
+QUICK = {"east->west.mm2py.start.retry.backoff.ms": "50",
+         "east->west.mm2py.start.retry.backoff.max.ms": "200"}
 
-    def __init__(self, failures: list[Exception]) -> None:
-        self._init_steering(MirrorMakerConfig.from_flat(BASE), None)
+
+class FlakyWorker(WorkerBase[FlakyRunner]):
+    def __init__(self, failures: list[Exception], settings: dict[str, str] = QUICK) -> None:
+        self._init_steering(MirrorMakerConfig.from_flat({**BASE, **settings}), None)
         self.flows = {f.name: FlakyRunner(f, failures) for f in self.config.enabled_flows()}
         self._init_heartbeats(self.config)
 
@@ -125,8 +128,7 @@ def test_another_start_failure_gives_up_and_a_removed_flow_is_not_started() -> N
 
 def test_stopping_the_worker_ends_the_retries_at_once() -> None:
     async def main() -> float:
-        worker = FlakyWorker(_down(100))
-        worker.START_RETRY_FIRST, worker.START_RETRY_LONGEST = 3600.0, 7200.0
+        worker = FlakyWorker(_down(100), {"east->west.mm2py.start.retry.backoff.ms": "3600000"})
         await worker._start_flows()
         await asyncio.sleep(0.05)
         stopping = time.monotonic()
