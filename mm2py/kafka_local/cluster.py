@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -24,11 +25,30 @@ from .layout import LOG4J2, add_listeners, format_storage, random_id, server_pro
 from .security import BrokerSecurity, TlsFiles, broker_properties, generate_tls_files, scram_format_args
 from .tiered import TIERED_PROFILE, tiered_broker_config
 
+#: ports handed out by free_port in this process (never twice: clusters are created in parallel)
+_HANDED_OUT: set[int] = set()
+_PORTS_LOCK = threading.Lock()
+#: below Linux's ephemeral range (32768-60999): a port the kernel gives no outgoing connection, so
+#: no client of another cluster takes it between the choice and the broker's bind
+_PORT_RANGE = (20000, 32000)
+
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that nothing listens on now, outside the ephemeral range, not handed out
+    before by this process."""
+    with _PORTS_LOCK:
+        for _ in range(200):
+            port = random.randrange(*_PORT_RANGE)
+            if port in _HANDED_OUT:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _HANDED_OUT.add(port)
+            return port
+    raise HarnessError(f"no free loopback port in {_PORT_RANGE}")
 
 
 @dataclass

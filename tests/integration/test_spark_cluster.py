@@ -8,6 +8,7 @@ workers alive. The tests hold for any way the runtime schedules its Spark jobs (
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -64,14 +65,14 @@ class Driver:
     """``mm2py run --runtime spark`` against the standalone master, in its own process group (the
     Python process and the Spark driver JVM it starts), logging to a file."""
 
-    def __init__(self, config: Path, master: str, log: Path) -> None:
+    def __init__(self, config: Path, master: str, log: Path, *extra: str) -> None:
         self.log = log
         self.cmd = [
             sys.executable, "-m", "mm2py.cli", "run", "-c", str(config), "--runtime", "spark",
             "--spark-master", master, "--spark-round-seconds", "5", "--commit-interval", "0.5",
             # quick JVM start-up for the driver and the executors (the machine is small)
             "--spark-conf", f"spark.driver.defaultJavaOptions={QUICK_JVM}",
-            "--spark-conf", f"spark.executor.defaultJavaOptions={QUICK_JVM}",
+            "--spark-conf", f"spark.executor.defaultJavaOptions={QUICK_JVM}", *extra,
         ]
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -88,6 +89,13 @@ class Driver:
         """SIGKILL the Python driver and its Spark JVM at once (a crashed driver host)."""
         assert self.proc is not None and self.proc.poll() is None, self.text()[-3000:]
         os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def kill_python(self) -> None:
+        """SIGKILL the Python driver only: its Spark JVM and executors are orphaned, and notice
+        (the JVM when its standard input closes, the executors when the lease server is gone)."""
+        assert self.proc is not None and self.proc.poll() is None, self.text()[-3000:]
+        self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
 
     def stop(self) -> None:
@@ -349,29 +357,41 @@ def _not_zombie(pid: int) -> bool:
 def test_a_driver_killed_under_live_traffic_resumes_exactly_when_restarted(
     east: KafkaCluster, west: KafkaCluster, cluster: SparkStandaloneCluster, tmp_path: Path
 ) -> None:
+    """Leases of four seconds (hand-overs under way) while records keep arriving; the driver is
+    SIGKILLed twice: first its Python process alone (the Spark JVM and the executors orphaned),
+    then its whole process group (a crashed host), each time at a later point of the lease cycle.
+    Each new driver resumes from the committed progress and the target's tail: every record once."""
     topic = create_topic(east.bootstrap, unique("sa-driver"), partitions=2)
     config = _config(tmp_path, east, west, topic)
-    first = Driver(config, cluster.master_url, tmp_path / "driver-1.log")
-    second = Driver(config, cluster.master_url, tmp_path / "driver-2.log")
+    drivers = [Driver(config, cluster.master_url, tmp_path / f"driver-{i}.log", "--spark-lease-seconds", "4")
+               for i in (1, 2, 3)]
     try:
         with LiveProducer(east.bootstrap, topic, 2) as live:
-            app = first.start().wait_app(cluster)
-            wait_until(lambda: sum(_target_ends(west, topic).values()) >= 1000, 90, 0.1,
-                       "mirroring under way")
-            first.kill()
-            at_kill = sum(_target_ends(west, topic).values())
-            second.start()
-            # the master ends the dead driver's application and its workers kill its executors:
-            # nothing of it is left to write to the target behind the new driver's back
-            wait_until(lambda: not cluster.app_processes(app), 30, 0.2,
-                       f"the killed driver's executors ({app}) to be gone")
-            second.wait_app(cluster, before=app)
-            wait_until(lambda: sum(_target_ends(west, topic).values()) >= at_kill + 1000, 90, 0.2,
-                       "the restarted driver to mirror live records")
+            app = drivers[0].start().wait_app(cluster)
+            at_start = 0
+            for kill, (dead, fresh) in enumerate(itertools.pairwise(drivers)):
+                # the second kill comes 1,000 records later into its driver's leases than the first
+                goal = at_start + 1000 * (kill + 1)
+                wait_until(lambda g=goal: sum(_target_ends(west, topic).values()) >= g, 90, 0.1,
+                           "mirroring under way")
+                if kill == 0:
+                    dead.kill_python()
+                else:
+                    dead.kill()
+                at_kill = sum(_target_ends(west, topic).values())
+                fresh.start()
+                # the master ends the dead driver's application and its workers kill its executors:
+                # nothing of it is left to write to the target behind the new driver's back
+                wait_until(lambda a=app: not cluster.app_processes(a), 30, 0.2,
+                           f"the killed driver's executors ({app}) to be gone")
+                app = fresh.wait_app(cluster, before=app)
+                at_start = at_kill
+            wait_until(lambda: sum(_target_ends(west, topic).values()) >= at_start + 1000, 90, 0.2,
+                       "the last driver to mirror live records")
             total = live.stop()
         _wait_mirrored(east, west, topic, 90, "everything produced")
-        second.stop()
+        drivers[-1].stop()
     finally:
-        first.reap()
-        second.reap()
+        for driver in drivers:
+            driver.reap()
     assert _assert_mirrored_exactly(east, west, topic) == total

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from helpers import (
     by_partition,
     create_topic,
@@ -338,11 +339,14 @@ def test_leases_hand_over_under_live_traffic_exactly_with_positions_carried_over
     topic = create_topic(east.bootstrap, unique("spklive"), partitions=2)
     produced = threading.Event()
 
-    def live() -> None:
-        for i in range(40):  # ~8 s of traffic, 50 small lz4 batches a second
+    def live() -> None:  # ~8 s of traffic: every 0.2 s a small lz4 batch to each partition
+        producer = Producer({"bootstrap.servers": east.bootstrap, "compression.type": "lz4", "linger.ms": 0,
+                             "enable.idempotence": True, "acks": "all"})
+        for i in range(40):
             for p in (0, 1):
-                produce_records(east.bootstrap, topic, make_records(5, partition=p, tag=f"live{i}"),
-                                compression="lz4", linger_ms=0)
+                for r in make_records(5, partition=p, tag=f"live{i}"):
+                    producer.produce(topic, r.value, r.key, partition=p, timestamp=r.timestamp)
+            assert producer.flush(30) == 0
             time.sleep(0.2)
         produced.set()
 
