@@ -105,6 +105,11 @@ class TopicAclSync:
             if self.state == "RUNNING":
                 self.state = "STOPPED"
 
+    @property
+    def ended(self) -> bool:
+        """The loop is over: stopped, or given up for good (no authorizer); no round follows."""
+        return self._task is not None and self._task.done()
+
     def _failed(self, _job: str, exc: Exception) -> None:
         self.metrics.failures += 1
         self.metrics.last_error = f"{type(exc).__name__}: {exc}"

@@ -71,6 +71,8 @@ class Controller:
         self._lock = threading.Lock()
         self._assignment: dict[int, list[TopicPartition]] = {}
         self._synced_configs: dict[str, dict[str, str]] = {}
+        #: discovery rounds completed (each saw the topics of both clusters as they were then)
+        self.refreshes = 0
 
     # -- runtime changes (REST) -----------------------------------------------------------------
     @property
@@ -143,6 +145,7 @@ class Controller:
             assignment = {k: list(v) for k, v in self._assignment.items()}
         if created:
             log.info("%s->%s: created %s", self.source_alias, self.target_alias, ", ".join(created))
+        self.refreshes += 1
         return Plan(selected, partitions, assignment, created, grow, cycles)
 
     def _source_configs(self, selected: Mapping[str, str]) -> dict[str, dict[str, str]]:

@@ -24,6 +24,7 @@ from helpers import (
     produce_records,
     read_all,
     read_syncs,
+    total,
     unique,
     wait_until,
 )
@@ -187,7 +188,7 @@ def test_mirror_flow_from_a_secured_cluster(secured: KafkaCluster, west: KafkaCl
     def all_mirrored() -> bool:
         if mirrored not in west.list_topics():
             return False
-        return len(read_all(west.bootstrap, mirrored, timeout=5)) >= len(sent)
+        return total(west.bootstrap, mirrored) >= len(sent)
 
     def checkpointed() -> list[Checkpoint]:
         if "east.checkpoints.internal" not in west.list_topics():
