@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .jars import KAFKA_VERSION, HarnessError, java_executable, resolve_jars
-from .layout import LOG4J2, add_listeners, format_storage, random_id, server_properties
+from .layout import LOG4J2, KafkaNode, add_listeners, format_storage, random_id, server_properties
 from .security import BrokerSecurity, TlsFiles, broker_properties, generate_tls_files, scram_format_args
 from .tiered import TIERED_PROFILE, tiered_broker_config
 
@@ -49,38 +49,6 @@ def free_port() -> int:
             _HANDED_OUT.add(port)
             return port
     raise HarnessError(f"no free loopback port in {_PORT_RANGE}")
-
-
-@dataclass
-class KafkaNode:
-    node_id: int
-    port: int
-    controller_port: int
-    workdir: Path
-    process: subprocess.Popen[bytes] | None = None
-    pid: int | None = None
-    #: ports of secured client listeners, by protocol (SASL_SSL, SASL_PLAINTEXT, SSL)
-    secured_ports: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def log_file(self) -> Path:
-        return self.workdir / "server.log"
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def is_alive(self) -> bool:
-        if self.process is not None:
-            return self.process.poll() is None
-        if self.pid is None:
-            return False
-        try:
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
-        except OSError:
-            return False
-        # a recycled pid belongs to some other program: only our JVM names our config file
-        return str(self.workdir / "server.properties").encode() in cmdline
 
 
 @dataclass
@@ -201,7 +169,7 @@ class KafkaCluster:
             (node.workdir / "log4j2.properties").write_text(
                 LOG4J2.format(log=node.log_file, level="INFO")
             )
-        format_storage(libs, cluster, format_args)
+        format_storage(libs, cluster.cluster_id, cluster.nodes, format_args)
         return cluster
 
     def start(self, timeout: float = 60.0) -> KafkaCluster:

@@ -1,4 +1,4 @@
-"""The files of a local Kafka node: its ``server.properties``, its log4j2 configuration and its
+"""A local Kafka node and its files: its ``server.properties``, its log4j2 configuration and its
 formatted log directory."""
 
 from __future__ import annotations
@@ -7,14 +7,11 @@ import base64
 import shutil
 import subprocess
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .jars import HarnessError, java_executable
-
-if TYPE_CHECKING:
-    from .cluster import KafkaCluster, KafkaNode
 
 LOG4J2 = """\
 status = warn
@@ -28,6 +25,38 @@ rootLogger.appenderRef.file.ref = FILE
 logger.state.name = state.change.logger
 logger.state.level = warn
 """
+
+
+@dataclass
+class KafkaNode:
+    node_id: int
+    port: int
+    controller_port: int
+    workdir: Path
+    process: subprocess.Popen[bytes] | None = None
+    pid: int | None = None
+    #: ports of secured client listeners, by protocol (SASL_SSL, SASL_PLAINTEXT, SSL)
+    secured_ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "server.log"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def is_alive(self) -> bool:
+        if self.process is not None:
+            return self.process.poll() is None
+        if self.pid is None:
+            return False
+        try:
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        # a recycled pid belongs to some other program: only our JVM names our config file
+        return str(self.workdir / "server.properties").encode() in cmdline
 
 
 def random_id() -> str:
@@ -72,7 +101,7 @@ def add_listeners(props: dict[str, str], ports: Mapping[str, int]) -> None:
         props["listener.security.protocol.map"] += f",{protocol}:{protocol}"
 
 
-def format_storage(libs: Path, cluster: KafkaCluster, format_args: list[str]) -> None:
+def format_storage(libs: Path, cluster_id: str, nodes: Sequence[KafkaNode], format_args: list[str]) -> None:
     """Format every node's log directory with one JVM run of Kafka's StorageTool.
 
     The tool formats the first node; what it writes there is the same for every node of the
@@ -80,17 +109,17 @@ def format_storage(libs: Path, cluster: KafkaCluster, format_args: list[str]) ->
     ``meta.properties``, which names the node and its directory. The other nodes get a copy of the
     directory with their own ``node.id`` and a fresh ``directory.id`` (a JVM start costs ~1.5 s on
     a small machine; a 3-node cluster formatted node by node paid it three times)."""
-    first = cluster.nodes[0]
+    first = nodes[0]
     run_tool(
         libs,
         ["kafka.tools.StorageTool", "format", "--ignore-formatted",
-         f"--cluster-id={cluster.cluster_id}", "-c", str(first.workdir / "server.properties"),
+         f"--cluster-id={cluster_id}", "-c", str(first.workdir / "server.properties"),
          *format_args],
         first.workdir,
     )
     formatted = first.workdir / "data"
     meta = (formatted / "meta.properties").read_text().splitlines()
-    for node in cluster.nodes[1:]:
+    for node in nodes[1:]:
         shutil.copytree(formatted, node.workdir / "data")
         lines = [
             f"node.id={node.node_id}" if line.startswith("node.id=")
