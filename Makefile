@@ -12,7 +12,7 @@ demo: install
 test: install
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy
-	$(PYTHON) -m pytest -q -p no:cacheprovider --durations=15
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
 
 unit:
 	$(PYTHON) -m pytest -q tests/unit

@@ -1,7 +1,9 @@
 """The run's real Kafka clusters (KRaft, started by mm2py.kafka_local), shared by every module.
 
 Tests share clusters and use topics of their own (``helpers.unique``). Each cluster starts the
-first time a test asks for it and stops at the end of the run:
+first time a test asks for it and stops at the end of the run. ``make test`` runs two
+pytest-xdist workers, a test module at a time each (``--dist loadfile``: module fixtures such as a
+Spark session stay one per module); each worker has clusters of its own:
 
 - ``east`` and ``west``: the two-cluster mirror set-up (one node each). ``east`` also has KIP-405
   remote storage; a topic opts in with ``tiered_topic_config()``.
@@ -18,6 +20,7 @@ the quicker one; see ``helpers.examples``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -33,11 +36,19 @@ from hypothesis import settings
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
+from mm2py.kafka_local.cluster import PORTS_ENV
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = ROOT / "test-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+# ``make test`` runs two pytest-xdist workers (gw0, gw1), each with clusters of its own: each
+# takes its own range of ports, so that neither hands a broker a port the other just chose
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw"):
+    _n = int(_WORKER[2:])
+    os.environ[PORTS_ENV] = f"{20000 + 2000 * _n}-{20000 + 2000 * (_n + 1)}"
 
 #: ``ci``: hypothesis's own depth (the tests' ``examples(n)`` give n); ``dev``: a tenth of it
 settings.register_profile("ci", max_examples=100)
@@ -61,7 +72,7 @@ SPECS: dict[str, dict[str, Any]] = {
     "secured": {"security": SECURITY},
     "secured-west": {"security": SECURITY},
 }
-GROUPS = (("east", "west"), ("trio",), ("secured", "secured-west"))
+GROUPS = (("east", "west"), ("trio",), ("secured",), ("secured-west",))
 
 
 class _Clusters:
@@ -161,9 +172,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if session.testsfailed == 0 and exitstatus == 0:
         shutil.rmtree(RUN_DIR, ignore_errors=True)
-        parent = RUN_DIR.parent
-        if parent.exists() and not any(parent.iterdir()):
-            parent.rmdir()
+        with contextlib.suppress(OSError):  # another worker's run dir may still be there
+            RUN_DIR.parent.rmdir()
     else:
         logs = sorted(str(p) for p in RUN_DIR.glob("*/node-*/server.log"))
         sys.stderr.write("\nBroker logs of this failed run are kept:\n  " + "\n  ".join(logs) + "\n")

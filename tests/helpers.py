@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -48,7 +50,7 @@ def examples(n: int) -> int:
     another one (``HYPOTHESIS_PROFILE=dev``: a tenth)."""
     from hypothesis import settings
 
-    return max(1, n * settings.default.max_examples // 100)
+    return max(1, n * settings().max_examples // 100)
 
 
 def unique(prefix: str = "t") -> str:
@@ -277,6 +279,17 @@ def mirror_config(
     doc.update(TEST_DEFAULTS)
     doc.update(settings)
     return MirrorMakerConfig.from_mapping(doc)
+
+
+def config_file(
+    path: Path, clusters: Mapping[str, str], flows: Mapping[str, Mapping[str, object]], **settings: object
+) -> Path:
+    """``mirror_config``'s configuration as a JSON file at ``path``, for an ``mm2py`` process."""
+    doc: dict[str, object] = {"clusters": dict(clusters), "flows": {k: dict(v) for k, v in flows.items()}}
+    doc.update(TEST_DEFAULTS)
+    doc.update(settings)
+    path.write_text(json.dumps(doc))
+    return path
 
 
 def wait_until(predicate: object, timeout: float, interval: float = 0.5, what: str = "condition") -> float:

@@ -31,14 +31,26 @@ _PORTS_LOCK = threading.Lock()
 #: below Linux's ephemeral range (32768-60999): a port the kernel gives no outgoing connection, so
 #: no client of another cluster takes it between the choice and the broker's bind
 _PORT_RANGE = (20000, 32000)
+#: ``LO-HI``: the ports of this process's clusters (processes that start clusters side by side,
+#: such as parallel test workers, each take a range of their own)
+PORTS_ENV = "MM2PY_LOCAL_PORTS"
+
+
+def _port_range() -> tuple[int, int]:
+    spec = os.environ.get(PORTS_ENV)
+    if not spec:
+        return _PORT_RANGE
+    lo, _, hi = spec.partition("-")
+    return int(lo), int(hi)
 
 
 def free_port() -> int:
-    """A loopback port that nothing listens on now, outside the ephemeral range, not handed out
-    before by this process."""
+    """A loopback port that nothing listens on now, outside the ephemeral range (or in the range
+    ``MM2PY_LOCAL_PORTS`` names), not handed out before by this process."""
     with _PORTS_LOCK:
+        span = _port_range()
         for _ in range(200):
-            port = random.randrange(*_PORT_RANGE)
+            port = random.randrange(*span)
             if port in _HANDED_OUT:
                 continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -48,7 +60,7 @@ def free_port() -> int:
                     continue
             _HANDED_OUT.add(port)
             return port
-    raise HarnessError(f"no free loopback port in {_PORT_RANGE}")
+    raise HarnessError(f"no free loopback port in {span}")
 
 
 @dataclass

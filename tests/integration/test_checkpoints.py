@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from helpers import (
     BackgroundWorker,
+    config_file,
     consume_and_commit,
     create_topic,
     end_offsets,
@@ -225,9 +226,7 @@ def test_failover_cli_translates_and_applies(east: KafkaCluster, west: KafkaClus
     cfg = tmp_path / "mm2.yaml"
     settings = {"topics": topic, "groups": checkpointed, "emit.checkpoints.interval.seconds": 1,
                 "refresh.groups.interval.seconds": 1}
-    cfg.write_text(json.dumps({"clusters": _clusters(east, west), "flows": {"east->west": settings},
-                               "replication.factor": 1, "offset-syncs.topic.replication.factor": 1,
-                               "checkpoints.topic.replication.factor": 1, "emit.heartbeats.enabled": False}))
+    config_file(cfg, _clusters(east, west), {"east->west": settings})
     config = mirror_config(_clusters(east, west), {"east->west": settings})
     target_topic = f"east.{topic}"
     with BackgroundWorker(config):

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import TEST_DEFAULTS, create_topic, make_records, produce_records, unique, wait_until
+from helpers import (
+    config_file,
+    create_topic,
+    make_records,
+    produce_records,
+    unique,
+    wait_until,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from mm2py.kafka_local import KafkaCluster
@@ -39,10 +46,7 @@ def test_metrics_endpoint_reports_what_was_mirrored(
     topic = create_topic(east.bootstrap, unique("metrics"), partitions=2)
     produce_records(east.bootstrap, topic, make_records(1500), compression="zstd")
     cfg = tmp_path / "mm2.json"
-    cfg.write_text(json.dumps({
-        "clusters": {"east": east.bootstrap, "west": west.bootstrap},
-        "flows": {"east->west": {"topics": topic}}, **TEST_DEFAULTS,
-    }))
+    config_file(cfg, {"east": east.bootstrap, "west": west.bootstrap}, {"east->west": {"topics": topic}})
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "mm2py.cli", "run", "-c", str(cfg), "--metrics-port", str(port)],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -15,8 +14,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from helpers import (
-    TEST_DEFAULTS,
     BackgroundWorker,
+    config_file,
     create_topic,
     end_offsets,
     make_records,
@@ -52,11 +51,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing_and_duplicates_nothing(
 ) -> None:
     topic = create_topic(east.bootstrap, unique("kill"), partitions=3)
     config = tmp_path / "mm2.json"
-    config.write_text(json.dumps({
-        "clusters": {"east": east.bootstrap, "west": west.bootstrap},
-        "flows": {"east->west": {"topics": topic}},
-        **TEST_DEFAULTS,
-    }))
+    config_file(config, {"east": east.bootstrap, "west": west.bootstrap}, {"east->west": {"topics": topic}})
     sent = 60_000
     producing_done = threading.Event()
 
@@ -122,11 +117,7 @@ def test_sigkill_before_the_first_commit_duplicates_nothing(
     topic = create_topic(east.bootstrap, unique("early-kill"), partitions=2)
     produce_records(east.bootstrap, topic, make_records(4000, tag="early"), compression="lz4")
     config = tmp_path / "mm2.json"
-    config.write_text(json.dumps({
-        "clusters": {"east": east.bootstrap, "west": west.bootstrap},
-        "flows": {"east->west": {"topics": topic}},
-        **TEST_DEFAULTS,
-    }))
+    config_file(config, {"east": east.bootstrap, "west": west.bootstrap}, {"east->west": {"topics": topic}})
     log = tmp_path / "worker.log"
     proc = _worker_process(config, log, commit_interval=3600)  # no periodic commit before the kill
     try:

@@ -9,7 +9,6 @@ workers alive. The tests hold for any way the runtime schedules its Spark jobs (
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from helpers import (
-    TEST_DEFAULTS,
+    config_file,
     consume_and_commit,
     create_topic,
     end_offsets,
@@ -152,13 +151,8 @@ FAST_GROUPS = {
 
 def _config(tmp_path: Path, east: KafkaCluster, west: KafkaCluster, topic: str,
             flow: dict[str, object] | None = None, **settings: str) -> Path:
-    path = tmp_path / "mm2.json"
-    path.write_text(json.dumps({
-        "clusters": {"east": east.bootstrap, "west": west.bootstrap},
-        "flows": {"east->west": {"topics": topic, "tasks.max": 2, **(flow or {})}},
-        **TEST_DEFAULTS, **settings,
-    }))
-    return path
+    return config_file(tmp_path / "mm2.json", {"east": east.bootstrap, "west": west.bootstrap},
+                       {"east->west": {"topics": topic, "tasks.max": 2, **(flow or {})}}, **settings)
 
 
 def _target_ends(west: KafkaCluster, topic: str) -> dict[int, int]:
