@@ -269,26 +269,31 @@ def consume_and_commit(
     return committed
 
 
-def mirror_config(
+def config_doc(
     clusters: Mapping[str, str], flows: Mapping[str, Mapping[str, object]], **settings: object
-) -> object:
-    """A MirrorMakerConfig for the test clusters (single-node replication factors)."""
-    from mm2py.config.models import MirrorMakerConfig
-
+) -> dict[str, object]:
+    """A configuration for the test clusters (single-node replication factors, ``TEST_DEFAULTS``)
+    in the nested form of a YAML or JSON file."""
     doc: dict[str, object] = {"clusters": dict(clusters), "flows": {k: dict(v) for k, v in flows.items()}}
     doc.update(TEST_DEFAULTS)
     doc.update(settings)
-    return MirrorMakerConfig.from_mapping(doc)
+    return doc
+
+
+def mirror_config(
+    clusters: Mapping[str, str], flows: Mapping[str, Mapping[str, object]], **settings: object
+) -> object:
+    """A MirrorMakerConfig of :func:`config_doc`."""
+    from mm2py.config.models import MirrorMakerConfig
+
+    return MirrorMakerConfig.from_mapping(config_doc(clusters, flows, **settings))
 
 
 def config_file(
     path: Path, clusters: Mapping[str, str], flows: Mapping[str, Mapping[str, object]], **settings: object
 ) -> Path:
-    """``mirror_config``'s configuration as a JSON file at ``path``, for an ``mm2py`` process."""
-    doc: dict[str, object] = {"clusters": dict(clusters), "flows": {k: dict(v) for k, v in flows.items()}}
-    doc.update(TEST_DEFAULTS)
-    doc.update(settings)
-    path.write_text(json.dumps(doc))
+    """:func:`config_doc` as a JSON file at ``path``, for an ``mm2py`` process."""
+    path.write_text(json.dumps(config_doc(clusters, flows, **settings)))
     return path
 
 
