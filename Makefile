@@ -13,6 +13,8 @@ test: install
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy
 	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
+	# the unit suite again on the pure-Python path (a user without the compiled extension)
+	MM2PY_NATIVE=0 $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 tests/unit
 
 unit:
 	$(PYTHON) -m pytest -q tests/unit

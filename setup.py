@@ -1,7 +1,8 @@
 """Build of the compiled hot path (mm2py.protocol._native); everything else is in pyproject.toml.
 
 The extension needs a C compiler, Python's headers and liblz4's (``scripts/install.sh`` installs
-them with apt when missing). mm2py runs without it too, on the pure-Python path, only slower.
+them with apt when missing). It is optional: where it cannot be built, ``pip install`` still
+succeeds and mm2py runs on the pure-Python path, only slower (it says so once at start-up).
 """
 
 from setuptools import Extension, setup
@@ -14,6 +15,7 @@ setup(
             depends=["mm2py/protocol/_native.h"],
             libraries=["lz4"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+            optional=True,  # no compiler or no headers: a warning, and the pure-Python path
         )
     ]
 )

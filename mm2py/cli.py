@@ -63,6 +63,10 @@ def _run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("mm2py.librdkafka").setLevel(logging.ERROR)
+    from mm2py.protocol import native
+
+    if (why := native.unavailable()) is not None:
+        logging.getLogger("mm2py").warning("%s", why)
     log_throttle.install(args.log_repeat_seconds)  # a repeated warning: once, then once a minute
     config = load_config(args.config)
     if not config.enabled_flows() and not args.rest_port and not args.state_file:

@@ -24,25 +24,35 @@ from collections.abc import Collection
 from types import ModuleType
 from typing import TypeVar
 
-__all__ = ["AVAILABLE", "batch_ages", "lz4_frame", "merge", "plan", "split"]
+__all__ = ["AVAILABLE", "batch_ages", "lz4_frame", "merge", "plan", "split", "unavailable"]
 
 #: a RecordBatch (records.py imports this module)
 B = TypeVar("B")
 
 
-def _load() -> ModuleType | None:
+def _load() -> tuple[ModuleType | None, str | None]:
     if os.environ.get("MM2PY_NATIVE", "1") == "0":
-        return None
+        return None, "MM2PY_NATIVE=0 turns it off"
     try:
         from mm2py.protocol import _native
-    except ImportError:
-        return None
-    return _native
+    except ImportError as exc:
+        return None, f"it is not built ({exc})"
+    return _native, None
 
 
-_native = _load()
+_native, _off = _load()
 #: the compiled path is in use
 AVAILABLE = _native is not None
+
+
+def unavailable() -> str | None:
+    """Why the compiled path is not in use, and how to get it; None when it is."""
+    if _off is None:
+        return None
+    return (f"the compiled hot path is off: {_off}; mirroring runs on the pure-Python path, with "
+            "the same results but more CPU per batch (to build it: a C compiler and the headers of "
+            "Python and liblz4, e.g. apt-get install gcc python3-dev liblz4-dev, then reinstall "
+            "mm2py)")
 
 #: ``split`` flags: a control batch / a transactional batch was seen / a batch does not start
 #: after the previous one's last offset

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mm2py.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env=env)
 
 
 def test_unknown_key_is_named(tmp_path: Path) -> None:
@@ -28,6 +28,23 @@ def test_missing_file_and_no_enabled_flow(tmp_path: Path) -> None:
     cfg.write_text("clusters: {a: 'x:1', b: 'y:2'}\n")
     out = _run("run", "-c", str(cfg))
     assert out.returncode == 2 and "enables no flow" in out.stderr
+
+
+def test_the_pure_python_path_is_announced_once_at_start_up(tmp_path: Path) -> None:
+    """Without the compiled path (turned off here as a missing extension turns it off) ``run``
+    says so once, with how to get it; with it, nothing is said."""
+    import os
+
+    cfg = tmp_path / "idle.yaml"
+    cfg.write_text("clusters: {a: 'x:1', b: 'y:2'}\n")
+    env = {k: v for k, v in os.environ.items() if k != "MM2PY_NATIVE"}
+    off = _run("run", "-c", str(cfg), env={**env, "MM2PY_NATIVE": "0"})
+    assert off.returncode == 2
+    lines = [line for line in off.stderr.splitlines() if "compiled hot path is off" in line]
+    assert len(lines) == 1 and "WARNING" in lines[0], off.stderr
+    assert "MM2PY_NATIVE=0" in lines[0] and "pure-Python path" in lines[0] and "liblz4-dev" in lines[0]
+    on = _run("run", "-c", str(cfg), env=env)
+    assert on.returncode == 2 and "compiled hot path" not in on.stderr, on.stderr
 
 
 def test_bad_client_override_is_a_config_error(tmp_path: Path) -> None:
