@@ -74,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
               "or add flows over HTTP with --rest-port)", file=sys.stderr)
         return 2
     spark_conf = _spark_conf(args.spark_conf)
-    if spark_conf is None:
+    if spark_conf is None or (args.runtime == "spark" and not _spark_installed()):
         return 2
     asyncio.run(_serve_worker(args, config, spark_conf, early))
     return 0
@@ -90,6 +90,17 @@ def _spark_conf(items: Sequence[str]) -> dict[str, str] | None:
             return None
         spark_conf[key.strip()] = value
     return spark_conf
+
+
+def _spark_installed() -> bool:
+    """pyspark is there (the ``spark`` extra); False after saying what to install."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print("mm2py: error: --runtime spark needs pyspark, which this installation lacks: "
+              "pip install 'mm2py[spark]' (the in-process runtime needs nothing more)", file=sys.stderr)
+        return False
+    return True
 
 
 def _worker(args: argparse.Namespace, config: MirrorMakerConfig, spark_conf: dict[str, str]) -> Runnable:

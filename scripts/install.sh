@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything mm2py needs on a fresh Debian/Ubuntu machine: Java 17 + Maven, a C compiler
 # and the headers of Python and liblz4 for the compiled hot path (apt, only if missing), the Python
-# packages (pip, editable, with the dev extra; builds mm2py.protocol._native), and the pinned Kafka
-# jars (Maven).
+# packages (pip, editable, with the dev and spark extras; builds mm2py.protocol._native), and the
+# pinned Kafka jars (Maven).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +23,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 
-"$PY" -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+"$PY" -m pip install --quiet --disable-pip-version-check -e '.[dev,spark]'
 # byte-compile the package, as a non-editable install does: an environment with
 # PYTHONDONTWRITEBYTECODE set would otherwise compile every module on every start (~0.3 s per
 # mm2py process here); a module edited later is recompiled from its newer source as usual

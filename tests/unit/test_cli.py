@@ -47,6 +47,27 @@ def test_the_pure_python_path_is_announced_once_at_start_up(tmp_path: Path) -> N
     assert on.returncode == 2 and "compiled hot path" not in on.stderr, on.stderr
 
 
+#: runs ``mm2py`` as a Python without pyspark would (``pip install mm2py`` without the spark extra)
+WITHOUT_PYSPARK = ("import sys; sys.modules['pyspark'] = None\n"
+                   "from mm2py.cli import main\n"
+                   "sys.exit(main(sys.argv[1:]))\n")
+
+
+def test_without_pyspark_the_spark_runtime_is_a_one_line_error_and_in_process_runs(tmp_path: Path) -> None:
+    cfg = tmp_path / "mm2.yaml"
+    cfg.write_text("clusters: {east: '127.0.0.1:1', west: '127.0.0.1:1'}\nflows: {east->west: {}}\n")
+    out = subprocess.run([sys.executable, "-c", WITHOUT_PYSPARK, "run", "-c", str(cfg), "--runtime", "spark"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "--runtime spark needs pyspark" in out.stderr and "pip install 'mm2py[spark]'" in out.stderr
+    # the in-process worker, its REST API and metrics load without pyspark
+    probe = ("import sys; sys.modules['pyspark'] = None\n"
+             "import mm2py.cli, mm2py.runtime.inprocess, mm2py.runtime.metrics, rest_api.app\n"
+             "print(sorted(m for m in sys.modules if m.startswith('mm2py.runtime.spark')))\n")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stderr
+
+
 def test_bad_client_override_is_a_config_error(tmp_path: Path) -> None:
     cfg = tmp_path / "mm2.properties"
     cfg.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\nb.bootstrap.servers = 127.0.0.1:1\n"
