@@ -166,7 +166,7 @@ class FlowRunnerBase(Generic[T]):
         except Exception as exc:
             self.state, self.trace = TaskState.FAILED, f"{type(exc).__name__}: {exc}"
             raise
-        self.state = TaskState.RUNNING
+        self.state, self.trace = TaskState.RUNNING, None  # a failed earlier start is over
         self._start_refresher()
         self._start_checkpoints()
         self.acl_sync = TopicAclSync.started(self.flow, self.controller, self._stop)

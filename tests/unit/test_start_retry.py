@@ -13,6 +13,7 @@ import pytest
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.errors import ClusterUnreachableError
+from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
 
 BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstrap.servers": "w:1",
@@ -138,3 +139,42 @@ def test_stopping_the_worker_ends_the_retries_at_once() -> None:
         return time.monotonic() - stopping
 
     assert asyncio.run(main()) < 2.0
+
+
+class RefreshFailsOnce(FlowRunnerBase[Any]):
+    """A real flow runner whose first topic refresh finds the cluster unreachable."""
+
+    def __init__(self, flow: FlowConfig) -> None:
+        self._init_flow(flow)
+        self.refreshes = 0
+
+    async def refresh(self) -> Any:
+        self.refreshes += 1
+        if self.refreshes == 1:
+            raise ClusterUnreachableError("cluster 'east' (e:1): every broker refused connections")
+        return None
+
+    async def stop(self) -> None:
+        await self._stop_jobs()
+
+
+def test_a_start_that_works_after_a_failed_one_clears_the_failures_trace() -> None:
+    """The status of a flow started by a retry shows RUNNING without the first start's failure."""
+    quiet = {"emit.checkpoints.enabled": "false", "sync.group.offsets.enabled": "false",
+             "sync.topic.acls.enabled": "false"}
+    flow = MirrorMakerConfig.from_flat({**BASE, **quiet}).flow("east", "west")
+
+    async def main() -> list[tuple[str, str | None]]:
+        runner = RefreshFailsOnce(flow)
+        seen = []
+        with pytest.raises(ClusterUnreachableError):
+            await runner.start()
+        seen.append((runner.state, runner.trace))
+        await runner.start()
+        seen.append((runner.state, runner.trace))
+        await runner.stop()
+        return seen
+
+    (failed, failed_trace), (running, trace) = asyncio.run(main())
+    assert failed == "FAILED" and failed_trace is not None and "refused connections" in failed_trace
+    assert running == "RUNNING" and trace is None
