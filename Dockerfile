@@ -12,7 +12,7 @@ COPY connectors ./connectors
 COPY rest_api ./rest_api
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev liblz4-dev \
- && pip install --no-cache-dir . \
+ && pip install --no-cache-dir '.[spark]' \
  && (cd / && python -c 'from mm2py.protocol import native; assert native.AVAILABLE') \
  && apt-get purge -y gcc libc6-dev liblz4-dev && apt-get autoremove -y \
  && rm -rf /var/lib/apt/lists/*
