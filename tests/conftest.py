@@ -36,7 +36,7 @@ from hypothesis import settings
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
-from mm2py.kafka_local.cluster import PORTS_ENV
+from mm2py.kafka_local.cluster import PORTS_ENV, in_parallel
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -87,23 +87,8 @@ class _Clusters:
         with self.lock:
             if name not in self.started:
                 group = next(g for g in self.groups if name in g)
-                created: list[KafkaCluster] = []
-                errors: list[BaseException] = []
-
-                def create(n: str) -> None:
-                    try:
-                        created.append(KafkaCluster.create(n, RUN_DIR / n, **self.specs[n]))
-                    except BaseException as exc:
-                        errors.append(exc)
-
-                threads = [threading.Thread(target=create, args=(n,)) for n in group]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
+                created = in_parallel(lambda n: KafkaCluster.create(n, RUN_DIR / n, **self.specs[n]), group)
                 try:
-                    if errors:
-                        raise errors[0]
                     start_all(created, timeout=120)
                 finally:
                     for c in created:

@@ -16,9 +16,10 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from .jars import KAFKA_VERSION, HarnessError, java_executable, resolve_jars
 from .layout import LOG4J2, KafkaNode, add_listeners, format_storage, random_id, server_properties
@@ -61,6 +62,10 @@ def free_port() -> int:
             _HANDED_OUT.add(port)
             return port
     raise HarnessError(f"no free loopback port in {span}")
+
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -292,23 +297,31 @@ def _reap(node: KafkaNode) -> None:
         node.process.poll()
 
 
-def start_all(clusters: Sequence[KafkaCluster], timeout: float = 90.0) -> None:
-    """Start several clusters at once (their JVMs boot in parallel); raise the first failure."""
+def in_parallel(job: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``job`` on every item at once, each in a thread of its own (JVMs start in parallel); the
+    results in the items' order; raises the first failure once all are done."""
+    results: dict[int, R] = {}
     errors: list[BaseException] = []
 
-    def start(c: KafkaCluster) -> None:
+    def run(i: int, item: T) -> None:
         try:
-            c.start(timeout)
+            results[i] = job(item)
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=start, args=(c,)) for c in clusters]
+    threads = [threading.Thread(target=run, args=(i, item)) for i, item in enumerate(items)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors:
         raise errors[0]
+    return [results[i] for i in range(len(items))]
+
+
+def start_all(clusters: Sequence[KafkaCluster], timeout: float = 90.0) -> None:
+    """Start several clusters at once (their JVMs boot in parallel); raise the first failure."""
+    in_parallel(lambda c: c.start(timeout), clusters)
 
 
 @contextlib.contextmanager

@@ -81,6 +81,9 @@ class FakeBroker:
         #: the next request carrying a batch with this value is appended but its response never
         #: comes (once: the value is cleared)
         self.lose_response_of: str | None = None
+        #: the lost response's time-out comes only once a request with this value arrived (the
+        #: batches sent behind the lost one all reach the broker first, however slow the host)
+        self.lost_answer_after: str | None = None
         #: what happened, in order: ("recv", request number, [(tp, value, pid, seq)]) / ("answer", n)
         self.events: list[tuple[Any, ...]] = []
         self.in_flight = 0
@@ -196,6 +199,13 @@ class FakeConnection:
             fb.partition_in_flight[tp] -= 1
         if lost:
             fb.lose_response_of = None
+            awaited, fb.lost_answer_after = fb.lost_answer_after, None
+            for _ in range(10_000):
+                if awaited is None or fb.requests_with(awaited):
+                    break
+                await asyncio.sleep(0.001)
+            else:
+                raise AssertionError(f"the producer never sent {awaited!r} behind the lost answer")
             raise RequestTimeoutError(f"request {n} timed out (the broker did append it)")
         fb.events.append(("answer", n))
         return resp

@@ -129,6 +129,7 @@ async def test_a_deep_window_recovers_in_place_when_at_most_five_may_be_on_the_b
     fb = FakeBroker()
     producer = await deep_producer(fb)
     fb.lose_response_of = "a6"
+    fb.lost_answer_after = "a10"  # the rest of the window is on the broker first
     items = [(A, batch(f"a{i}")) for i in range(1, 11)]
     outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
     assert outcomes[:5] == [1, 2, 3, 4, 5]
@@ -148,6 +149,7 @@ async def test_a_resend_the_broker_no_longer_remembers_is_refused_not_sent_under
     producer = await deep_producer(fb)
     pid = producer.producer_id
     fb.lose_response_of = "a1"
+    fb.lost_answer_after = "a10"  # the rest of the window is on the broker first
     items = [(A, batch(f"a{i}")) for i in range(1, 11)]
     outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
     assert isinstance(outcomes[0], RequestTimeoutError), outcomes
@@ -168,6 +170,7 @@ async def test_a_deep_resend_waits_for_no_new_producer_id() -> None:
     fb = FakeBroker()
     producer = await deep_producer(fb)
     fb.lose_response_of = "a1"
+    fb.lost_answer_after = "a10"  # the rest of the window is on the broker first
     items = [(A, batch(f"a{i}")) for i in range(1, 11)]
     await asyncio.gather(*producer.submit(items), return_exceptions=True)
     producer.state.forget(producer.producer_id)
