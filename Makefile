@@ -1,7 +1,7 @@
 # The two commands of README.md: `make demo` (main job) and `make test` (the whole suite).
 PYTHON ?= python3
 
-.PHONY: install demo test lint unit integration down bench
+.PHONY: install demo test lint unit integration down bench wheel
 
 install:
 	./scripts/install.sh
@@ -27,3 +27,7 @@ down:
 
 bench:
 	$(PYTHON) benchmarks/mirror_bench.py --quick
+
+# a manylinux wheel in dist/ (compiled path included, liblz4 bundled): installs without a compiler
+wheel: install
+	./scripts/wheel.sh
