@@ -20,7 +20,7 @@ from mm2py.client.cluster import LATEST
 from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import RawProducer
 from mm2py.client.producer.pipeline import PartitionHaltedError, acknowledged_prefix
-from mm2py.engine.task_api import Delivered, SinkError
+from mm2py.engine.task_api import START_LOOKUP_SECONDS, Delivered, SinkError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
@@ -111,8 +111,9 @@ class MirrorSink:
 
     async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         targets = {tp: self.target_partition(tp) for tp in partitions}
-        ends = await self.producer.cluster.list_offsets(list(targets.values()), LATEST)
-        return {tp: ends[ttp] for tp, ttp in targets.items()}
+        ends = await self.producer.cluster.list_offsets(list(targets.values()), LATEST,
+                                                        partial_after=START_LOOKUP_SECONDS)
+        return {tp: ends[ttp] for tp, ttp in targets.items() if ttp in ends}
 
     async def close(self) -> None:
         await self.producer.close()

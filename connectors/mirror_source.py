@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
 from mm2py.client.errors import ClientError
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
-from mm2py.engine.task_api import Polled, TaskError
+from mm2py.engine.task_api import START_LOOKUP_SECONDS, Polled, TaskError
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE, BrokerError
 from mm2py.protocol.types import TopicPartition
@@ -63,7 +63,8 @@ class MirrorSource:
         """MM2's default for partitions never mirrored: start at the earliest offset."""
         if not partitions:
             return {}
-        return await self.cluster.list_offsets(partitions, EARLIEST if self.reset_to_earliest else LATEST)
+        return await self.cluster.list_offsets(partitions, EARLIEST if self.reset_to_earliest else LATEST,
+                                               partial_after=START_LOOKUP_SECONDS)
 
     async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]:
         now = asyncio.get_running_loop().time()

@@ -32,7 +32,7 @@ from mm2py.protocol.api import (
     encode_list_offsets_request,
     encode_metadata_request,
 )
-from mm2py.protocol.errors_codes import NONE, UNKNOWN_TOPIC_OR_PARTITION, BrokerError, error_info
+from mm2py.protocol.errors_codes import NONE, BrokerError, error_info
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -283,12 +283,13 @@ class ClusterClient:
         error_of: Callable[[R], int],
         *,
         timeout: float | None = None,
+        partial: bool = False,
     ) -> dict[TopicPartition, R]:
         """Send ``items`` to their leaders (one ``send`` per broker, concurrently) and retry the
         partitions whose result carries a retriable error code or whose broker failed, until the
         retry timeout. Results with non-retriable error codes are returned as they are. When the
         timeout expires, partitions with a result keep their last (failed) result; if one has none,
-        the last exception is raised."""
+        the last exception is raised (with ``partial``, it is left out instead)."""
         remaining = dict(items)
         results: dict[TopicPartition, R] = {}
         backoff = self._backoff(timeout)
@@ -298,7 +299,7 @@ class ClusterClient:
             if not remaining:
                 break
             if backoff.expired:
-                if all(tp in results for tp in remaining):
+                if partial or all(tp in results for tp in remaining):
                     break
                 assert attempt.last_exc is not None
                 raise attempt.last_exc
@@ -361,9 +362,11 @@ class ClusterClient:
         timestamp: int | Mapping[TopicPartition, int] = LATEST,
         *,
         isolation_level: int = 0,
+        partial_after: float | None = None,
     ) -> dict[TopicPartition, int]:
         """Offsets for ``timestamp`` (-1 latest, -2 earliest, or a ms timestamp: first offset
-        whose timestamp is >= it, -1 if none). Raises BrokerError on non-retriable errors."""
+        whose timestamp is >= it, -1 if none). Raises BrokerError on non-retriable errors; with
+        ``partial_after`` (s), partitions still failing retriably then (no leader yet) are left out."""
         items = {tp: (timestamp[tp] if isinstance(timestamp, Mapping) else timestamp) for tp in set(tps)}
 
         async def send(
@@ -377,22 +380,14 @@ class ClusterClient:
             resp = await conn.request(ApiKey.LIST_OFFSETS, version, body, decode_list_offsets_response)
             return {TopicPartition(r.topic, r.partition): r for r in resp}
 
-        results = await self.for_leaders(items, send, lambda r: r.error_code)
+        partial = partial_after is not None
+        results = await self.for_leaders(items, send, lambda r: r.error_code, timeout=partial_after,
+                                         partial=partial)
         out: dict[TopicPartition, int] = {}
         for tp, r in results.items():
             if r.error_code != NONE:
+                if partial and error_info(r.error_code).retriable:
+                    continue
                 raise BrokerError(r.error_code, f"ListOffsets {tp}")
             out[tp] = r.offset
         return out
-
-    async def wait_for_topic(self, topic: str, timeout: float = 30.0) -> TopicMetadata:
-        """Poll metadata until ``topic`` exists with a leader for every partition."""
-        backoff = Backoff(self.config.retry_backoff_s, 0.5, timeout)
-        while True:
-            await self.refresh_metadata([topic])
-            meta = self.topics.get(topic)
-            if meta is not None and all(p.leader_id >= 0 for p in meta.partitions.values()):
-                return meta
-            if backoff.expired:
-                raise BrokerError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} not ready")
-            await backoff.sleep()

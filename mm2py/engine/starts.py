@@ -10,6 +10,10 @@ In order of precedence, a partition starts at:
    target end it maps to committed *before* anything is produced, so a worker killed before its
    first periodic commit still resumes exactly.
 
+A partition never mirrored whose source or target offsets cannot be had now (a just-created
+target partition whose leader is not ready) is *deferred*: it gets no start and no seed now, the
+others start, and the task asks for it again later.
+
 The progress topic is read only when some partition needs it, and the source's and the target's
 offsets are asked for together.
 """
@@ -41,6 +45,8 @@ class Starts:
     already: dict[TopicPartition, Sequence[Delivered]] = field(default_factory=dict)
     #: source offsets found on the target past committed positions, over all partitions
     skipped: int = 0
+    #: partitions never mirrored whose offsets could not be had now: not started
+    deferred: list[TopicPartition] = field(default_factory=list)
 
 
 async def resolve_starts(
@@ -66,11 +72,15 @@ async def resolve_starts(
         load = asyncio.to_thread(progress.load) if not given else _nothing()
         stored, fresh, targets = await asyncio.gather(
             load, source.resolve_start(unknown), sink.end_offsets(unknown))
-    missing = [tp for tp in unknown if tp not in stored]
-    if missing:
-        await commit({tp: Position(fresh.get(tp, 0), targets[tp]) for tp in missing})
     out = Starts()
+    missing = [tp for tp in unknown if tp not in stored]
+    out.deferred = [tp for tp in missing if tp not in fresh or tp not in targets]
+    seeds = {tp: Position(fresh[tp], targets[tp]) for tp in missing if tp not in out.deferred}
+    if seeds:
+        await commit(seeds)
     for tp in new:
+        if tp in out.deferred:
+            continue
         if tp in seeded:
             out.positions[tp] = seeded[tp]
         elif tp in given:
@@ -78,7 +88,7 @@ async def resolve_starts(
         elif tp in stored:
             out.positions[tp] = await _resumed(tp, stored[tp], reconcile, out)
         else:
-            out.positions[tp] = (fresh.get(tp, 0), targets[tp])
+            out.positions[tp] = (fresh[tp], targets[tp])
     return out
 
 
@@ -99,3 +109,27 @@ async def _resumed(
 
 async def _nothing() -> Mapping[TopicPartition, Position]:
     return {}
+
+
+class StartRetry:
+    """When a task asks again for the partitions whose start was deferred: ``first`` seconds
+    after the attempt that deferred them, twice as long after each further one, at most
+    ``longest``; each deferral is logged with the partitions it concerns."""
+
+    def __init__(self, clock: Callable[[], float], first: float = 0.2, longest: float = 5.0) -> None:
+        self.clock, self.first, self.longest = clock, first, longest
+        self.delay = first
+        self._due = float("-inf")
+
+    def due(self) -> bool:
+        return self.clock() >= self._due
+
+    def defer(self, task: object, partitions: Sequence[TopicPartition]) -> None:
+        self._due = self.clock() + self.delay
+        log.info("task %s: %d new partitions wait for their leaders, e.g. %s; the others started; "
+                 "asking again in %.1fs", task, len(partitions), ", ".join(map(str, partitions[:3])),
+                 self.delay)
+        self.delay = min(2 * self.delay, self.longest)
+
+    def reset(self) -> None:
+        self.delay, self._due = self.first, float("-inf")

@@ -25,7 +25,7 @@ from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
 from mm2py.engine.scheduler import sleep_or_stop
-from mm2py.engine.starts import resolve_starts
+from mm2py.engine.starts import StartRetry, resolve_starts
 from mm2py.engine.task_api import (
     BatchSink,
     BatchSource,
@@ -84,6 +84,7 @@ class TaskRunner:
         self._target_next: dict[TopicPartition, int | None] = {}
         self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
         self._assignment_applied = asyncio.Event()
+        self._start_retry = StartRetry(clock)  # paces new partitions whose start was deferred
         self._round_end: dict[TopicPartition, int] = {}
         #: positions handed over by the previous holder of a partition (Spark leases): trusted as
         #: they are, so the partition needs neither the progress topic nor the tail reconciler
@@ -140,19 +141,22 @@ class TaskRunner:
 
     async def _apply_assignment(self) -> None:
         wanted = self._pending_assignment
-        if wanted is None:
+        if wanted is None or not self._start_retry.due():
             return
         try:
-            await self._take_assignment(wanted)
+            deferred = await self._take_assignment(wanted)
         except BaseException:
             if self._pending_assignment is None:
                 self._pending_assignment = wanted  # try again on the next round
             raise
+        if deferred:  # new partitions not started yet (the others run): asked for again later
+            return self._start_retry.defer(self.spec.task_id, deferred)
+        self._start_retry.reset()
         if self._pending_assignment == wanted:
             self._pending_assignment = None
             self._assignment_applied.set()
 
-    async def _take_assignment(self, wanted: tuple[TopicPartition, ...]) -> None:
+    async def _take_assignment(self, wanted: tuple[TopicPartition, ...]) -> list[TopicPartition]:
         removed = [tp for tp in self._acked if tp not in wanted]
         if removed:
             # the next owner starts from the committed position: make it this task's last one
@@ -165,7 +169,7 @@ class TaskRunner:
             self.planner.reset(tp)
         new = [tp for tp in wanted if tp not in self._acked]
         if not new:
-            return
+            return []
         seeded = {tp: self._seeds.pop(tp) for tp in new if tp in self._seeds}
         starts = await resolve_starts(
             new, seeded=seeded, given=dict(self.spec.start_positions or {}), progress=self.progress,
@@ -182,6 +186,7 @@ class TaskRunner:
             self._fetch_pos[tp] = pos
             self._target_next[tp] = target
         log.info("task %s: now mirroring %d partitions", self.spec.task_id, len(self._acked))
+        return starts.deferred
 
     # -- main loop -----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -232,10 +237,10 @@ class TaskRunner:
                     continue
                 if until is not None and self._reached(until) and not puts:
                     return
-                if not self._fetch_pos:
-                    await sleep_or_stop(stop, 0.2)
-                    continue
                 wanted = self._wanted(until)
+                if not wanted and not puts and prefetch is None:  # nothing under way: no partition
+                    await sleep_or_stop(stop, 0.2)  # yet, or those left wait for a deferred start
+                    continue
                 # fetch the next round while earlier ones are being produced (up to the depth)
                 if prefetch is None and wanted and len(puts) < self.pipeline_depth:
                     prefetch = asyncio.create_task(self.source.poll(wanted))

@@ -71,9 +71,15 @@ class Delivered:
     max_timestamp: int = -1
 
 
+#: how long a task's start asks for a new partition's offsets before leaving it for a later
+#: attempt (a just-created partition whose leader is not ready must not hold up the others)
+START_LOOKUP_SECONDS = 5.0
+
+
 class BatchSource(Protocol):
     async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        """Start offsets for partitions with no stored progress."""
+        """Start offsets for partitions with no stored progress; a partition that cannot be
+        resolved now (no leader yet) is left out, and the task asks again later."""
         ...
 
     async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]: ...
@@ -115,7 +121,9 @@ class BatchSink(Protocol):
         ...
 
     async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        """Where the next batch of each source partition would land on the target (its end)."""
+        """Where the next batch of each source partition would land on the target (its end); a
+        partition whose target cannot be asked now (a just-created one whose leader is not ready)
+        is left out, and the task asks again later."""
         ...
 
     async def close(self) -> None: ...

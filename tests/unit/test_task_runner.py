@@ -262,3 +262,40 @@ def test_a_slow_commit_does_not_hold_up_delivery_and_commits_never_go_backwards(
     # the loop keeps in flight (a commit awaited by the loop lets at most those finish)
     assert max(overlapped) > runner.pipeline_depth
     assert written == sorted(written) and written[-1] == 120  # forced last commit, never backwards
+
+
+class TargetLeaderLate(MemorySink):
+    """A target partition whose leader is not ready for the first ``late`` asks of its end (a
+    just-created topic): ``end_offsets`` leaves it out meanwhile, as the real sink does."""
+
+    def __init__(self, slow: TopicPartition, late: int) -> None:
+        super().__init__()
+        self.slow, self.late = slow, late
+        self.asked: list[list[TopicPartition]] = []
+        self.first_put: list[TopicPartition] | None = None
+
+    async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        self.asked.append(list(partitions))
+        ends = await super().end_offsets(partitions)
+        if len(self.asked) <= self.late:
+            ends.pop(self.slow, None)
+        return ends
+
+    async def put(self, work: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
+        if self.first_put is None:
+            self.first_put = [tp for tp, _ in work]
+        return await super().put(work)
+
+
+def test_a_partition_whose_target_is_not_ready_starts_later_and_holds_up_no_other() -> None:
+    slow = TopicPartition("orders", 1)
+    logs = {TP: Log([batch(0, 4), batch(4, 4)], end=8), slow: Log([batch(0, 6)], end=6)}
+    sink, ckpt = TargetLeaderLate(slow, late=2), MemoryProgress()
+    runner = make(logs, sink=sink, ckpt=ckpt)
+    run(runner, {TP: 8, slow: 6})
+    assert values(sink) == expected(range(8)) and values(sink, slow) == expected(range(6))
+    # the ready partition was mirrored at once; later asks were for the deferred partition alone
+    assert sink.first_put == [TP]
+    assert sink.asked == [[TP, slow], [slow], [slow]]
+    # its start was committed (seeded) only with a real target end, never a made-up one
+    assert ckpt.stored[slow].target is not None
