@@ -125,11 +125,11 @@ class TaskRunner:
         """Change the assignment; partitions kept keep their positions (no restart)."""
         self._pending_assignment = tuple(partitions)
         self._assignment_applied.clear()
+        self._start_retry.reset()  # a new assignment is taken at once, deferred starts or not
 
     async def release(self, keep: Sequence[TopicPartition], timeout: float = 60.0) -> bool:
-        """Give up every partition not in ``keep`` and wait until the task no longer produces
-        them and has committed their positions, so another task can take them over. False if
-        the task did not get there within ``timeout`` (it is stuck or not running)."""
+        """Give up every partition not in ``keep``; wait until the task no longer produces them and
+        has committed their positions (another task takes over). False if not within ``timeout``."""
         self.assign([tp for tp in self.partitions if tp in set(keep)])
         if self.state != TaskState.RUNNING:
             return False  # nothing is producing; the next owner resumes from the last commit
@@ -220,7 +220,7 @@ class TaskRunner:
         wakeup = Wakeup(stop)
         try:
             while not stop.is_set():
-                if puts and self._pending_assignment is not None:
+                if puts and self._pending_assignment is not None and self._start_retry.due():
                     ok = await puts.settle_all()  # the new owner starts from settled positions
                     if not ok:
                         self._recover()
