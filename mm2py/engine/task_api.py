@@ -11,7 +11,7 @@ import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mm2py.engine.latency import PartitionTimes
 from mm2py.errors import Mm2pyError
@@ -19,6 +19,9 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+
+if TYPE_CHECKING:
+    from mm2py.config.models import FlowConfig
 
 
 class TaskState(enum.StrEnum):
@@ -35,7 +38,7 @@ class TaskState(enum.StrEnum):
 class TaskSpec:
     """Everything a runtime needs to start one task, as picklable data."""
 
-    flow: Any  # mm2py.config.models.FlowConfig (kept loose to avoid an import cycle)
+    flow: FlowConfig
     task_id: int
     partitions: tuple[TopicPartition, ...]
     start_positions: Mapping[TopicPartition, int] | None = None
@@ -56,7 +59,8 @@ class Polled:
 
 @dataclass(frozen=True)
 class Delivered:
-    """One source batch acknowledged by the target."""
+    """One target batch acknowledged by the target: one source batch, or a run of them merged
+    (coalescing), covering source offsets ``source_first``..``source_last``."""
 
     source: TopicPartition
     source_first: int
@@ -198,6 +202,9 @@ class TaskMetrics:
 
 #: TaskMetrics' counters (they only grow; lag and times are per-partition figures)
 TASK_COUNTERS: tuple[str, ...] = tuple(f.name for f in fields(TaskMetrics) if isinstance(f.default, int))
+#: the counters a task counts where it runs (restarts are counted by whoever restarts it: the
+#: in-process flow runner, or the Spark driver for failed leases and rounds)
+RUN_COUNTERS: tuple[str, ...] = tuple(n for n in TASK_COUNTERS if n != "restarts")
 
 
 #: Given a partition's stored position (source next, target end at that time), returns the

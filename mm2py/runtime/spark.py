@@ -1,13 +1,18 @@
-"""The Spark runtime: the driver is every flow's controller, executors run the tasks in rounds.
+"""The Spark runtime: the driver is every flow's controller, executors run the tasks.
+
+By default the executors run each task continuously as a lease (``spark_leases.py``: the driver's
+lease loop, ``spark_lease.py``: what an executor runs), handed over to a successor every
+``--spark-lease-seconds``. With ``--spark-mode rounds``, described here, they run bounded rounds.
 
 The driver does what the in-process runtime's controller does — the same
 :class:`~mm2py.runtime.flows.FlowRunnerBase` (controller, internal topics, a topic refresh every
-``refresh.topics.interval.seconds``), heartbeats — and then runs micro-rounds: it reads the source
-end offsets of every assigned partition, plans one :class:`~mm2py.runtime.spark_round.RoundWork`
-per task with something to mirror (:func:`~mm2py.runtime.spark_round.plan_round`), runs them as
-one Spark job (one Spark task per mirror task) and folds the results into per-task state and
-metrics. A task's round starts from its committed progress, so a round that failed (reported
-back, never swallowed) is simply run again next round, after a short back-off.
+``refresh.topics.interval.seconds``), heartbeats — and in rounds mode runs micro-rounds: it reads
+the source end offsets of every assigned partition, plans one
+:class:`~mm2py.runtime.spark_round.RoundWork` per task with something to mirror
+(:func:`~mm2py.runtime.spark_round.plan_round`), runs them as one Spark job (one Spark task per
+mirror task) and folds the results into per-task state and metrics. A task's round starts from its
+committed progress, so a round that failed (reported back, never swallowed) is simply run again
+next round, after a short back-off.
 
 Rounds are sequential and a partition belongs to one task per round, so one writer per target
 partition holds without hand-over: a partition that moves simply goes with the next round's task.

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Plan
-from mm2py.engine.task_api import TASK_COUNTERS, TaskMetrics, TaskState
+from mm2py.engine.task_api import RUN_COUNTERS, TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: counters the executors count (restarts are the driver's: failed leases or rounds)
-_COUNTERS = tuple(n for n in TASK_COUNTERS if n != "restarts")
 
 
 @dataclass
@@ -51,7 +49,7 @@ class SparkTask:
         """Fold one round's outcome in: counters add up, lag is the latest, errors are kept."""
         self.rounds += 1
         self.last_round_seconds = result.seconds
-        for name in _COUNTERS:
+        for name in RUN_COUNTERS:
             setattr(self.metrics, name, getattr(self.metrics, name) + getattr(result.metrics, name))
         self.metrics.lag.update({tp: lag for tp, lag in result.metrics.lag.items() if tp in self.partitions})
         if result.error is None:

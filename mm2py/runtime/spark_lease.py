@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import TASK_COUNTERS, TaskMetrics, TaskSpec
+from mm2py.engine.task_api import RUN_COUNTERS, TaskMetrics, TaskSpec
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.lease_wire import Ack, GoMsg, Hello, Released, Report, StopMsg, decode, encode
@@ -35,8 +35,6 @@ from mm2py.runtime.spark_round import capture_warnings
 
 log = logging.getLogger(__name__)
 
-#: counters the executors count (restarts are the driver's: failed leases or rounds)
-_COUNTERS = tuple(n for n in TASK_COUNTERS if n != "restarts")
 
 
 @dataclass(frozen=True)
@@ -135,7 +133,7 @@ class _Link:
 def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int]) -> Report:
     m = runner.metrics
     d, c = CodecCounters.snapshot()
-    return Report(work.lease_id, work.token, {n: int(getattr(m, n)) for n in _COUNTERS}, dict(m.lag),
+    return Report(work.lease_id, work.token, {n: int(getattr(m, n)) for n in RUN_COUNTERS}, dict(m.lag),
                   (d - codec_start[0], c - codec_start[1]), dict(m.times))
 
 

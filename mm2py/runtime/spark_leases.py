@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mm2py.engine.latency import PartitionTimes
-from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec
+from mm2py.engine.task_api import RUN_COUNTERS, TaskSpec
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.lease_coordinator import LeaseCoordinator
 from mm2py.runtime.lease_table import Lease, LeaseState, LeaseTable
@@ -45,8 +45,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LeaseScheduler", "LeaseSettings"]
 
-#: counters the executors count (restarts are the driver's: failed leases or rounds)
-_COUNTERS = tuple(n for n in TASK_COUNTERS if n != "restarts")
 
 
 @dataclass(frozen=True)
@@ -62,13 +60,13 @@ class LeaseSettings:
 class _Book:
     """A task's executor-side figures: ended leases summed, running leases' latest reports."""
 
-    done: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_COUNTERS, 0))
+    done: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RUN_COUNTERS, 0))
     done_codec: tuple[int, int] = (0, 0)
     done_times: dict[TopicPartition, PartitionTimes] = field(default_factory=dict)
     live: dict[str, Report] = field(default_factory=dict)
 
     def fold(self, task: SparkTask) -> None:
-        for name in _COUNTERS:
+        for name in RUN_COUNTERS:
             value = self.done[name] + sum(r.metrics.get(name, 0) for r in self.live.values())
             setattr(task.metrics, name, value)
         times: dict[TopicPartition, PartitionTimes] = {}
@@ -86,12 +84,12 @@ class _Book:
     def end(self, lease_id: str, result: LeaseResult | None) -> None:
         live = self.live.pop(lease_id, None)
         if result is not None:  # the executor's own final figures
-            for name in _COUNTERS:
+            for name in RUN_COUNTERS:
                 self.done[name] += int(getattr(result.metrics, name))
             _add_times(self.done_times, result.metrics.times)
             codec = result.codec
         elif live is not None:  # the job failed: its last report is all we know
-            for name in _COUNTERS:
+            for name in RUN_COUNTERS:
                 self.done[name] += live.metrics.get(name, 0)
             _add_times(self.done_times, live.times)
             codec = live.codec

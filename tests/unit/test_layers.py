@@ -148,10 +148,15 @@ def test_kafka_client_libraries_only_in_stores_and_above() -> None:
 
 
 def test_protocol_layer_does_no_io() -> None:
+    """The sans-IO layers (``mm2py.errors`` and ``mm2py.protocol``) import nothing that does I/O."""
+    checked = []
     for module, path in _modules():
-        if _layer(module) == 0:
+        layer = _layer(module)
+        if layer is not None and layer <= LAYERS["mm2py.protocol"]:
+            checked.append(module)
             bad = {n.split(".")[0] for n in _imports(path)} & {"socket", "asyncio", "selectors", "ssl"}
             assert not bad, f"{module} imports {bad}"
+    assert "mm2py.protocol.records" in checked and "mm2py.errors" in checked, checked
 
 
 def test_a_task_spec_is_plain_picklable_data() -> None:
