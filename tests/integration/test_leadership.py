@@ -18,11 +18,11 @@ from helpers import (
     BackgroundWorker,
     by_partition,
     create_topic,
-    end_offsets,
     make_records,
     mirror_config,
     produce_records,
     read_all,
+    total,
     unique,
     wait_until,
 )
@@ -37,13 +37,6 @@ PARTITIONS = 3
 def _leader(bootstrap: str, topic: str, partition: int) -> int:
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     return int(md.topics[topic].partitions[partition].leader)
-
-
-def _count(bootstrap: str, topic: str) -> int:
-    try:
-        return sum(end_offsets(bootstrap, topic).values())
-    except Exception:  # the topic is not there yet, or a leader is being elected
-        return -1
 
 
 def test_three_broker_cluster_survives_losing_a_partition_leader(trio: KafkaCluster) -> None:
@@ -117,12 +110,12 @@ def _mirror_through_a_leader_kill(
     config = mirror_config(names, {"src->dst": {"topics": topic, "tasks.max": 2, "admin.timeout.ms": 10_000}},
                            **settings)
     with BackgroundWorker(config) as bg, Stream(src.bootstrap, topic) as stream:
-        wait_until(lambda: _count(dst.bootstrap, target) >= stream.total // 4, 90, 0.1, "mirroring")
+        wait_until(lambda: total(dst.bootstrap, target) >= stream.total // 4, 90, 0.1, "mirroring")
         killed = _leader(trio.bootstrap, *watched)
         trio.kill_node(killed)
         assert not stream.done.is_set(), "the stream ended before the leader was killed"
         stream.thread.join(120)
-        wait_until(lambda: _count(dst.bootstrap, target) >= stream.total, 120, 0.2, "all mirrored")
+        wait_until(lambda: total(dst.bootstrap, target) >= stream.total, 120, 0.2, "all mirrored")
         assert _leader(trio.bootstrap, *watched) not in (killed, -1)
         tasks = bg.worker.flows["src->dst"].tasks.values()
         assert all(t.state == "RUNNING" for t in tasks), [t.trace for t in tasks]

@@ -18,11 +18,11 @@ import pytest
 from helpers import (
     BackgroundWorker,
     create_topic,
-    end_offsets,
     make_records,
     mirror_config,
     produce_records,
     topic_names,
+    total,
     unique,
     wait_until,
 )
@@ -68,12 +68,6 @@ class Api:
         self.bg.stop()
 
 
-def _count(bootstrap: str, topic: str) -> int:
-    if topic not in topic_names(bootstrap):
-        return -1
-    return sum(end_offsets(bootstrap, topic).values())
-
-
 def _seed(east: KafkaCluster, name: str, n: int, partitions: int = 2) -> str:
     topic = create_topic(east.bootstrap, name, partitions=partitions)
     produce_records(east.bootstrap, topic, make_records(n, tag=name), compression="lz4")
@@ -98,7 +92,7 @@ def test_create_a_flow_then_change_its_allow_and_deny_lists_while_it_runs(
     body = r.json()
     assert (body["name"], body["state"]) == ("east->west", "RUNNING")
     assert set(body["topics"]) == {a}
-    wait_until(lambda: _count(west.bootstrap, f"east.{a}") == 50, 60, what="allowed topic mirrored")
+    wait_until(lambda: total(west.bootstrap, f"east.{a}") == 50, 60, what="allowed topic mirrored")
     assert f"east.{b}" not in topic_names(west.bootstrap)
     assert [f["name"] for f in api.get("/flows").json()["flows"]] == ["east->west"]
 
@@ -107,10 +101,10 @@ def test_create_a_flow_then_change_its_allow_and_deny_lists_while_it_runs(
     r = api.patch("/flows/east/west", json={"topics": f"{prefix}-.*"})
     assert r.status_code == 200, r.text
     assert set(r.json()["topics"]) == {a, b}
-    wait_until(lambda: _count(west.bootstrap, f"east.{b}") == 40, 60, what="newly allowed topic mirrored")
+    wait_until(lambda: total(west.bootstrap, f"east.{b}") == 40, 60, what="newly allowed topic mirrored")
     tasks_after = api.get("/flows/east/west").json()["tasks"]
     assert [t["id"] for t in tasks_after] == [t["id"] for t in tasks_before]
-    assert tasks_after[0]["records"] >= 90 and _count(west.bootstrap, f"east.{a}") == 50
+    assert tasks_after[0]["records"] >= 90 and total(west.bootstrap, f"east.{a}") == 50
 
     # deny one topic: once the change is answered, its new records are no longer mirrored
     r = api.patch("/flows/east/west", json={"topics.exclude": [a]})
@@ -118,8 +112,8 @@ def test_create_a_flow_then_change_its_allow_and_deny_lists_while_it_runs(
     assert set(r.json()["topics"]) == {b}
     produce_records(east.bootstrap, a, make_records(10, tag="late-a"))
     produce_records(east.bootstrap, b, make_records(10, tag="late-b"))
-    wait_until(lambda: _count(west.bootstrap, f"east.{b}") == 50, 60, what="allowed topic keeps flowing")
-    assert _count(west.bootstrap, f"east.{a}") == 50
+    wait_until(lambda: total(west.bootstrap, f"east.{b}") == 50, 60, what="allowed topic keeps flowing")
+    assert total(west.bootstrap, f"east.{a}") == 50
     config = api.get("/flows/east/west/config").json()
     assert config["topics.exclude"] == [a] and config["topics"] == [f"{prefix}-.*"]
 
@@ -186,7 +180,7 @@ def test_flows_created_over_http_survive_a_restart_with_a_state_file(
         r = http.post("/flows", json={"source": "east", "target": "west", "topics": [topic]})
         assert r.status_code == 201, r.text
         assert http.post("/flows", json={"source": "east", "target": "west"}).status_code == 409
-        wait_until(lambda: _count(west.bootstrap, f"east.{topic}") == 60, 60, what="mirrored")
+        wait_until(lambda: total(west.bootstrap, f"east.{topic}") == 60, 60, what="mirrored")
         restarted = http.post("/flows/east/west/restart")
         assert restarted.status_code == 200 and restarted.json()["state"] == "RUNNING"
     assert json.loads(state.read_text())["keys"]["east->west.enabled"] == "true"
@@ -194,10 +188,10 @@ def test_flows_created_over_http_survive_a_restart_with_a_state_file(
     produce_records(east.bootstrap, topic, make_records(25, tag="while-down"))
     with Api(config, state_file=str(state)) as http:
         assert [f["name"] for f in http.get("/flows").json()["flows"]] == ["east->west"]
-        wait_until(lambda: _count(west.bootstrap, f"east.{topic}") == 85, 60, what="resumed from state")
+        wait_until(lambda: total(west.bootstrap, f"east.{topic}") == 85, 60, what="resumed from state")
         assert http.delete("/flows/east/west").status_code == 204
     # exact resume: the second worker neither lost nor repeated anything
-    assert _count(west.bootstrap, f"east.{topic}") == 85
+    assert total(west.bootstrap, f"east.{topic}") == 85
 
     with Api(config, state_file=str(state)) as http:
         assert http.get("/flows").json() == {"flows": []}
@@ -265,7 +259,7 @@ def test_a_consumer_group_is_moved_to_the_target_over_http(
                                  "settings": {"emit.checkpoints.interval.seconds": 1,
                                               "refresh.groups.interval.seconds": 1}})
     assert r.status_code == 201, r.text
-    wait_until(lambda: _count(west.bootstrap, f"east.{topic}") == 100, 60, what="mirrored")
+    wait_until(lambda: total(west.bootstrap, f"east.{topic}") == 100, 60, what="mirrored")
     consumer = Consumer({"bootstrap.servers": east.bootstrap, "group.id": group})
     consumer.commit(offsets=[CKTopicPartition(topic, 0, 60)], asynchronous=False)
     consumer.close()
