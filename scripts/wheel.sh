@@ -13,7 +13,7 @@ trap 'rm -rf "$raw"' EXIT
 "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$raw" .
 built=("$raw"/mm2py-*.whl)
 # the wheel must carry the compiled path: a build that fell back to pure Python is an error here
-"$PY" -m zipfile -l "${built[0]}" | grep -q 'mm2py/protocol/_native' \
+"$PY" -m zipfile -l "${built[0]}" | grep -qE 'mm2py/protocol/_native\.[^ ]*\.so' \
   || { echo "the wheel has no compiled path: is a C compiler and liblz4-dev installed?" >&2; exit 1; }
 mkdir -p dist
 rm -f dist/mm2py-*manylinux*.whl

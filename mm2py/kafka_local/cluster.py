@@ -168,7 +168,7 @@ class KafkaCluster:
             cluster.tls = generate_tls_files(workdir / "tls", security.client_key_password)
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in cluster.nodes)
         libs = resolve_jars(version, profile=cluster.jar_profile)
-        format_args: list[str] = []
+        format_args = scram_format_args(security) if security is not None else []
         for node in cluster.nodes:
             node.workdir.mkdir()
             props = server_properties(node, voters, len(cluster.nodes))
@@ -176,7 +176,6 @@ class KafkaCluster:
                 assert cluster.tls is not None
                 add_listeners(props, node.secured_ports)
                 props.update(broker_properties(security, cluster.tls))
-                format_args = scram_format_args(security)
             if tiered_storage:
                 props.update(tiered_broker_config(workdir / "remote", min(3, nodes)))
             props.update(broker_config or {})
