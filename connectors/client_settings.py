@@ -118,6 +118,7 @@ def raw_client_settings(
         min_bytes=consumer.get("min_bytes", 1),
         max_bytes=min(consumer.get("max_bytes", fetch_max_bytes), fetch_max_bytes),
         partition_max_bytes=consumer.get("partition_max_bytes", partition_max_bytes),
+        sessions=flow.fetch_sessions_enabled,
     )
     delivery_ms = producer.get("delivery_timeout_ms", 120_000)
     request_ms = producer.get("request_timeout_ms", 30_000)

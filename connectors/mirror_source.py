@@ -129,6 +129,7 @@ class MirrorSource:
         log.warning("fetch %s: %s; fetching it again in %.1fs", tp, error, delay)
 
     async def close(self) -> None:
+        await self.fetcher.close()  # its fetch sessions
         await self.cluster.close()
 
 

@@ -71,8 +71,10 @@ SPECS: dict[str, dict[str, Any]] = {
     "trio": {"nodes": 3},
     "secured": {"security": SECURITY},
     "secured-west": {"security": SECURITY},
+    # room for eight fetch sessions (KIP-227), one in each of the broker's eight cache shards
+    "scarce": {"broker_config": {"max.incremental.fetch.session.cache.slots": "8"}},
 }
-GROUPS = (("east", "west"), ("trio",), ("secured",), ("secured-west",))
+GROUPS = (("east", "west"), ("trio",), ("secured",), ("secured-west",), ("scarce",))
 
 
 class _Clusters:
@@ -143,6 +145,14 @@ def secured() -> KafkaCluster:
     """A secured cluster: SASL_SSL (PLAIN and SCRAM), SASL_PLAINTEXT, SSL with client certificates,
     the standard authorizer; PLAINTEXT too, for set-up and checks (``User:ANONYMOUS``, a super user)."""
     return _CLUSTERS.get("secured")
+
+
+@pytest.fixture(scope="session")
+def scarce() -> KafkaCluster:
+    """A single-node cluster whose broker keeps eight fetch sessions at most (a test may restart it)."""
+    cluster = _CLUSTERS.get("scarce")
+    cluster.start()
+    return cluster
 
 
 @pytest.fixture(scope="session")

@@ -284,17 +284,20 @@ class ClusterClient:
         *,
         timeout: float | None = None,
         partial: bool = False,
+        quiet_absent: bool = False,
     ) -> dict[TopicPartition, R]:
         """Send ``items`` to their leaders (one ``send`` per broker, concurrently) and retry the
         partitions whose result carries a retriable error code or whose broker failed, until the
         retry timeout. Results with non-retriable error codes are returned as they are. When the
         timeout expires, partitions with a result keep their last (failed) result; if one has none,
-        the last exception is raised (with ``partial``, it is left out instead)."""
+        the last exception is raised (with ``partial``, it is left out instead). A partition for
+        which ``send`` returns no result is retried too, unless ``quiet_absent`` (an incremental
+        fetch leaves out the partitions without news)."""
         remaining = dict(items)
         results: dict[TopicPartition, R] = {}
         backoff = self._backoff(timeout)
         while remaining:
-            attempt = await self._send_once(remaining, send, error_of, results)
+            attempt = await self._send_once(remaining, send, error_of, results, quiet_absent)
             remaining = {tp: x for tp, x in remaining.items() if tp in attempt.retry}
             if not remaining:
                 break
@@ -317,6 +320,7 @@ class ClusterClient:
         send: Callable[[BrokerConnection, dict[TopicPartition, X]], Awaitable[dict[TopicPartition, R]]],
         error_of: Callable[[R], int],
         results: dict[TopicPartition, R],
+        quiet_absent: bool = False,
     ) -> _Attempt:
         """One pass of ``for_leaders``: results go into ``results``; says what to retry and why."""
         await self.ensure_topics(tp.topic for tp in items)
@@ -345,11 +349,12 @@ class ClusterClient:
                 for tp in batch:
                     attempt.retry_later(tp, outcome, stale=True)
                 continue
-            for tp in batch:
-                if tp not in outcome:
-                    attempt.retry_later(tp, ClientError(f"broker sent no result for {tp}"))
-                    continue
-                res = results[tp] = outcome[tp]
+            if not quiet_absent:
+                for tp in batch:
+                    if tp not in outcome:
+                        attempt.retry_later(tp, ClientError(f"broker sent no result for {tp}"))
+            for tp, res in outcome.items():
+                results[tp] = res
                 info = error_info(error_of(res))
                 if info.code != NONE and info.retriable:
                     attempt.retry_later(tp, BrokerError(info.code, str(tp)), stale=info.invalidates_metadata)

@@ -17,10 +17,18 @@ Per partition the fetcher (all per batch, never per record on the common path):
   limits, and a tiered-storage (KIP-405) broker reads remote data for one partition per request and
   answers for a remote batch larger than the partition limit with nothing at all unless it is first.
   Without that rotation a partition behind others that always have data could wait forever.
+  Within an incremental fetch session (``FetcherConfig.sessions``, KIP-227) the broker reads the
+  partitions in the session's order and moves each partition it served behind the others; a
+  partition left waiting :data:`REORDER_AFTER_ROUNDS` rounds in a row makes the next request a
+  full one, naming it first.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -31,19 +39,32 @@ from mm2py.protocol.api import (
     ApiKey,
     FetchPartitionRequest,
     FetchPartitionResponse,
+    FetchResponse,
     FetchTopicRequest,
+    ForgottenTopic,
     decode_fetch_response,
     encode_fetch_request,
 )
 from mm2py.protocol.api_fetch import FIRST_TOPIC_ID_VERSION, READ_COMMITTED
 from mm2py.protocol.batch_edit import crop
 from mm2py.protocol.errors_codes import NONE, error_name
+from mm2py.protocol.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    NO_SESSION,
+    FetchSession,
+    Params,
+    SessionRequest,
+)
 from mm2py.protocol.native import CONTROL_SEEN, OUT_OF_ORDER
 from mm2py.protocol.records import RecordBatch, split_checked, split_record_set
 from mm2py.protocol.transactions import AbortedTransactionFilter
 from mm2py.protocol.types import TopicPartition
 
 PROTOCOL_MIN_FETCH_VERSION = 4
+FIRST_SESSION_VERSION = 7
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,6 +76,9 @@ class FetcherConfig:
     partition_max_bytes: int = 1024 * 1024
     #: total time spent retrying routing errors within one fetch() call
     retry_timeout_s: float = 10.0
+    #: incremental fetch sessions (KIP-227); for fetchers that fetch the same partitions again and
+    #: again (a one-off read would leave a session behind on the broker until it is evicted)
+    sessions: bool = False
 
 
 @dataclass(slots=True)
@@ -186,6 +210,11 @@ class WaitingPartitions:
     def order(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
         return sorted(partitions, key=lambda tp: -self.rounds.get(tp, 0))
 
+    def longest(self, partitions: Iterable[TopicPartition]) -> int:
+        """The most rounds in a row any of ``partitions`` has waited."""
+        rounds = self.rounds
+        return max((rounds.get(tp, 0) for tp in partitions), default=0) if rounds else 0
+
     def note(self, fetched: FetchedPartition) -> None:
         if fetched.stalled or fetched.starved:
             self.rounds[fetched.tp] = self.rounds.get(fetched.tp, 0) + 1
@@ -193,11 +222,23 @@ class WaitingPartitions:
             self.rounds.pop(fetched.tp, None)
 
 
+#: a partition left without data for this many rounds in a row makes the next request of its fetch
+#: session a full one, naming it first (an incremental request cannot change the order in which the
+#: broker reads the partitions; the broker itself moves partitions it served behind the others)
+REORDER_AFTER_ROUNDS = 3
+
+
 class RawFetcher:
+    """Fetch rounds for a set of positions. With ``config.sessions``, one incremental fetch session
+    (KIP-227) per source broker: a round's request names only the partitions whose position moved,
+    and its response only the partitions with news; a partition absent from the result has none."""
+
     def __init__(self, cluster: ClusterClient, config: FetcherConfig | None = None) -> None:
         self.cluster = cluster
         self.config = config or FetcherConfig()
         self._waiting = WaitingPartitions()
+        #: one fetch session per broker (node id); guards the broker's view of our positions
+        self.sessions: dict[int, FetchSession] = {}
 
     async def fetch(
         self,
@@ -207,50 +248,115 @@ class RawFetcher:
     ) -> dict[TopicPartition, FetchedPartition]:
         """One fetch round for ``positions`` ({tp: next offset}); one request per leader."""
         cfg = self.config
-        read_committed = cfg.isolation_level == READ_COMMITTED
         limits = partition_max_bytes or {}
 
         async def send(
             conn: BrokerConnection, batch: dict[TopicPartition, int]
         ) -> dict[TopicPartition, FetchedPartition]:
-            topics = {tp.topic for tp in batch}
-            ids = {t: self.cluster.topic_id(t) for t in topics}
+            ids = {t: self.cluster.topic_id(t) for t in {tp.topic for tp in batch}}
             cap = None if all(ids.values()) else FIRST_TOPIC_ID_VERSION - 1
             version = self.cluster.version_for(conn, ApiKey.FETCH, cap)
-            by_topic: dict[str, list[FetchPartitionRequest]] = {}
-            # Waiting partitions first: the broker returns the first batch whole even if too big.
-            for tp in self._waiting.order(batch):
-                by_topic.setdefault(tp.topic, []).append(
-                    FetchPartitionRequest(
-                        tp.partition,
-                        batch[tp],
-                        limits.get(tp, cfg.partition_max_bytes),
-                        current_leader_epoch=self.cluster.leader_epoch_of(tp),
-                    )
-                )
-            body = encode_fetch_request(
-                version,
-                [FetchTopicRequest(t, parts, ids[t]) for t, parts in by_topic.items()],
-                max_wait_ms=cfg.max_wait_ms,
-                min_bytes=cfg.min_bytes,
-                max_bytes=cfg.max_bytes,
-                isolation_level=cfg.isolation_level,
-            )
-            timeout = conn.config.request_timeout_s + cfg.max_wait_ms / 1000
-            resp = await conn.request(ApiKey.FETCH, version, body, decode_fetch_response, timeout)
-            name_of = topic_namer(ids)
-            out: dict[TopicPartition, FetchedPartition] = {}
-            for p in resp.partitions:
-                name = name_of(p.topic, p.topic_id)
-                if name is None:
-                    continue
-                tp = TopicPartition(name, p.partition)
-                if tp in batch:
-                    fetched = process_partition(tp, batch[tp], p, read_committed)
-                    self._waiting.note(fetched)
-                    out[tp] = fetched
-            return out
+            session = self._session(conn.node_id, version)
+            if session is None:
+                # waiting partitions first: the broker returns the first batch whole even if too big
+                order = self._waiting.order(batch)
+                send = [(tp, self._params(tp, batch[tp], limits)) for tp in order]
+                body = self._encode(version, ids, send, [], {}, NO_SESSION, FINAL_EPOCH)
+                resp = await self._request(conn, version, body)
+                return self._results(resp, ids, batch)
+            for _ in range(2):  # a session error makes the next request a full one: send it now
+                wanted = {tp: self._params(tp, o, limits) for tp, o in batch.items()}
+                full = self._waiting.longest(batch) >= REORDER_AFTER_ROUNDS
+                if full or session.epoch == INITIAL_EPOCH:
+                    wanted = {tp: wanted[tp] for tp in self._waiting.order(batch)}
+                req = session.request(wanted, ids, by_id=version >= FIRST_TOPIC_ID_VERSION, full=full)
+                body = self._encode(version, ids, req.send, req.forget, session.topic_ids,
+                                    req.session_id, req.epoch)
+                try:
+                    resp = await self._request(conn, version, body)
+                except BaseException:
+                    session.failed()
+                    raise
+                if session.answered(resp.error_code, resp.session_id):
+                    return self._results(resp, ids, batch)
+                log.info("fetch session with broker %d: %s; starting a new one",
+                         conn.node_id, error_name(resp.error_code))
+            return {}  # twice refused: nothing this round, the next round starts afresh
 
         return await self.cluster.for_leaders(
-            positions, send, lambda r: r.error_code, timeout=cfg.retry_timeout_s
+            positions, send, lambda r: r.error_code, timeout=cfg.retry_timeout_s,
+            quiet_absent=self.config.sessions,
         )
+
+    def _session(self, node_id: int, version: int) -> FetchSession | None:
+        if not self.config.sessions or version < FIRST_SESSION_VERSION:
+            return None
+        session = self.sessions.get(node_id)
+        if session is None:
+            session = self.sessions[node_id] = FetchSession()
+        return None if session.busy else session  # one request of a session at a time
+
+    def _params(self, tp: TopicPartition, offset: int, limits: Mapping[TopicPartition, int]) -> Params:
+        return (offset, limits.get(tp, self.config.partition_max_bytes), self.cluster.leader_epoch_of(tp))
+
+    def _encode(
+        self, version: int, ids: Mapping[str, uuid.UUID | None], send: list[tuple[TopicPartition, Params]],
+        forget: list[TopicPartition], forget_ids: Mapping[str, uuid.UUID | None], session_id: int,
+        epoch: int,
+    ) -> bytes:
+        cfg = self.config
+        by_topic: dict[str, list[FetchPartitionRequest]] = {}
+        for tp, (offset, max_bytes, leader_epoch) in send:
+            by_topic.setdefault(tp.topic, []).append(
+                FetchPartitionRequest(tp.partition, offset, max_bytes, current_leader_epoch=leader_epoch))
+        gone: dict[str, list[int]] = {}
+        for tp in forget:
+            gone.setdefault(tp.topic, []).append(tp.partition)
+        return encode_fetch_request(
+            version,
+            [FetchTopicRequest(t, parts, ids[t]) for t, parts in by_topic.items()],
+            max_wait_ms=cfg.max_wait_ms,
+            min_bytes=cfg.min_bytes,
+            max_bytes=cfg.max_bytes,
+            isolation_level=cfg.isolation_level,
+            session_id=session_id,
+            session_epoch=epoch,
+            forgotten=[ForgottenTopic(t, parts, forget_ids.get(t)) for t, parts in gone.items()],
+        )
+
+    async def _request(self, conn: BrokerConnection, version: int, body: bytes) -> FetchResponse:
+        timeout = conn.config.request_timeout_s + self.config.max_wait_ms / 1000
+        return await conn.request(ApiKey.FETCH, version, body, decode_fetch_response, timeout)
+
+    def _results(
+        self, resp: FetchResponse, ids: Mapping[str, uuid.UUID | None], batch: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, FetchedPartition]:
+        read_committed = self.config.isolation_level == READ_COMMITTED
+        name_of = topic_namer(ids)
+        out: dict[TopicPartition, FetchedPartition] = {}
+        for p in resp.partitions:
+            name = name_of(p.topic, p.topic_id)
+            if name is None:
+                continue
+            tp = TopicPartition(name, p.partition)
+            if tp in batch:
+                fetched = process_partition(tp, batch[tp], p, read_committed)
+                self._waiting.note(fetched)
+                out[tp] = fetched
+        return out
+
+    def close_sessions(self) -> list[tuple[int, SessionRequest]]:
+        """Forget every fetch session; returns the requests that close them on their brokers."""
+        out = [(node, req) for node, s in self.sessions.items() if (req := s.close()) is not None]
+        self.sessions.clear()
+        return out
+
+    async def close(self, timeout: float = 2.0) -> None:
+        """Close the fetch sessions on their brokers (best effort: a broker evicts them anyway)."""
+        for node, req in self.close_sessions():
+            with contextlib.suppress(Exception):
+                conn = await asyncio.wait_for(self.cluster.connection(node), timeout)
+                version = self.cluster.version_for(conn, ApiKey.FETCH)
+                body = encode_fetch_request(version, [], max_wait_ms=0, session_id=req.session_id,
+                                            session_epoch=req.epoch)
+                await conn.request(ApiKey.FETCH, version, body, decode_fetch_response, timeout)

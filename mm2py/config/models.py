@@ -136,6 +136,9 @@ class FlowSettings(BaseModel):
     #: much later (trickling traffic: fewer, fuller requests for at most this much added latency)
     fetch_linger_ms: float = Field(2.0, alias="mm2py.fetch.linger.ms", ge=0, le=1000)
     fetch_linger_bytes: int = Field(16 * 1024, alias="mm2py.fetch.linger.bytes", ge=0)
+    #: incremental fetch sessions (KIP-227) with the source brokers; false: every fetch names every
+    #: partition (for a broker that misbehaves with sessions)
+    fetch_sessions_enabled: bool = Field(True, alias="mm2py.fetch.sessions.enabled")
     #: merge runs of consecutive small batches of a partition (see mm2py.protocol.coalesce);
     #: false mirrors every batch as it came (byte-identical records sections)
     coalesce_enabled: bool = Field(True, alias="mm2py.coalesce.enabled")

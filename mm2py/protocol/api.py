@@ -165,6 +165,7 @@ from mm2py.protocol.api_fetch import (  # noqa: E402
     FetchPartitionResponse,
     FetchResponse,
     FetchTopicRequest,
+    ForgottenTopic,
     decode_fetch_response,
     encode_fetch_request,
 )
@@ -197,6 +198,7 @@ __all__ = [
     "FetchPartitionResponse",
     "FetchResponse",
     "FetchTopicRequest",
+    "ForgottenTopic",
     "InitProducerIdResponse",
     "ListOffsetsPartitionResponse",
     "MetadataPartition",

@@ -1,8 +1,9 @@
 """Fetch (api key 1) codec, versions 4..16.
 
-v7 adds fetch sessions (we always send sessionless full fetches: session_id 0, epoch -1),
-v12 is flexible, v13+ identify topics by topic id instead of name, v15 replaces replica_id with a
-tagged replica_state, v16 adds node endpoints to the response.
+v7 adds fetch sessions (KIP-227: ``session_id``/``session_epoch`` and the partitions to forget;
+the session's state is kept by :mod:`mm2py.protocol.fetch_session`), v12 is flexible, v13+
+identify topics by topic id instead of name, v15 replaces replica_id with a tagged replica_state,
+v16 adds node endpoints to the response.
 
 The decoder returns each partition's records as a zero-copy ``memoryview`` into the response frame.
 """
@@ -39,6 +40,15 @@ class FetchPartitionRequest:
 class FetchTopicRequest:
     topic: str
     partitions: Sequence[FetchPartitionRequest]
+    topic_id: uuid.UUID | None = None  # required for v13+
+
+
+@dataclass(frozen=True, slots=True)
+class ForgottenTopic:
+    """Partitions a fetch session is to drop (v7+)."""
+
+    topic: str
+    partitions: Sequence[int]
     topic_id: uuid.UUID | None = None  # required for v13+
 
 
@@ -84,6 +94,7 @@ def encode_fetch_request(
     session_id: int = 0,
     session_epoch: int = -1,
     rack_id: str = "",
+    forgotten: Sequence[ForgottenTopic] = (),
 ) -> bytes:
     flexible = is_flexible(FETCH, version)
     w = Writer()
@@ -98,12 +109,7 @@ def encode_fetch_request(
         w.int32(session_epoch)
     w.array_len(len(topics), flexible)
     for t in topics:
-        if version >= FIRST_TOPIC_ID_VERSION:
-            if t.topic_id is None or t.topic_id == ZERO_UUID:
-                raise ValueError(f"Fetch v{version} needs a topic id for {t.topic!r}")
-            w.uuid(t.topic_id)
-        else:
-            w.string(t.topic, flexible)
+        _topic_ref(w, version, t.topic, t.topic_id)
         w.array_len(len(t.partitions), flexible)
         for p in t.partitions:
             w.int32(p.partition)
@@ -118,11 +124,28 @@ def encode_fetch_request(
             w.empty_tags(flexible)
         w.empty_tags(flexible)
     if version >= 7:
-        w.array_len(0, flexible)  # forgotten_topics_data
+        w.array_len(len(forgotten), flexible)
+        for f in forgotten:
+            _topic_ref(w, version, f.topic, f.topic_id)
+            w.array_len(len(f.partitions), flexible)
+            for partition in f.partitions:
+                w.int32(partition)
+            w.empty_tags(flexible)
+    elif forgotten or session_id or session_epoch != -1:
+        raise ValueError(f"Fetch v{version} has no fetch sessions")
     if version >= 11:
         w.string(rack_id, flexible)
     w.empty_tags(flexible)
     return w.getvalue()
+
+
+def _topic_ref(w: Writer, version: int, topic: str, topic_id: uuid.UUID | None) -> None:
+    if version >= FIRST_TOPIC_ID_VERSION:
+        if topic_id is None or topic_id == ZERO_UUID:
+            raise ValueError(f"Fetch v{version} needs a topic id for {topic!r}")
+        w.uuid(topic_id)
+    else:
+        w.string(topic, is_flexible(FETCH, version))
 
 
 def read_leader_tag(raw: memoryview) -> tuple[int, int]:

@@ -343,6 +343,25 @@ def test_fetch_request_parsed_by_kio(version: int) -> None:
         assert topic.partitions[0].last_fetched_epoch == 4
 
 
+@pytest.mark.parametrize("version", range(7, 17))
+def test_fetch_session_request_parsed_by_kio(version: int) -> None:
+    tid, gone = uuid.uuid4(), uuid.uuid4()
+    body = api.encode_fetch_request(
+        version, [FetchTopicRequest("t", [FetchPartitionRequest(1, 5)], tid)], session_id=123456,
+        session_epoch=7, forgotten=[api.ForgottenTopic("old", [3, 0, 9], gone)],
+    )  # fmt: skip
+    k = kio_decode_request(ApiKey.FETCH, version, body)
+    assert (k.session_id, k.session_epoch) == (123456, 7)
+    (forgotten,) = k.forgotten_topics_data
+    assert (forgotten.topic_id if version >= 13 else forgotten.topic) == (gone if version >= 13 else "old")
+    assert list(forgotten.partitions) == [3, 0, 9]
+
+
+def test_fetch_sessions_need_v7() -> None:
+    with pytest.raises(ValueError, match="no fetch sessions"):
+        api.encode_fetch_request(6, [], session_id=1, session_epoch=1)
+
+
 def test_fetch_request_v13_needs_topic_id() -> None:
     with pytest.raises(ValueError):
         api.encode_fetch_request(13, [FetchTopicRequest("t", [FetchPartitionRequest(0, 0)])])
