@@ -37,8 +37,12 @@ from mm2py.runtime.steering import (
     NotSupportedError,
 )
 from mm2py.runtime.worker_base import WorkerBase
-from rest_api.connect import connect_router
+from rest_api import connect_errors
+from rest_api.connect import Facade, connect_router
+from rest_api.connect_control import control_router
+from rest_api.connect_plugins import plugins_router
 from rest_api.flow_control import flow_control_router
+from rest_api.loggers import loggers_router
 from rest_api.models import (
     ClusterInfo,
     ErrorBody,
@@ -119,7 +123,11 @@ def create_app(worker: AnyWorker) -> FastAPI:
     _flow_routes(app, worker)
     _group_offset_routes(app, worker)
     app.include_router(flow_control_router(worker))
-    app.include_router(connect_router(worker))  # Kafka Connect-shaped facade, errors in Connect's shape
+    # the Kafka Connect-shaped facade, errors (unknown routes under it included) in Connect's shape
+    facade = Facade(worker)
+    for router in (connect_router(facade), control_router(facade), plugins_router(worker), loggers_router()):
+        app.include_router(router)
+    connect_errors.install(app)
     _metrics_route(app, worker)
     return app
 

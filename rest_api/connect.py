@@ -1,9 +1,11 @@
 """A Kafka Connect-shaped facade over the worker's flows: ``/connectors`` as Connect's REST API has it.
 
 Tooling built for Kafka Connect (scripts, dashboards, ``kcctl``-style clients) can create, inspect,
-pause, resume, stop, restart and delete MirrorMaker 2's connectors here, and read or change a
-MirrorSourceConnector's offsets as KIP-875 defines them. How connector configs map onto flows is
-:mod:`rest_api.connect_config`'s; every flow not created as a connector is listed under its own
+pause, resume, stop, restart and delete MirrorMaker 2's connectors here (this module: the
+:class:`Facade` and the config and status routes; :mod:`rest_api.connect_control`: the state
+changes, KIP-875 offsets and KIP-558 topics; :mod:`rest_api.connect_plugins`: ``/``, the plugins
+and validation; :mod:`rest_api.loggers`: ``/admin/loggers``). How connector configs map onto flows
+is :mod:`rest_api.connect_config`'s; every flow not created as a connector is listed under its own
 name (``east->west``) as a MirrorSourceConnector. Errors have Connect's body,
 ``{"error_code": <status>, "message": "..."}``.
 """
@@ -11,14 +13,13 @@ name (``east->west``) as a MirrorSourceConnector. Errors have Connect's body,
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
-from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.flow_offsets import Reset, read_offsets
+from mm2py import __version__
 from mm2py.runtime.worker_base import WorkerBase
 from rest_api.connect_config import (
     CLASSES,
@@ -31,26 +32,23 @@ from rest_api.connect_config import (
     released_settings,
 )
 from rest_api.connect_errors import ConnectError, ConnectRoute
+from rest_api.connect_validate import problems
 
-__all__ = ["connect_router"]
+__all__ = ["Facade", "connect_router", "worker_id"]
 
 AnyWorker = WorkerBase[Any]
 _SECRET = re.compile(r"password|secret|jaas|token|credential|keystore\.key", re.IGNORECASE)
+#: the version a connector and its tasks report in their status (Connect 4.1 shows the plugin's)
+VERSION = __version__
 
+InitialState = Annotated[Literal["RUNNING", "PAUSED", "STOPPED"],
+                         BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)]
 
 
 class NewConnector(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     config: dict[str, Any]
-
-
-class OffsetEntry(BaseModel):
-    partition: dict[str, Any]
-    offset: dict[str, Any] | None
-
-
-class OffsetsBody(BaseModel):
-    offsets: list[OffsetEntry] = Field(min_length=1)
+    initial_state: InitialState | None = None  # KIP-980
 
 
 def _redacted(config: dict[str, str]) -> dict[str, str]:
@@ -62,11 +60,18 @@ def _state(state: str) -> str:
     return state if state in ("RUNNING", "PAUSED", "STOPPED", "FAILED") else "UNASSIGNED"
 
 
+def worker_id(request: Request) -> str:
+    """This worker as Connect names workers in statuses: the host and port it was asked on."""
+    return f"{request.url.hostname}:{request.url.port}"
+
+
 class Facade:
     """Connectors as the worker's flows (registry of names in ``worker.connectors``)."""
 
     def __init__(self, worker: AnyWorker) -> None:
         self.worker = worker
+        #: checkpoint and heartbeat connectors' emitted counts when their topics were last reset
+        self._topic_marks: dict[str, tuple[int, int]] = {}
 
     # -- names ------------------------------------------------------------------------------------
     def _pair(self, config: dict[str, str]) -> str:
@@ -99,7 +104,7 @@ class Facade:
         return {"name": name, "config": _redacted(config), "type": "source",
                 "tasks": [{"connector": name, "task": i} for i in ids]}
 
-    def status(self, name: str, worker_id: str) -> dict[str, Any]:
+    def status(self, name: str, worker: str) -> dict[str, Any]:
         kind, flow, _ = self.lookup(name)
         runner = self.worker.flows.get(flow)
         state, trace, tasks = "UNASSIGNED", None, [{"id": 0, "state": "RUNNING"}]
@@ -119,22 +124,48 @@ class Facade:
             tasks = [{**t, "state": "PAUSED"} for t in tasks]
         elif state in ("STOPPED", "UNASSIGNED"):
             tasks = []  # Connect: a stopped connector has no tasks
-        connector = {"state": state, "worker_id": worker_id, **({"trace": trace} if trace else {})}
-        shaped = [{"id": t["id"], "state": t["state"], "worker_id": worker_id,
-                   **({"trace": t["trace"]} if t.get("trace") else {})} for t in tasks]
+        connector = {"state": state, "worker_id": worker, **({"trace": trace} if trace else {}),
+                     "version": VERSION}
+        shaped = [{"id": t["id"], "state": t["state"], "worker_id": worker,
+                   **({"trace": t["trace"]} if t.get("trace") else {}), "version": VERSION} for t in tasks]
         return {"name": name, "connector": connector, "tasks": shaped, "type": "source"}
 
+    def task_status(self, name: str, task: int, worker: str) -> dict[str, Any]:
+        """One task's status; 404 for a task the connector does not have (as when stopped)."""
+        try:
+            tasks = self.status(name, worker)["tasks"]
+        except ConnectError:
+            tasks = []
+        found = next((t for t in tasks if t["id"] == task), None)
+        if found is None:
+            raise ConnectError(404, f"no status for task {task} of connector {name!r}")
+        return found
+
     # -- changes ----------------------------------------------------------------------------------
-    async def put(self, name: str, raw: dict[str, Any], *, create_only: bool) -> bool:
-        """Create or replace connector ``name``; True if it was created."""
+    async def put(self, name: str, raw: dict[str, Any], *, create_only: bool,
+                  initial_state: str | None = None) -> bool:
+        """Create or replace connector ``name``; True if it was created. ``initial_state``
+        (KIP-980): a new MirrorSourceConnector's, ``PAUSED`` or ``STOPPED`` starting no task."""
         if str(raw.get("name", name)) != name:
             raise ConnectError(400, f"the config's name {raw.get('name')!r} differs from {name!r}")
         if "/" in name:
             raise ConnectError(400, f"connector names cannot contain '/': {name!r}")
+        raw = {**raw, "name": name}
+        clusters = {a: c.bootstrap_servers for a, c in self.worker.config.clusters.items()}
+        found = problems(raw, clusters)
+        if found:
+            listed = "; ".join(f"{key}: {m}" for key, messages in found.items() for m in messages)
+            cls = raw.get("connector.class") or "MirrorSourceConnector"
+            raise ConnectError(400, f"the connector config is invalid ({listed}); PUT "
+                                    f"/connector-plugins/{cls}/config/validate shows each problem "
+                                    "beside its key")
         exists = name in self.worker.connectors or name in self.worker.flows
         if exists and create_only:
             raise ConnectError(409, f"connector {name!r} already exists")
         kind = connector_kind(raw)
+        if initial_state in ("PAUSED", "STOPPED") and kind != "source":
+            raise ConnectError(400, f"initial_state {initial_state} applies to a MirrorSourceConnector; "
+                                    f"a {CLASSES[kind]} follows its pair's flow")
         pair = f"{raw.get('source.cluster.alias')}->{raw.get('target.cluster.alias')}"
         plan = plan_connector(raw, has_checkpoint=self._registered("checkpoint", pair) is not None,
                               has_heartbeat=self._registered("heartbeat", pair) is not None)
@@ -148,12 +179,23 @@ class Facade:
         other = self._registered(kind, plan.flow)
         if other is not None and other != name:
             raise ConnectError(409, f"{plan.flow} has a {CLASSES[kind]} already: {other!r}")
-        await self._apply(name, kind, plan, exists)
-        self.worker.connectors[name] = {**as_text(raw), "name": name}
+        halted = initial_state if initial_state in ("PAUSED", "STOPPED") else None
+        await self._apply(name, kind, plan, exists, halted)
+        self.worker.connectors[name] = as_text(raw)
         self.worker.store.save(self.worker.overlay)
         return not exists
 
-    async def _apply(self, name: str, kind: Kind, plan: Any, exists: bool) -> None:
+    async def patch(self, name: str, changes: dict[str, Any]) -> None:
+        """KIP-477: ``changes`` merged into the connector's config (a null value removes its key)."""
+        config = dict(self.lookup(name)[2])
+        for key, value in changes.items():
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        await self.put(name, config, create_only=False)
+
+    async def _apply(self, name: str, kind: Kind, plan: Any, exists: bool, halted: str | None) -> None:
         w, flow = self.worker, plan.flow
         if kind == "source":
             keep: set[str] = set()  # the settings of the pair's checkpoint and heartbeat connectors
@@ -167,7 +209,7 @@ class Facade:
                                         f"PUT /connectors/{flow}/config to change it")
             else:
                 await w.add_flow(plan.source, plan.target, plan.settings, plan.clusters,
-                                 drop=lambda k: k not in keep)
+                                 drop=lambda k: k not in keep, halted=halted)
         elif kind == "checkpoint":
             if flow not in w.flows:
                 raise ConnectError(400, f"a MirrorCheckpointConnector needs its pair's flow: create "
@@ -188,6 +230,7 @@ class Facade:
             source, target = flow.split("->", 1)
             await w.set_pair_settings(source, target, released_settings(kind),
                                       drop=owned_keys(kind).__contains__)
+        self._topic_marks.pop(name, None)
         if w.connectors.pop(name, None) is not None:
             w.store.save(w.overlay)
 
@@ -199,57 +242,67 @@ class Facade:
                                     f"{name!r} is a {CLASSES[kind]}: delete it to turn it off")
         return flow
 
+    # -- active topics (KIP-558) ------------------------------------------------------------------
+    def _emitted(self, kind: Kind, flow: str) -> tuple[int, int, str] | None:
+        """A checkpoint or heartbeat connector's writer (its identity), how much it wrote, where."""
+        if kind == "heartbeat":
+            beats = self.worker.heartbeats.get(flow)
+            return None if beats is None else (id(beats), beats.sent, beats.topic)
+        runner = self.worker.flows.get(flow)
+        if runner is None or runner.checkpoints is None:
+            return None
+        checkpoints = runner.checkpoints
+        return id(checkpoints), checkpoints.metrics.checkpoints_emitted, runner.flow.checkpoints_topic()
 
-def _worker_id(request: Request) -> str:
-    return f"{request.url.hostname}:{request.url.port}"
+    def topics(self, name: str) -> list[str]:
+        """The topics the connector wrote to since it was created or its topics were reset (an
+        unknown connector has none, as in Connect)."""
+        try:
+            kind, flow, _ = self.lookup(name)
+        except ConnectError:
+            return []
+        if kind == "source":
+            return self.worker.active_topics.topics(flow)
+        emitted = self._emitted(kind, flow)
+        if emitted is None:
+            return []
+        writer, count, topic = emitted
+        mark = self._topic_marks.get(name)
+        return [topic] if count > (mark[1] if mark is not None and mark[0] == writer else 0) else []
+
+    def reset_topics(self, name: str) -> None:
+        try:
+            kind, flow, _ = self.lookup(name)
+        except ConnectError:
+            return  # as in Connect: nothing to forget
+        if kind == "source":
+            self.worker.reset_active_topics(flow)
+        elif (emitted := self._emitted(kind, flow)) is not None:
+            self._topic_marks[name] = emitted[:2]
 
 
-def _changes(source: str, body: OffsetsBody) -> dict[TopicPartition, Reset | None]:
-    """KIP-875's partitions and offsets (``offset``: the last mirrored; null: forget) as resets."""
-    out: dict[TopicPartition, Reset | None] = {}
-    for entry in body.offsets:
-        p = entry.partition
-        if p.get("cluster") != source or not isinstance(p.get("topic"), str) or not isinstance(
-                p.get("partition"), int):
-            raise ConnectError(400, f"a partition is {{'cluster': {source!r}, 'topic': str, "
-                                    f"'partition': int}}, got {p}")
-        tp = TopicPartition(p["topic"], p["partition"])
-        last = None if entry.offset is None else entry.offset.get("offset")
-        if entry.offset is not None and not isinstance(last, int):
-            raise ConnectError(400, f"an offset is {{'offset': int}} or null, got {entry.offset}")
-        out[tp] = None if last is None else last + 1
-    return out
-
-
-def connect_router(worker: AnyWorker) -> APIRouter:
-    """The ``/connectors`` routes (Kafka Connect's REST API, KIP-875 offsets included)."""
+def connect_router(facade: Facade) -> APIRouter:
+    """The ``/connectors`` routes that create, read, change and delete connectors."""
     router = APIRouter(route_class=ConnectRoute, tags=["Kafka Connect facade"])
-    facade = Facade(worker)
-    _config_routes(router, facade)
-    _lifecycle_routes(router, facade)
-    _offset_routes(router, facade)
+    _read_routes(router, facade)
+    _change_routes(router, facade)
     return router
 
 
-def _config_routes(router: APIRouter, facade: Facade) -> None:
+def _read_routes(router: APIRouter, facade: Facade) -> None:
     @router.get("/connectors")
     async def list_connectors(request: Request, expand: Annotated[list[str] | None, Query()] = None) -> Any:
         names = facade.names()
-        if not expand:
+        if expand is None:
             return names
         out: dict[str, dict[str, Any]] = {}
         for name in names:
             out[name] = {}
             if "status" in expand:
-                out[name]["status"] = facade.status(name, _worker_id(request))
+                out[name]["status"] = facade.status(name, worker_id(request))
             if "info" in expand:
                 out[name]["info"] = facade.info(name)
         return out
-
-    @router.post("/connectors", status_code=201)
-    async def create_connector(body: NewConnector) -> dict[str, Any]:
-        await facade.put(body.name, body.config, create_only=True)
-        return facade.info(body.name)
 
     @router.get("/connectors/{name}")
     async def get_connector(name: str) -> dict[str, Any]:
@@ -259,93 +312,43 @@ def _config_routes(router: APIRouter, facade: Facade) -> None:
     async def get_config(name: str) -> dict[str, str]:
         return _redacted(facade.lookup(name)[2])
 
-    @router.put("/connectors/{name}/config")
-    async def put_config(name: str, config: dict[str, Any], response: Response) -> dict[str, Any]:
-        created = await facade.put(name, config, create_only=False)
-        response.status_code = 201 if created else 200
-        return facade.info(name)
-
     @router.get("/connectors/{name}/status")
     async def get_status(name: str, request: Request) -> dict[str, Any]:
-        return facade.status(name, _worker_id(request))
+        return facade.status(name, worker_id(request))
 
     @router.get("/connectors/{name}/tasks")
     async def get_tasks(name: str) -> list[dict[str, Any]]:
         info = facade.info(name)
         return [{"id": t, "config": info["config"]} for t in info["tasks"]]
 
+    @router.get("/connectors/{name}/tasks/{task}/status")
+    async def get_task_status(name: str, task: int, request: Request) -> dict[str, Any]:
+        return facade.task_status(name, task, worker_id(request))
+
+
+def _change_routes(router: APIRouter, facade: Facade) -> None:
+    @router.post("/connectors", status_code=201)
+    async def create_connector(body: NewConnector, response: Response) -> dict[str, Any]:
+        name = body.name.strip()
+        await facade.put(name, body.config, create_only=True, initial_state=body.initial_state)
+        response.headers["Location"] = f"/connectors/{quote(name, safe='')}"
+        return facade.info(name)
+
+    @router.put("/connectors/{name}/config")
+    async def put_config(name: str, config: dict[str, Any], response: Response) -> dict[str, Any]:
+        created = await facade.put(name, config, create_only=False)
+        response.status_code = 201 if created else 200
+        if created:
+            response.headers["Location"] = f"/connectors/{quote(name, safe='')}"
+        return facade.info(name)
+
+    @router.patch("/connectors/{name}/config")
+    async def patch_config(name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """KIP-477: merge into the config (a null value removes the key); 200 with the info."""
+        await facade.patch(name, changes)
+        return facade.info(name)
+
     @router.delete("/connectors/{name}", status_code=204)
     async def delete(name: str) -> Response:
         await facade.delete(name)
         return Response(status_code=204)
-
-
-def _lifecycle_routes(router: APIRouter, facade: Facade) -> None:
-    worker = facade.worker
-
-    @router.put("/connectors/{name}/pause", status_code=202)
-    async def pause(name: str) -> Response:
-        await worker.halt_flow(facade.source_flow(name, "pause"), "PAUSED")
-        return Response(status_code=202)
-
-    @router.put("/connectors/{name}/stop", status_code=202)
-    async def stop(name: str) -> Response:
-        await worker.halt_flow(facade.source_flow(name, "stop"), "STOPPED")
-        return Response(status_code=202)
-
-    @router.put("/connectors/{name}/resume", status_code=202)
-    async def resume(name: str) -> Response:
-        await worker.resume_flow(facade.source_flow(name, "resume"))
-        return Response(status_code=202)
-
-    @router.post("/connectors/{name}/restart")
-    async def restart(name: str, request: Request, includeTasks: bool = False,
-                      onlyFailed: bool = False) -> Response:
-        """The flow restarts (connector and tasks are one here); ``onlyFailed``: only if something failed."""
-        flow = facade.source_flow(name, "restart")
-        before = facade.status(name, _worker_id(request))
-        failed = before["connector"]["state"] == "FAILED" or any(
-            t["state"] == "FAILED" for t in before["tasks"])
-        if failed or not onlyFailed:
-            await worker.restart_flow(flow)
-        if not (includeTasks or onlyFailed):
-            return Response(status_code=204)
-        return JSONResponse(facade.status(name, _worker_id(request)), status_code=202)
-
-    @router.post("/connectors/{name}/tasks/{task}/restart", status_code=204)
-    async def restart_task(name: str, task: int) -> Response:
-        """A task restarts with its flow (tasks share the flow's controller)."""
-        await worker.restart_flow(facade.source_flow(name, "a task restart"))
-        return Response(status_code=204)
-
-
-def _offset_routes(router: APIRouter, facade: Facade) -> None:
-    worker = facade.worker
-
-    @router.get("/connectors/{name}/offsets")
-    async def get_offsets(name: str) -> dict[str, Any]:
-        kind, flow, _ = facade.lookup(name)
-        if kind != "source":
-            return {"offsets": []}  # mm2py keeps no positions for checkpoints or heartbeats
-        runner = worker.flows.get(flow)
-        config = runner.flow if runner is not None else worker.config.flow(*flow.split("->", 1))
-        rows = await read_offsets(config)
-        return {"offsets": [
-            {"partition": {"cluster": config.source, "partition": r.partition, "topic": r.topic},
-             "offset": {"offset": r.position - 1}} for r in rows if r.position is not None]}
-
-    @router.patch("/connectors/{name}/offsets")
-    async def alter_offsets(name: str, body: OffsetsBody) -> dict[str, str]:
-        """KIP-875: only while the connector is STOPPED; it resumes from the new offsets."""
-        source, target = facade.source_flow(name, "altering offsets").split("->", 1)
-        rows = await worker.reset_offsets(source, target, _changes(source, body))
-        return {"message": f"offsets of {len(rows)} partitions of connector {name!r} altered; "
-                           "they apply when it resumes"}
-
-    @router.delete("/connectors/{name}/offsets")
-    async def reset_offsets(name: str) -> dict[str, str]:
-        """KIP-875: only while STOPPED; every partition starts again as never mirrored."""
-        source, target = facade.source_flow(name, "resetting offsets").split("->", 1)
-        rows = await worker.reset_offsets(source, target, None)
-        return {"message": f"offsets of {len(rows)} partitions of connector {name!r} reset; "
-                           "they apply when it resumes"}

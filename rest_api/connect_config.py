@@ -37,6 +37,8 @@ from mm2py.runtime.worker_base import HEARTBEAT_KEYS
 __all__ = [
     "CHECKPOINT_KEYS",
     "CLASSES",
+    "CONNECT_KEYS",
+    "CONNECT_PREFIXES",
     "ConnectorConfigError",
     "ConnectorPlan",
     "Kind",
@@ -68,10 +70,10 @@ _SWITCHES: dict[Kind, tuple[str, ...]] = {
     "heartbeat": ("emit.heartbeats.enabled",),
 }
 #: Kafka Connect's own keys: accepted, no meaning for raw batch mirroring
-_CONNECT_KEYS = frozenset({"name", "key.converter", "value.converter", "header.converter",
+CONNECT_KEYS = frozenset({"name", "key.converter", "value.converter", "header.converter",
                            "config.action.reload", "errors.tolerance", "errors.retry.timeout",
                            "errors.retry.delay.max.ms", "errors.log.enable", "errors.log.include.messages"})
-_CONNECT_PREFIXES = ("key.converter.", "value.converter.", "header.converter.")
+CONNECT_PREFIXES = ("key.converter.", "value.converter.", "header.converter.")
 
 
 class ConnectorConfigError(ConfigError):
@@ -152,9 +154,9 @@ def plan_connector(
                                    "target.cluster.alias")
     clusters = {alias: props for alias, props in ((source, source_props), (target, target_props)) if props}
     rest = {k: v for k, v in values.items() if k != "connector.class" and not k.startswith(
-        ("source.cluster.", "target.cluster.")) and k not in _CONNECT_KEYS
-        and not k.startswith(_CONNECT_PREFIXES)}
-    ignored = sorted(k for k in values if k in _CONNECT_KEYS or k.startswith(_CONNECT_PREFIXES))
+        ("source.cluster.", "target.cluster.")) and k not in CONNECT_KEYS
+        and not k.startswith(CONNECT_PREFIXES)}
+    ignored = sorted(k for k in values if k in CONNECT_KEYS or k.startswith(CONNECT_PREFIXES))
     if kind == "source":
         settings = _source_settings(rest, has_checkpoint=has_checkpoint, has_heartbeat=has_heartbeat)
         ignored += sorted(set(rest) - set(settings))

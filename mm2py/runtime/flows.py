@@ -132,7 +132,24 @@ class FlowRunnerBase(Generic[T]):
         #: the internal topics to create with the next plan (set by start, taken by _plan)
         self._internal_topics: list[Callable[[], None]] = []
         self._lock = threading.Lock()  # status() may be read from other threads
+        #: told the source topics the target acknowledged batches of, each once per runner (the
+        #: worker keeps the flow's active topics with it: KIP-558, ``runtime.active_topics``)
+        self.on_acknowledged: Callable[[FlowConfig, set[str]], None] | None = None
+        self._acknowledged: set[str] = set()
         return settings
+
+    def acknowledged(self, topics: set[str]) -> None:
+        """The target acknowledged batches of these source topics."""
+        if topics <= self._acknowledged:
+            return
+        new = topics - self._acknowledged
+        self._acknowledged |= new
+        if self.on_acknowledged is not None:
+            self.on_acknowledged(self.flow, new)
+
+    def forget_acknowledged(self) -> None:
+        """Tell every topic again when next acknowledged (the flow's active topics were reset)."""
+        self._acknowledged.clear()
 
     @property
     def name(self) -> str:

@@ -19,6 +19,7 @@ from mm2py.engine.controller import Plan
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec, TaskState
+from mm2py.runtime.active_topics import WatchedSink
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
 
@@ -83,7 +84,7 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
             for task_id, parts in plan.assignment.items():
                 runner = self.tasks.get(task_id)
                 if runner is None:
-                    runner = await self.builder(TaskSpec(self.flow, task_id, tuple(parts)))
+                    runner = self._watched(await self.builder(TaskSpec(self.flow, task_id, tuple(parts))))
                     self.tasks[task_id] = runner
                     self._running[task_id] = asyncio.create_task(self._run_task(task_id))
                 else:
@@ -92,6 +93,11 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
                 if task_id not in plan.assignment:
                     runner.assign([])
             return plan
+
+    def _watched(self, runner: TaskRunner) -> TaskRunner:
+        """The task tells the flow which topics the target acknowledged (its active topics)."""
+        runner.sink = WatchedSink(runner.sink, self.acknowledged)
+        return runner
 
     async def _run_task(self, task_id: int) -> None:
         """Run a task until the flow stops; a task that fails is started again from its committed
@@ -118,7 +124,7 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
             with contextlib.suppress(Exception):
                 await failed.close()
             try:
-                fresh = await self.builder(TaskSpec(self.flow, task_id, failed.assignment))
+                fresh = self._watched(await self.builder(TaskSpec(self.flow, task_id, failed.assignment)))
             except Exception as exc:  # a cluster unreachable right now: try again after the back-off
                 failed.trace = f"restarting failed: {type(exc).__name__}: {exc}"
                 return
@@ -149,7 +155,7 @@ class Worker(WorkerBase[FlowRunner]):
     ) -> None:
         self._init_steering(config, state_file)
         self.commit_interval = commit_interval
-        self.flows = {f.name: FlowRunner(f, commit_interval) for f in self.config.enabled_flows()}
+        self.flows = {f.name: self._runner(f) for f in self.config.enabled_flows()}
         self._init_heartbeats(self.config)
 
     async def start(self) -> None:

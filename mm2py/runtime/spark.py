@@ -76,7 +76,7 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         self.leases: LeaseScheduler | None = None
         self.round_seconds = round_seconds
         self.commit_interval = commit_interval
-        self.flows = {f.name: self._new_runner(f) for f in config.enabled_flows()}
+        self.flows = {f.name: self._runner(f) for f in config.enabled_flows()}
         self._init_heartbeats(config)
         if master is None and spark is None:
             import os

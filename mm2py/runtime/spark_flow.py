@@ -20,6 +20,7 @@ from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Plan
 from mm2py.engine.task_api import RUN_COUNTERS, TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.active_topics import acknowledged_topics
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round
 
@@ -125,6 +126,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
             else:
                 for tp in result.partitions:  # unknown until a round commits again
                     self.positions.pop(tp, None)
+        self.acknowledged(acknowledged_topics(result.metrics.times))
         for warning in result.warnings:
             log.warning("%s task %d (%s): %s", self.name, result.task_id, result.executor, warning)
         if result.error is not None:
@@ -143,6 +145,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
             task.metrics.lag.update({tp: v for tp, v in lag.items() if tp in task.partitions})
             if task.partitions:
                 task.state, task.trace = TaskState.RUNNING, None
+        self.acknowledged(acknowledged_topics(task.metrics.times))
 
     def absorb_lease(self, result: LeaseResult, now: float) -> None:
         """A lease's Spark job returned (its counters were folded in by the scheduler)."""
@@ -157,6 +160,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
                     task.consecutive_failures = 0
             if result.error is None:
                 self.positions.update(result.positions)
+        self.acknowledged(acknowledged_topics(result.metrics.times))
         for warning in result.warnings:
             log.warning("%s task %d (%s): %s", self.name, result.task_id, result.executor, warning)
         if result.error is not None:

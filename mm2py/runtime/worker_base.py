@@ -19,6 +19,7 @@ from mm2py.engine.task_api import TaskState
 from mm2py.errors import ClusterUnreachableError
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.active_topics import ActiveTopics
 from mm2py.runtime.flow_offsets import PartitionOffset, Reset, reset_offsets
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.steering import (
@@ -63,6 +64,9 @@ class WorkerBase(Generic[R]):
         self.halted: dict[str, str] = self.store.sections.setdefault("states", {})
         #: the Kafka Connect facade's connectors (name -> Connect config); kept in the state file
         self.connectors: dict[str, dict[str, str]] = self.store.sections.setdefault("connectors", {})
+        #: each flow's active topics (KIP-558); kept in the state file
+        self.active_topics = ActiveTopics(self.store.sections.setdefault("topics", {}),
+                                          lambda: self.store.save(self.overlay))
         self._steer_lock = asyncio.Lock()
         self._started = False
         return self.config
@@ -76,6 +80,18 @@ class WorkerBase(Generic[R]):
 
     def _new_runner(self, flow: FlowConfig) -> R:
         raise NotImplementedError
+
+    def _runner(self, flow: FlowConfig) -> R:
+        """A new runner of ``flow`` that records the topics it writes to in :attr:`active_topics`."""
+        runner = self._new_runner(flow)
+        runner.on_acknowledged = self.active_topics.record
+        return runner
+
+    def reset_active_topics(self, name: str) -> None:
+        """Forget flow ``name``'s active topics; each is recorded again when next written to."""
+        self.active_topics.reset(name)
+        if name in self.flows:
+            self.flows[name].forget_acknowledged()
 
     # -- heartbeats: like MM2, every cluster pair emits them unless told not to, enabled flow or not
     def _init_heartbeats(self, config: MirrorMakerConfig) -> None:
@@ -141,20 +157,29 @@ class WorkerBase(Generic[R]):
     async def add_flow(
         self, source: str, target: str, settings: Mapping[str, Any],
         clusters: Mapping[str, Mapping[str, str]] | None = None, *, drop: Callable[[str], bool] | None = None,
+        halted: str | None = None,
     ) -> R:
         """Start ``source->target`` with ``settings`` (MM2 names); new clusters may come with it.
-        ``drop``: earlier HTTP-given settings of the pair it accepts are dropped first."""
+        ``drop``: earlier HTTP-given settings of the pair it accepts are dropped first. ``halted``
+        (``PAUSED`` or ``STOPPED``): created so, no task started until resumed (KIP-980)."""
         name = f"{source}->{target}"
+        if halted is not None and halted not in HALTED_STATES:
+            raise ValueError(f"a flow is halted as PAUSED or STOPPED, not {halted!r}")
         async with self._steer_lock:
             if name in self.flows:
                 raise FlowExistsError(f"flow {name!r} is already running")
+            if halted is not None:
+                self._check_halt_supported()
             keys = cluster_keys(self.config, clusters or {})
             layered(self.base_keys, {**self.overlay, **keys}).flow(source, target)  # unknown cluster?
             keys.update(flow_keys(name, {**settings, "enabled": True}))
             overlay = {**_dropped(self.overlay, name, drop), **keys}
             config = layered(self.base_keys, overlay)
-            runner = self._new_runner(config.flows[name])
-            if self._started:
+            runner = self._runner(config.flows[name])
+            if halted is not None:
+                self.halted[name] = halted
+                runner.state = TaskState(halted)
+            elif self._started:
                 try:
                     await runner.start()
                 except BaseException:
@@ -267,6 +292,7 @@ class WorkerBase(Generic[R]):
             was_halted = self.halted.pop(name, None) is not None
             self._commit_overlay({**self.overlay, **keys}, layered(self.base_keys, {**self.overlay, **keys}))
             del self.flows[name]
+            self.active_topics.reset(name)  # as Connect forgets a deleted connector's
             if not was_halted:
                 await runner.stop()
 
@@ -274,7 +300,7 @@ class WorkerBase(Generic[R]):
         halted = self.halted.get(flow.name)
         if runner.state not in HALTED_STATES:
             await runner.stop()
-        fresh = self._new_runner(flow)
+        fresh = self._runner(flow)
         self.flows[flow.name] = fresh
         if halted is not None:
             fresh.state = TaskState(halted)

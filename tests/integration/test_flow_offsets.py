@@ -143,9 +143,12 @@ def test_connect_facade_creates_pauses_resumes_stops_and_deletes_a_mirror_source
         assert "mirror" in http.get("/connectors").json()
         status = http.get("/connectors/mirror/status").json()
         port = http.base_url.port
+        version = http.get("/").json()["version"]
         assert status == {"name": "mirror", "type": "source",
-                          "connector": {"state": "RUNNING", "worker_id": f"127.0.0.1:{port}"},
-                          "tasks": [{"id": 0, "state": "RUNNING", "worker_id": f"127.0.0.1:{port}"}]}
+                          "connector": {"state": "RUNNING", "worker_id": f"127.0.0.1:{port}",
+                                        "version": version},
+                          "tasks": [{"id": 0, "state": "RUNNING", "worker_id": f"127.0.0.1:{port}",
+                                     "version": version}]}
         expanded = http.get("/connectors", params={"expand": ["status", "info"]}).json()
         assert expanded["mirror"]["status"] == status
         assert expanded["mirror"]["info"]["tasks"] == [{"connector": "mirror", "task": 0}]
@@ -166,7 +169,7 @@ def test_connect_facade_creates_pauses_resumes_stops_and_deletes_a_mirror_source
         assert r.json() == {"offsets": [{"partition": {"cluster": alias, "partition": 0, "topic": topic},
                                          "offset": {"offset": 19}}]}
         assert http.request("DELETE", "/connectors/mirror/offsets").status_code == 400  # not STOPPED
-        assert http.put("/connectors/mirror/stop").status_code == 202
+        assert http.put("/connectors/mirror/stop").status_code == 204  # Connect 4.1's answer
         assert http.get("/connectors/mirror/status").json()["connector"]["state"] == "STOPPED"
         assert http.get("/connectors/mirror/status").json()["tasks"] == []
 

@@ -1,0 +1,142 @@
+"""The Kafka Connect facade's state changes, offsets and active topics of connectors.
+
+``PUT /connectors/{name}/pause``, ``/resume`` (202) and ``/stop`` (204, as Connect 4.1 answers),
+``POST .../restart`` and ``.../tasks/{n}/restart``; KIP-875's ``GET``/``PATCH``/``DELETE
+.../offsets`` of a MirrorSourceConnector; KIP-558's ``GET .../topics`` and ``PUT .../topics/reset``.
+Pause, stop, restart and offset changes apply to a MirrorSourceConnector's flow (the checkpoint and
+heartbeat connectors follow it: 409 on them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.flow_offsets import Reset, read_offsets
+from rest_api.connect import Facade, worker_id
+from rest_api.connect_errors import ConnectError, ConnectRoute
+
+__all__ = ["control_router"]
+
+
+class OffsetEntry(BaseModel):
+    partition: dict[str, Any]
+    offset: dict[str, Any] | None
+
+
+class OffsetsBody(BaseModel):
+    offsets: list[OffsetEntry] = Field(min_length=1)
+
+
+def _changes(source: str, body: OffsetsBody) -> dict[TopicPartition, Reset | None]:
+    """KIP-875's partitions and offsets (``offset``: the last mirrored; null: forget) as resets."""
+    out: dict[TopicPartition, Reset | None] = {}
+    for entry in body.offsets:
+        p = entry.partition
+        if p.get("cluster") != source or not isinstance(p.get("topic"), str) or not isinstance(
+                p.get("partition"), int):
+            raise ConnectError(400, f"a partition is {{'cluster': {source!r}, 'topic': str, "
+                                    f"'partition': int}}, got {p}")
+        tp = TopicPartition(p["topic"], p["partition"])
+        last = None if entry.offset is None else entry.offset.get("offset")
+        if entry.offset is not None and not isinstance(last, int):
+            raise ConnectError(400, f"an offset is {{'offset': int}} or null, got {entry.offset}")
+        out[tp] = None if last is None else last + 1
+    return out
+
+
+def control_router(facade: Facade) -> APIRouter:
+    """Pause, resume, stop, restart; offsets; active topics."""
+    router = APIRouter(route_class=ConnectRoute, tags=["Kafka Connect facade"])
+    _lifecycle_routes(router, facade)
+    _offset_routes(router, facade)
+    _topic_routes(router, facade)
+    return router
+
+
+def _lifecycle_routes(router: APIRouter, facade: Facade) -> None:
+    worker = facade.worker
+
+    @router.put("/connectors/{name}/pause", status_code=202)
+    async def pause(name: str) -> Response:
+        await worker.halt_flow(facade.source_flow(name, "pause"), "PAUSED")
+        return Response(status_code=202)
+
+    @router.put("/connectors/{name}/stop", status_code=204)
+    async def stop(name: str) -> Response:
+        await worker.halt_flow(facade.source_flow(name, "stop"), "STOPPED")
+        return Response(status_code=204)
+
+    @router.put("/connectors/{name}/resume", status_code=202)
+    async def resume(name: str) -> Response:
+        await worker.resume_flow(facade.source_flow(name, "resume"))
+        return Response(status_code=202)
+
+    @router.post("/connectors/{name}/restart")
+    async def restart(name: str, request: Request, includeTasks: bool = False,
+                      onlyFailed: bool = False) -> Response:
+        """The flow restarts (connector and tasks are one here); ``onlyFailed``: only if something failed."""
+        flow = facade.source_flow(name, "restart")
+        before = facade.status(name, worker_id(request))
+        failed = before["connector"]["state"] == "FAILED" or any(
+            t["state"] == "FAILED" for t in before["tasks"])
+        if failed or not onlyFailed:
+            await worker.restart_flow(flow)
+        if not (includeTasks or onlyFailed):
+            return Response(status_code=204)
+        return JSONResponse(facade.status(name, worker_id(request)), status_code=202)
+
+    @router.post("/connectors/{name}/tasks/{task}/restart", status_code=204)
+    async def restart_task(name: str, task: int) -> Response:
+        """A task restarts with its flow (tasks share the flow's controller)."""
+        await worker.restart_flow(facade.source_flow(name, "a task restart"))
+        return Response(status_code=204)
+
+
+def _offset_routes(router: APIRouter, facade: Facade) -> None:
+    worker = facade.worker
+
+    @router.get("/connectors/{name}/offsets")
+    async def get_offsets(name: str) -> dict[str, Any]:
+        kind, flow, _ = facade.lookup(name)
+        if kind != "source":
+            return {"offsets": []}  # mm2py keeps no positions for checkpoints or heartbeats
+        runner = worker.flows.get(flow)
+        config = runner.flow if runner is not None else worker.config.flow(*flow.split("->", 1))
+        rows = await read_offsets(config)
+        return {"offsets": [
+            {"partition": {"cluster": config.source, "partition": r.partition, "topic": r.topic},
+             "offset": {"offset": r.position - 1}} for r in rows if r.position is not None]}
+
+    @router.patch("/connectors/{name}/offsets")
+    async def alter_offsets(name: str, body: OffsetsBody) -> dict[str, str]:
+        """KIP-875: only while the connector is STOPPED; it resumes from the new offsets."""
+        source, target = facade.source_flow(name, "altering offsets").split("->", 1)
+        rows = await worker.reset_offsets(source, target, _changes(source, body))
+        return {"message": f"offsets of {len(rows)} partitions of connector {name!r} altered; "
+                           "they apply when it resumes"}
+
+    @router.delete("/connectors/{name}/offsets")
+    async def reset_offsets(name: str) -> dict[str, str]:
+        """KIP-875: only while STOPPED; every partition starts again as never mirrored."""
+        source, target = facade.source_flow(name, "resetting offsets").split("->", 1)
+        rows = await worker.reset_offsets(source, target, None)
+        return {"message": f"offsets of {len(rows)} partitions of connector {name!r} reset; "
+                           "they apply when it resumes"}
+
+
+def _topic_routes(router: APIRouter, facade: Facade) -> None:
+    @router.get("/connectors/{name}/topics")
+    async def active_topics(name: str) -> dict[str, Any]:
+        """KIP-558: the topics the connector wrote to since it was created or last reset."""
+        return {name: {"topics": facade.topics(name)}}
+
+    @router.put("/connectors/{name}/topics/reset", status_code=202)
+    async def reset_topics(name: str) -> Response:
+        """KIP-558: forget them; each is recorded again when next written to."""
+        facade.reset_topics(name)
+        return Response(status_code=202)
