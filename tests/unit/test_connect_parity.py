@@ -192,3 +192,25 @@ def test_level_names_are_connects() -> None:
     assert [level_name(v) for v in (logging.CRITICAL, logging.WARNING, 25, 5, 0)] == [
         "FATAL", "WARN", "INFO", "TRACE", "ALL"]
     assert all(level_name(value) == name for name, value in LEVELS.items())
+
+
+def test_the_spark_driver_records_the_topics_its_rounds_had_acknowledged() -> None:
+    from mm2py.engine.latency import PartitionTimes
+    from mm2py.engine.task_api import TaskMetrics
+    from mm2py.runtime.spark_flow import SparkFlowRunner
+    from mm2py.runtime.spark_round import RoundResult
+
+    runner = SparkFlowRunner(_flow())
+    told: list[set[str]] = []
+    runner.on_acknowledged = lambda flow, topics: told.append(topics)
+    a0, b0 = TopicPartition("a", 0), TopicPartition("b", 0)
+    acked, fetched_only = PartitionTimes(), PartitionTimes()
+    acked.replication.observe(0.01)
+    fetched_only.age.observe(0.01)  # fetched, nothing acknowledged yet
+    metrics = TaskMetrics(times={a0: acked, b0: fetched_only})
+    runner.absorb(RoundResult("east->west", 0, (a0, b0), {a0: 1}, metrics, True), now=0)
+    runner.absorb(RoundResult("east->west", 0, (a0, b0), {a0: 1}, metrics, True), now=1)
+    assert told == [{"a"}]  # once
+    runner.forget_acknowledged()
+    runner.absorb(RoundResult("east->west", 0, (a0, b0), {a0: 1}, metrics, True), now=2)
+    assert told == [{"a"}, {"a"}]
