@@ -71,8 +71,9 @@ _SWITCHES: dict[Kind, tuple[str, ...]] = {
 }
 #: Kafka Connect's own keys: accepted, no meaning for raw batch mirroring
 CONNECT_KEYS = frozenset({"name", "key.converter", "value.converter", "header.converter",
-                           "config.action.reload", "errors.tolerance", "errors.retry.timeout",
-                           "errors.retry.delay.max.ms", "errors.log.enable", "errors.log.include.messages"})
+                          "config.action.reload", "errors.tolerance", "errors.retry.timeout",
+                          "errors.retry.delay.max.ms", "errors.log.enable", "errors.log.include.messages",
+                          "connector.plugin.version", "tasks.max.enforce"})
 CONNECT_PREFIXES = ("key.converter.", "value.converter.", "header.converter.")
 
 
