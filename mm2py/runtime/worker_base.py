@@ -292,6 +292,7 @@ class WorkerBase(Generic[R]):
             was_halted = self.halted.pop(name, None) is not None
             self._commit_overlay({**self.overlay, **keys}, layered(self.base_keys, {**self.overlay, **keys}))
             del self.flows[name]
+            runner.on_acknowledged = None  # what its tasks settle while stopping is not recorded
             self.active_topics.reset(name)  # as Connect forgets a deleted connector's
             if not was_halted:
                 await runner.stop()
