@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
 from mm2py.client.errors import ClientError
@@ -28,6 +29,22 @@ from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE, BrokerError
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Linger:
+    """``mm2py.fetch.linger.*``: a fetch that brought fewer than ``bytes`` makes the next one wait
+    ``seconds``, or ``per_partition`` seconds for each partition fetched if that is longer: trickling
+    traffic moves in fewer, fuller requests. The per-partition part bounds the source broker's
+    work, which reads every partition of a fetch session for each fetch, data or not (at 2,000
+    partitions and the default 100 µs: at most five such reads of all of them a second)."""
+
+    seconds: float = 0.0
+    bytes: int = 0
+    per_partition: float = 0.0
+
+    def delay(self, partitions: int) -> float:
+        return max(self.seconds, self.per_partition * partitions)
 
 
 class SourceError(TaskError):
@@ -43,7 +60,7 @@ class MirrorSource:
         corrupt_retries: int = 3,
         reset_to_earliest: bool = True,
         error_backoff: tuple[float, float] = (0.1, 5.0),
-        linger: tuple[float, int] = (0.0, 0),
+        linger: Linger | None = None,
     ) -> None:
         self.cluster = cluster
         self.fetcher = RawFetcher(cluster, config)
@@ -54,9 +71,7 @@ class MirrorSource:
         self.error_backoff = error_backoff
         #: partitions whose last fetch failed: (time to fetch again, current delay)
         self._failing: dict[TopicPartition, tuple[float, float]] = {}
-        #: (seconds, bytes), ``mm2py.fetch.linger.*``: a fetch that brought fewer bytes makes the
-        #: next one wait that long, so trickling traffic is moved in fewer, fuller requests
-        self.linger = linger
+        self.linger = linger or Linger()
         self._linger_until = 0.0
 
     async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
@@ -66,18 +81,23 @@ class MirrorSource:
         return await self.cluster.list_offsets(partitions, EARLIEST if self.reset_to_earliest else LATEST,
                                                partial_after=START_LOOKUP_SECONDS)
 
-    async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]:
+    async def poll(
+        self, positions: Mapping[TopicPartition, int], *, sessions: bool = True
+    ) -> dict[TopicPartition, Polled]:
+        """The batches from ``positions`` on; ``sessions=False`` for a one-off read of a few
+        partitions (see :meth:`RawFetcher.fetch`)."""
         now = asyncio.get_running_loop().time()
         if self._linger_until > now:
             await asyncio.sleep(self._linger_until - now)
             now = asyncio.get_running_loop().time()
-        polled = await self._poll(positions, now)
-        if self.linger[0] and _fewer_bytes(polled, self.linger[1]):
-            self._linger_until = asyncio.get_running_loop().time() + self.linger[0]
+        polled = await self._poll(positions, now, sessions)
+        delay = self.linger.delay(len(positions))
+        if delay and _fewer_bytes(polled, self.linger.bytes):
+            self._linger_until = asyncio.get_running_loop().time() + delay
         return polled
 
     async def _poll(
-        self, positions: Mapping[TopicPartition, int], now: float
+        self, positions: Mapping[TopicPartition, int], now: float, sessions: bool
     ) -> dict[TopicPartition, Polled]:
         ready = {tp: o for tp, o in positions.items() if self._failing.get(tp, (now, 0.0))[0] <= now}
         if positions and not ready:  # every partition waits after an error: wait for the first
@@ -86,7 +106,7 @@ class MirrorSource:
         attempt = 0
         while True:
             try:
-                fetched = await self.fetcher.fetch(ready)
+                fetched = await self.fetcher.fetch(ready, sessions=sessions)
                 self.unavailable_rounds = 0
                 break
             except (ClientError, BrokerError) as exc:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from connectors.client_settings import raw_client_settings
 from connectors.mirror_sink import MirrorSink
-from connectors.mirror_source import MirrorSource
+from connectors.mirror_source import Linger, MirrorSource
 from connectors.outgoing import CoalesceSettings
 from connectors.resume import TailReconciler
 from mm2py.client.cluster import ClusterClient
@@ -92,7 +92,8 @@ async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRun
     target_client = ClusterClient(bootstrap_of(flow, "target"), settings.target_client)
     await asyncio.gather(source_client.start(), target_client.start())
     source = MirrorSource(source_client, settings.fetcher, reset_to_earliest=settings.reset_to_earliest,
-                          linger=(flow.fetch_linger_ms / 1000, flow.fetch_linger_bytes))
+                          linger=Linger(flow.fetch_linger_ms / 1000, flow.fetch_linger_bytes,
+                                        flow.fetch_linger_partition_us / 1e6))
     policy = flow.replication_policy()
 
     def rename(topic: str) -> str:

@@ -54,7 +54,7 @@ class _SourceWindow:
     async def fill(self, records: int) -> bool:
         """Hold at least ``records`` records; False when the source has no more to give."""
         while sum(p.batch.records_count for p in self.pending) < records:
-            polled = (await self.source.poll({self.tp: self.next})).get(self.tp)
+            polled = (await self.source.poll({self.tp: self.next}, sessions=False)).get(self.tp)
             if polled is None or polled.reset_to is not None or polled.next_offset <= self.next:
                 return False
             for sb in polled.batches:

@@ -245,9 +245,13 @@ class RawFetcher:
         positions: Mapping[TopicPartition, int],
         *,
         partition_max_bytes: Mapping[TopicPartition, int] | None = None,
+        sessions: bool = True,
     ) -> dict[TopicPartition, FetchedPartition]:
-        """One fetch round for ``positions`` ({tp: next offset}); one request per leader."""
+        """One fetch round for ``positions`` ({tp: next offset}); one request per leader.
+        ``sessions=False``: sessionless requests this time (a one-off read of a few partitions
+        would otherwise make the session forget all the others)."""
         cfg = self.config
+        incremental = cfg.sessions and sessions
         limits = partition_max_bytes or {}
 
         async def send(
@@ -256,7 +260,7 @@ class RawFetcher:
             ids = {t: self.cluster.topic_id(t) for t in {tp.topic for tp in batch}}
             cap = None if all(ids.values()) else FIRST_TOPIC_ID_VERSION - 1
             version = self.cluster.version_for(conn, ApiKey.FETCH, cap)
-            session = self._session(conn.node_id, version)
+            session = self._session(conn.node_id, version) if incremental else None
             if session is None:
                 # waiting partitions first: the broker returns the first batch whole even if too big
                 order = self._waiting.order(batch)
@@ -285,11 +289,11 @@ class RawFetcher:
 
         return await self.cluster.for_leaders(
             positions, send, lambda r: r.error_code, timeout=cfg.retry_timeout_s,
-            quiet_absent=self.config.sessions,
+            quiet_absent=incremental,
         )
 
     def _session(self, node_id: int, version: int) -> FetchSession | None:
-        if not self.config.sessions or version < FIRST_SESSION_VERSION:
+        if version < FIRST_SESSION_VERSION:
             return None
         session = self.sessions.get(node_id)
         if session is None:

@@ -136,6 +136,11 @@ class FlowSettings(BaseModel):
     #: much later (trickling traffic: fewer, fuller requests for at most this much added latency)
     fetch_linger_ms: float = Field(2.0, alias="mm2py.fetch.linger.ms", ge=0, le=1000)
     fetch_linger_bytes: int = Field(16 * 1024, alias="mm2py.fetch.linger.bytes", ge=0)
+    #: ... or this much per partition fetched, if longer (a broker reads every partition of a
+    #: fetch session for each fetch: thousands of idle partitions are not read hundreds of times
+    #: a second)
+    fetch_linger_partition_us: float = Field(100.0, alias="mm2py.fetch.linger.partition.us", ge=0,
+                                             le=10_000)
     #: incremental fetch sessions (KIP-227) with the source brokers; false: every fetch names every
     #: partition (for a broker that misbehaves with sessions)
     fetch_sessions_enabled: bool = Field(True, alias="mm2py.fetch.sessions.enabled")

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 
-from connectors.mirror_source import MirrorSource
+from connectors.mirror_source import Linger, MirrorSource
 from mm2py.client.fetcher import FetchedPartition
 from mm2py.protocol.errors_codes import NONE, UNKNOWN_SERVER_ERROR
 from mm2py.protocol.types import TopicPartition
@@ -21,7 +21,9 @@ class ScriptedFetcher:
         self.failing = True
         self.requests: list[set[TopicPartition]] = []
 
-    async def fetch(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, FetchedPartition]:
+    async def fetch(
+        self, positions: Mapping[TopicPartition, int], *, sessions: bool = True
+    ) -> dict[TopicPartition, FetchedPartition]:
         self.requests.append(set(positions))
         out = {}
         for tp, offset in positions.items():
@@ -71,14 +73,30 @@ async def test_after_a_small_fetch_the_next_one_lingers_and_after_a_full_one_it_
     """``mm2py.fetch.linger.*``: trickling traffic is fetched in fewer, fuller requests."""
     fetcher = ScriptedFetcher()
     fetcher.failing = False
-    source = MirrorSource(None, linger=(0.2, 1))  # type: ignore[arg-type]
+    source = MirrorSource(None, linger=Linger(0.2, 1))  # type: ignore[arg-type]
     source.fetcher = fetcher  # type: ignore[assignment]
     await source.poll({GOOD: 7})  # brought nothing (fewer than 1 byte): the next fetch waits
     started = time.monotonic()
     await source.poll({GOOD: 7})
     assert time.monotonic() - started >= 0.19, "the fetch after a small one did not linger"
-    source.linger = (0.2, 0)  # now every fetch counts as full: no waiting
+    source.linger = Linger(0.2, 0)  # now every fetch counts as full: no waiting
     await source.poll({GOOD: 7})  # the wait set by the previous small fetch
     started = time.monotonic()
     await source.poll({GOOD: 7})
     assert time.monotonic() - started < 0.1, "the fetch after a full one lingered"
+
+
+async def test_a_small_fetch_over_many_partitions_lingers_longer() -> None:
+    """The per-partition part of the linger: a broker reads every partition of a fetch."""
+    fetcher = ScriptedFetcher()
+    fetcher.failing = False
+    source = MirrorSource(None, linger=Linger(0.001, 1, per_partition=0.1))  # type: ignore[arg-type]
+    source.fetcher = fetcher  # type: ignore[assignment]
+    await source.poll({GOOD: 7})  # one partition: 0.1 s
+    started = time.monotonic()
+    await source.poll({GOOD: 7, BAD: 3})  # two partitions: the next one waits 0.2 s
+    assert 0.05 < time.monotonic() - started < 0.19
+    started = time.monotonic()
+    await source.poll({GOOD: 7})
+    assert time.monotonic() - started >= 0.19, "the wait did not grow with the partitions fetched"
+    assert Linger(0.002, 0, 0.0001).delay(40) == 0.004 and Linger(0.002, 0, 0.0001).delay(4) == 0.002
