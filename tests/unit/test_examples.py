@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -28,24 +30,94 @@ def test_active_active_example_runs_both_ways() -> None:
     assert sorted(f.name for f in config.enabled_flows()) == ["east->west", "west->east"]
 
 
-def test_docker_compose_worker_reaches_the_compose_brokers() -> None:
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    services = compose["services"]
-    worker = services["mm2py"]
-    mounts = dict(v.split(":")[:2] for v in worker["volumes"])
-    args = build_parser().parse_args(worker["command"][1:])
-    host_dir = next(src for src, dst in mounts.items() if args.config.startswith(dst + "/"))
-    config_path = ROOT / host_dir / Path(args.config).name
-    config = load_config(str(config_path))
+COMPOSE = ROOT / "docker-compose.yml"
+#: the services that run ``mm2py run``, by profile: one per profile, so a profile mirrors each flow once
+WORKERS = {"inprocess": "mm2py", "spark": "mm2py-spark"}
+
+
+def _compose() -> dict[str, Any]:
+    compose: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return compose
+
+
+def _brokers(services: dict[str, Any]) -> dict[str, str]:
+    """Broker service -> its INTERNAL advertised address (what containers bootstrap from)."""
     internal = {}
     for name, svc in services.items():
         env = svc.get("environment", {})
         for listener in env.get("KAFKA_ADVERTISED_LISTENERS", "").split(","):
             if listener.startswith("INTERNAL://"):
                 internal[name] = listener.removeprefix("INTERNAL://")
+    return internal
+
+
+@pytest.mark.parametrize("profile", sorted(WORKERS))
+def test_docker_compose_worker_reaches_the_compose_brokers(profile: str) -> None:
+    compose = _compose()
+    services = compose["services"]
+    worker = services[WORKERS[profile]]
+    assert worker["profiles"] == [profile]
+    mounts = dict(v.split(":")[:2] for v in worker["volumes"])
+    args = build_parser().parse_args(worker["command"][1:])
+    host_dir = next(src for src, dst in mounts.items() if args.config.startswith(dst + "/"))
+    config_path = ROOT / host_dir / Path(args.config).name
+    config = load_config(str(config_path))
+    internal = _brokers(services)
     for alias, cluster in config.clusters.items():
         assert cluster.bootstrap_servers in internal.values(), (alias, cluster.bootstrap_servers, internal)
-    assert set(worker["depends_on"]) == set(internal)
+    # started once the brokers (and whatever else it needs) are healthy: no failed first attempt
+    assert set(internal) <= set(worker["depends_on"])
+    for name, dependency in worker["depends_on"].items():
+        assert dependency == {"condition": "service_healthy"}, name
+        assert "test" in services[name]["healthcheck"], name
     published = {p.split(":")[0] for p in worker.get("ports", [])}
     assert {str(args.rest_port), str(args.metrics_port)} <= published
-    assert args.state_file.startswith("/state/") and "mm2py-state" in compose["volumes"]
+    volume = next(src for src, dst in mounts.items() if args.state_file.startswith(dst + "/"))
+    assert volume in compose["volumes"]
+
+
+def test_docker_compose_profiles_run_one_worker_each() -> None:
+    services = _compose()["services"]
+    # the brokers run in every profile; everything else belongs to exactly one
+    assert {name for name, svc in services.items() if "profiles" not in svc} == set(_brokers(services))
+    for profile, worker in WORKERS.items():
+        runs = [name for name, svc in services.items()
+                if profile in svc.get("profiles", []) and svc.get("command", [])[:2] == ["mm2py", "run"]]
+        assert runs == [worker], profile
+    # `docker compose up` without --profile: the in-process worker (.env sets the default)
+    env = dict(line.split("=", 1) for line in (ROOT / ".env").read_text().splitlines()
+               if line.strip() and not line.startswith("#"))
+    assert env["COMPOSE_PROFILES"] == "inprocess"
+
+
+def test_docker_compose_images_are_targets_of_the_dockerfile() -> None:
+    services = _compose()["services"]
+    stages = re.findall(r"^FROM \S+ AS (\S+)$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    assert stages[-1] == "lean", "the default target (the last stage) is the lean image"
+    images: dict[str, set[str]] = {}
+    for name, svc in services.items():
+        if "build" in svc:
+            assert svc["build"]["target"] in stages, name
+            images.setdefault(svc["image"], set()).add(svc["build"]["target"])
+    assert images == {"mm2py:lean": {"lean"}, "mm2py:spark": {"spark"}}
+    assert services["mm2py"]["image"] == "mm2py:lean"
+
+
+def test_docker_compose_spark_profile_forms_one_cluster() -> None:
+    services = _compose()["services"]
+    master = services["spark-master"]["command"]
+    assert master[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"]
+    url = f"spark://{master[master.index('--host') + 1]}:{master[master.index('--port') + 1]}"
+    worker = services["spark-worker"]["command"]
+    assert worker[:2] == ["spark-class", "org.apache.spark.deploy.worker.Worker"] and worker[-1] == url
+    driver = services["mm2py-spark"]
+    args = build_parser().parse_args(driver["command"][1:])
+    assert args.runtime == "spark" and args.spark_master == url
+    # the executors reach the driver by its host name
+    assert f"spark.driver.host={driver['hostname']}" in args.spark_conf
+    # a slot for each task's lease and one for its successor
+    config = load_config(str(ROOT / "examples" / "docker" / Path(args.config).name))
+    tasks = sum(flow.tasks_max for flow in config.enabled_flows())
+    assert int(worker[worker.index("--cores") + 1]) >= 2 * tasks
+    for name in ("spark-master", "spark-worker", "mm2py-spark"):
+        assert services[name]["image"] == "mm2py:spark", name
