@@ -9,6 +9,9 @@ Reading is an ``asyncio.BufferedProtocol`` over a :class:`~mm2py.protocol.framin
 socket writes a large response (a fetch of megabytes) straight into a buffer of its exact size (no
 growing buffer, no slices copied on the way in; batch views point into that buffer).
 
+A broker that announces a SASL session lifetime (KIP-368) gets a re-authentication on the same
+connection before it ends, between requests, none in flight dropped (:mod:`mm2py.client.reauth`).
+
 A refused TLS handshake or SASL authentication raises a :class:`SecurityError`. It is deliberately
 not a retriable :class:`ClientError`: a wrong CA, certificate or password does not heal by itself,
 so callers fail at once with the reason instead of retrying until a time-out.
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from mm2py.client.errors import ConnectionLostError, RequestTimeoutError
+from mm2py.client.reauth import SessionKeeper
 from mm2py.errors import SecurityError
 from mm2py.protocol.api import (
     SUPPORTED_VERSIONS,
@@ -68,9 +72,10 @@ def _looks_like_tls(data: bytes | memoryview) -> bool:
 
 
 class Authenticator(Protocol):
-    """Hook run after the ApiVersions handshake (e.g. SASL handshake + authenticate)."""
+    """Hook run after the ApiVersions handshake (e.g. SASL handshake + authenticate), and again
+    before a session lifetime it returns (ms; 0 or None: no limit) ends."""
 
-    async def authenticate(self, conn: BrokerConnection) -> None: ...
+    async def authenticate(self, conn: BrokerConnection) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -222,6 +227,7 @@ class BrokerConnection:
         self._closed = False
         self._close_reason: BaseException | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
+        self._session: SessionKeeper | None = None
 
     def __repr__(self) -> str:
         return f"BrokerConnection(node={self.node_id}, {self.host}:{self.port})"
@@ -250,8 +256,12 @@ class BrokerConnection:
         self._wire = wire
         try:
             await self._handshake()
-            if self.config.security.authenticator is not None:
-                await self.config.security.authenticator.authenticate(self)
+            authenticator = self.config.security.authenticator
+            if authenticator is not None:
+                lifetime = await authenticator.authenticate(self)
+                self._session = SessionKeeper(repr(self), self.config.security.name,
+                                              lambda: authenticator.authenticate(self), self._fail)
+                self._session.started(lifetime)
         except BaseException:
             await self.close()
             raise
@@ -300,6 +310,8 @@ class BrokerConnection:
         timeout: float | None = None,
     ) -> T:
         """Send one request and await its parsed response."""
+        if self._session is not None:
+            await self._session.wait()  # a re-authentication under way: after it
         wire = self._wire
         if self._closed or wire is None or wire.transport is None:
             raise ConnectionLostError(f"{self} is closed: {self._close_reason!r}")
@@ -339,9 +351,11 @@ class BrokerConnection:
         except Exception as e:  # a parser failure fails that request, not the connection
             fut.set_exception(e)
 
-    def _fail(self, reason: BaseException) -> None:
+    def _fail(self, reason: BaseException, *, by_client: bool = False) -> None:
         if self._close_reason is None:
             self._close_reason = reason
+        if self._session is not None and not self._closed:
+            self._session.lost(by_client=by_client)
         self._closed = True
         for p in self._tracker.drain():
             self._fail_pending(p, reason)
@@ -355,6 +369,6 @@ class BrokerConnection:
 
     async def close(self) -> None:
         """Close the socket; in-flight requests fail with ConnectionLostError."""
-        self._fail(ConnectionLostError(f"{self}: closed by client"))
+        self._fail(ConnectionLostError(f"{self}: closed by client"), by_client=True)
         if self._wire is not None and self._wire.transport is not None:
             await self._wire.lost  # set by connection_lost, never failed

@@ -13,11 +13,12 @@ MirrorMaker 2 users secure a cluster with the Java client's properties, e.g.::
 into a :class:`ClusterSecurity`, which gives the raw client's ``SecurityConfig``
 (:meth:`ClusterSecurity.security_config`) and confluent-kafka's librdkafka properties
 (:meth:`ClusterSecurity.librdkafka`). Supported: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; SASL
-PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; PEM trust and key stores (files or inline), ``ssl.key.password``
-for an encrypted key, ``ssl.endpoint.identification.algorithm`` (``https`` by default, empty turns
-host name verification off). JKS/PKCS12 stores, GSSAPI and OAUTHBEARER are configuration errors
-naming the key. Other ``ssl.*``/``sasl.*`` keys (cipher suites, login tuning...) are reported as
-ignored.
+PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (:mod:`mm2py.config.oauth`: OIDC client
+credentials or Kafka's unsecured tokens); PEM trust and key stores (files or inline),
+``ssl.key.password`` for an encrypted key, ``ssl.endpoint.identification.algorithm`` (``https`` by
+default, empty turns host name verification off). JKS/PKCS12 stores and GSSAPI are configuration
+errors naming the key (:data:`GSSAPI_UNSUPPORTED` says why). Other ``ssl.*``/``sasl.*`` keys
+(cipher suites, login tuning...) are reported as ignored.
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from mm2py.client.connection import SecurityConfig
+from mm2py.client.oauth import OAuthSettings, token_provider
 from mm2py.client.sasl import SaslAuthenticator
 from mm2py.client.tls import TlsConfigError, TlsSettings, ssl_context
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig
-from mm2py.protocol.sasl_mechanisms import MECHANISMS, PLAIN
+from mm2py.config.oauth import HANDLED_KEYS as OAUTH_KEYS
+from mm2py.config.oauth import LOGIN_MODULE as OAUTH_MODULE
+from mm2py.config.oauth import parse_oauth
+from mm2py.protocol.sasl_mechanisms import MECHANISMS, OAUTHBEARER, PLAIN
 
 __all__ = ["ClusterSecurity", "cluster_security", "parse_jaas_config", "parse_security"]
 
@@ -40,6 +45,7 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    OAUTHBEARER: OAUTH_MODULE,
 }
 _FLAGS = ("required", "requisite", "sufficient", "optional")
 HANDLED_KEYS = frozenset({
@@ -49,6 +55,12 @@ HANDLED_KEYS = frozenset({
     "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.certificate.chain", "ssl.keystore.key",
     "ssl.keystore.password", "ssl.key.password", "ssl.endpoint.identification.algorithm",
 })
+#: why ``sasl.mechanism=GSSAPI`` (Kerberos) is refused, and what it would take
+GSSAPI_UNSUPPORTED = (
+    "SASL mechanism GSSAPI (Kerberos) is not supported by mm2py: the confluent-kafka wheels from PyPI "
+    "(its admin and state clients) are built without GSSAPI, and its raw client has no Kerberos support; "
+    "see README 'Security' (Kerberos) for what that would take"
+)
 Side = Literal["source", "target"]
 Kind = Literal["consumer", "producer", "admin"]
 
@@ -63,6 +75,8 @@ class ClusterSecurity:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     tls: TlsSettings | None = field(default=None, repr=False)
+    #: OAUTHBEARER: where the tokens come from (``username`` is the OIDC client id, no password)
+    oauth: OAuthSettings | None = field(default=None, repr=False)
     #: ssl.*/sasl.* keys present but without effect here (MM2 names, e.g. ``ssl.cipher.suites``)
     ignored: tuple[str, ...] = ()
     #: the MM2 key each setting came from, for error messages
@@ -88,8 +102,9 @@ class ClusterSecurity:
         authenticator = None
         if self.uses_sasl:
             assert self.mechanism and self.username is not None and self.password is not None
+            tokens = token_provider(self.oauth) if self.oauth is not None else None
             authenticator = SaslAuthenticator(
-                self.mechanism, self.username, self.password, cluster=self.cluster
+                self.mechanism, self.username, self.password, cluster=self.cluster, tokens=tokens
             )
         return SecurityConfig(ssl_context=context, authenticator=authenticator, name=self.cluster)
 
@@ -101,10 +116,15 @@ class ClusterSecurity:
                 return self.origins[key]
         return f"{self.cluster}.{wanted[0]}"
 
-    def librdkafka(self) -> dict[str, str]:
-        """The same settings as librdkafka (confluent-kafka) properties."""
-        conf = {"security.protocol": self.protocol}
-        if self.uses_sasl:
+    def librdkafka(self) -> dict[str, Any]:
+        """The same settings as librdkafka (confluent-kafka) properties. OAUTHBEARER gets an
+        ``oauth_cb`` serving the process's token cache (the raw client's tokens, same endpoint
+        trust), not librdkafka's own OIDC client."""
+        conf: dict[str, Any] = {"security.protocol": self.protocol}
+        if self.oauth is not None:
+            conf.update({"sasl.mechanism": OAUTHBEARER,
+                         "oauth_cb": token_provider(self.oauth).librdkafka_token})
+        elif self.uses_sasl:
             assert self.mechanism and self.username is not None and self.password is not None
             conf.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username,
                          "sasl.password": self.password})
@@ -207,46 +227,64 @@ def parse_security(
         expected = ", ".join(PROTOCOLS)
         raise fail("security.protocol", f"{props['security.protocol']!r} (expected one of {expected})")
     keys = [k for k in props if k.startswith(("ssl.", "sasl."))]
-    ignored = tuple(sorted(k for k in keys if k not in HANDLED_KEYS))
     origins = {k: name(k) for k in keys}
-    mechanism = username = password = None
-    if protocol.startswith("SASL_"):
-        mechanism, username, password = _sasl(get, fail, protocol)
     tls = _tls(get, fail) if protocol in ("SSL", "SASL_SSL") else None
-    security = ClusterSecurity(cluster, protocol, mechanism, username, password, tls, ignored, origins)
+    mechanism = username = password = None
+    oauth: OAuthSettings | None = None
+    if protocol.startswith("SASL_"):
+        mechanism, username, password, oauth = _sasl(get, fail, protocol, _endpoint_trust(get, tls), cluster)
+    handled = HANDLED_KEYS | OAUTH_KEYS if oauth is not None else HANDLED_KEYS
+    ignored = tuple(sorted(k for k in keys if k not in handled))
+    security = ClusterSecurity(cluster, protocol, mechanism, username, password, tls, oauth, ignored, origins)
     if tls is not None:
         security.security_config()  # loads the certificates and keys now: errors name the key
     return security
 
 
+def _endpoint_trust(get: Callable[[str], str | None], tls: TlsSettings | None) -> TlsSettings | None:
+    """The CAs an OAUTHBEARER token endpoint is verified with: the cluster's trust settings."""
+    if tls is not None:
+        return TlsSettings(ca_file=tls.ca_file, ca_pem=tls.ca_pem, check_hostname=tls.check_hostname)
+    ca_file, ca_pem = get("ssl.truststore.location"), get("ssl.truststore.certificates")
+    return TlsSettings(ca_file=ca_file, ca_pem=ca_pem) if ca_file or ca_pem else None
+
+
 def _sasl(
-    get: Callable[[str], str | None], fail: Callable[[str, str], ConfigError], protocol: str
-) -> tuple[str, str, str]:
+    get: Callable[[str], str | None], fail: Callable[[str, str], ConfigError], protocol: str,
+    trust: TlsSettings | None, cluster: str,
+) -> tuple[str, str, str, OAuthSettings | None]:
     mechanism = (get("sasl.mechanism") or "").upper()
     supported = ", ".join(MECHANISMS)
     if not mechanism:
         raise fail("sasl.mechanism", f"security.protocol is {protocol} but no sasl.mechanism is set "
-                                     "(the Java default, GSSAPI/Kerberos, is not supported; use one of "
+                                     f"(the Java default is GSSAPI: {GSSAPI_UNSUPPORTED}; use one of "
                                      f"{supported})")
+    if mechanism == "GSSAPI":
+        raise fail("sasl.mechanism", f"{GSSAPI_UNSUPPORTED} (supported: {supported})")
     if mechanism not in MECHANISMS:
         raise fail("sasl.mechanism", f"SASL mechanism {mechanism} is not supported (supported: {supported})")
+    family = mechanism if mechanism in (PLAIN, OAUTHBEARER) else "SCRAM"
     jaas = get("sasl.jaas.config")
     if not jaas:
-        raise fail("sasl.jaas.config", f"{mechanism} needs the credentials in sasl.jaas.config, e.g. "
-                                       f"{_LOGIN_MODULES[mechanism.split('-')[0]]} required "
-                                       'username="..." password="...";')
+        example = ('unsecuredLoginStringClaim_sub="..."' if mechanism == OAUTHBEARER
+                   else 'username="..." password="..."')
+        raise fail("sasl.jaas.config", f"{mechanism} needs the login module in sasl.jaas.config, e.g. "
+                                       f"{_LOGIN_MODULES[family]} required {example};")
     try:
         module, options = parse_jaas_config(jaas)
     except ValueError as e:
         raise fail("sasl.jaas.config", str(e)) from None
-    expected = _LOGIN_MODULES["PLAIN" if mechanism == PLAIN else "SCRAM"]
+    expected = _LOGIN_MODULES[family]
     if module != expected:
         raise fail("sasl.jaas.config", f"sasl.mechanism {mechanism} needs login module {expected}, "
                                        f"not {module}")
+    if mechanism == OAUTHBEARER:
+        oauth = parse_oauth(get, fail, options, trust, cluster)
+        return mechanism, oauth.client_id, "", oauth
     missing = [k for k in ("username", "password") if k not in options]
     if missing:
         raise fail("sasl.jaas.config", f"the login module options lack {' and '.join(missing)}")
-    return mechanism, options["username"], options["password"]
+    return mechanism, options["username"], options["password"], None
 
 
 def _tls(get: Callable[[str], str | None], fail: Callable[[str, str], ConfigError]) -> TlsSettings:

@@ -3,7 +3,11 @@
 A secured cluster keeps its PLAINTEXT listener (broker-internal traffic, the harness's readiness
 check, test set-up) and adds one listener per requested protocol, named after the protocol. SASL
 listeners accept PLAIN (users in the listener's JAAS config) and SCRAM-SHA-256/512 (credentials
-written into the KRaft metadata log by ``kafka-storage format --add-scram``). The SSL listener
+written into the KRaft metadata log by ``kafka-storage format --add-scram``) and OAUTHBEARER: Kafka's
+unsecured tokens by default, or with ``oauth_jwks_url`` signed JWTs checked by Kafka's
+``OAuthBearerValidatorCallbackHandler`` against that JWKS (an identity provider such as
+:mod:`mm2py.kafka_local.oidc`; the JVM must allow the URL, :func:`broker_jvm_args`).
+``reauth_ms`` sets ``connections.max.reauth.ms`` (KIP-368 sessions). The SSL listener
 requires a client certificate. A throwaway CA, broker certificate and client certificate are
 generated at creation with the ``cryptography`` package (EC P-256, valid for a day).
 
@@ -28,9 +32,13 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric import ec
 
 SECURED_PROTOCOLS = ("SASL_SSL", "SASL_PLAINTEXT", "SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+_JWT_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+#: Kafka 4 reads OAUTHBEARER URLs (a JWKS) only when this JVM system property lists them
+ALLOWED_URLS_PROPERTY = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
@@ -47,6 +55,10 @@ class BrokerSecurity:
     authorizer: bool = False
     #: SASL user names that bypass ACLs when ``authorizer`` is on (``User:ANONYMOUS`` always does)
     super_users: tuple[str, ...] = ()
+    #: OAUTHBEARER tokens must be JWTs signed by a key of this JWKS (None: unsecured tokens pass)
+    oauth_jwks_url: str | None = None
+    #: ``connections.max.reauth.ms``: SASL sessions end after this long unless re-authenticated
+    reauth_ms: int | None = None
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.listeners if p not in SECURED_PROTOCOLS]
@@ -195,6 +207,15 @@ def broker_properties(security: BrokerSecurity, tls: TlsFiles) -> dict[str, str]
             for mech in ("scram-sha-256", "scram-sha-512"):
                 props[f"listener.name.{listener}.{mech}.sasl.jaas.config"] = f"{_SCRAM_MODULE} required;"
             props[f"listener.name.{listener}.sasl.enabled.mechanisms"] = ",".join(SASL_MECHANISMS)
+            props[f"listener.name.{listener}.oauthbearer.sasl.jaas.config"] = (
+                f'{_OAUTH_MODULE} required unsecuredLoginStringClaim_sub="broker";')
+            if security.oauth_jwks_url:
+                key = f"listener.name.{listener}.oauthbearer.sasl.server.callback.handler.class"
+                props[key] = _JWT_VALIDATOR
+    if security.oauth_jwks_url:
+        props["sasl.oauthbearer.jwks.endpoint.url"] = security.oauth_jwks_url
+    if security.reauth_ms is not None:
+        props["connections.max.reauth.ms"] = str(security.reauth_ms)
         if protocol == "SSL":
             props["listener.name.ssl.ssl.client.auth"] = "required"
     if security.authorizer:
@@ -209,6 +230,11 @@ def broker_properties(security: BrokerSecurity, tls: TlsFiles) -> dict[str, str]
             "ssl.truststore.location": str(tls.ca),
         })
     return props
+
+
+def broker_jvm_args(security: BrokerSecurity) -> list[str]:
+    """JVM options a node needs for ``security`` (the JWKS URL allowed, Kafka 4's rule)."""
+    return [f"-D{ALLOWED_URLS_PROPERTY}={security.oauth_jwks_url}"] if security.oauth_jwks_url else []
 
 
 def scram_format_args(security: BrokerSecurity) -> list[str]:

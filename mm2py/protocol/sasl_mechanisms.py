@@ -1,4 +1,5 @@
-"""SASL mechanisms a Kafka client speaks, as pure functions over bytes: PLAIN and SCRAM.
+"""SASL mechanisms a Kafka client speaks, as pure functions over bytes: PLAIN and SCRAM (OAUTHBEARER's
+message and tokens are in :mod:`mm2py.protocol.oauthbearer`), and when to re-authenticate (KIP-368).
 
 PLAIN (RFC 4616) is one message: ``authzid NUL username NUL password``.
 
@@ -24,7 +25,8 @@ PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
 SCRAM_HASHES = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
-MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+OAUTHBEARER = "OAUTHBEARER"
+MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 
 MIN_ITERATIONS = 4096
 #: refuse absurd iteration counts a hostile server could use to burn our CPU
@@ -134,3 +136,10 @@ class ScramClient:
         if not hmac.compare_digest(_b64decode(attrs["v"], "server signature"), self._server_signature):
             raise SaslMechanismError("SCRAM server signature does not match: the server does not know "
                                      "this user's credential")
+
+
+def reauthentication_delay(session_lifetime_ms: int, rnd: float) -> float:
+    """Seconds after an authentication at which the client authenticates again (KIP-368): at a
+    point between 85% and 95% of the session lifetime the broker announced (``rnd`` in [0, 1)), as
+    the Java client does, so the broker never has to close the connection for an expired session."""
+    return session_lifetime_ms / 1000 * (0.85 + 0.10 * rnd)

@@ -1,0 +1,225 @@
+"""OAUTHBEARER access tokens: fetched, cached and refreshed for every client of a process.
+
+:class:`OAuthSettings` (plain data, from the Java client's configuration by
+:mod:`mm2py.config.oauth`) says where tokens come from:
+
+- OIDC client credentials (KIP-768): a POST of ``grant_type=client_credentials`` (and ``scope``)
+  to ``sasl.oauthbearer.token.endpoint.url`` with the client id and secret as HTTP Basic
+  credentials; the answer's ``access_token`` is a JWT whose ``exp`` says how long it lasts. An
+  ``https`` endpoint is verified with the cluster's trust settings. A ``file:`` URL names a file
+  holding the token (re-read at each refresh).
+- Kafka's unsecured tokens (``alg: none``, development and tests) built from the login module's
+  ``unsecuredLogin*`` options.
+
+One :class:`TokenProvider` per distinct settings serves the whole process (:func:`token_provider`):
+the raw client's connections (:meth:`TokenProvider.current`, without a thread when the cached
+token is fresh) and confluent-kafka's ``oauth_cb`` (:meth:`TokenProvider.librdkafka_token`). A
+token is refreshed when it is asked for after its refresh time (``sasl.login.refresh.*``, Java's
+meanings). The first token of a provider fails at once when the endpoint is unreachable or refuses
+the client (:class:`TokenError`, a :class:`~mm2py.errors.SecurityError`: never retried); a failed
+refresh while the current token is still valid keeps that token, logs a warning and tries again
+later. The client secret never appears in a message, a log line or a ``repr``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import random
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from mm2py.client.tls import TlsSettings, ssl_context
+from mm2py.errors import SecurityError
+from mm2py.protocol.errors import ProtocolError
+from mm2py.protocol.oauthbearer import AccessToken, RefreshPolicy, parse_token, unsecured_token
+
+log = logging.getLogger(__name__)
+#: a failed refresh is tried again after this long (or sooner, before the current token expires)
+RETRY_REFRESH_S = 10.0
+
+
+class TokenError(SecurityError):
+    """No access token could be had: the endpoint refused the client, could not be reached, or
+    answered with something that is not a usable token."""
+
+
+@dataclass(frozen=True)
+class OAuthSettings:
+    """Where a cluster's OAUTHBEARER tokens come from. Hashable plain data (no secret in ``repr``)."""
+
+    #: ``None``: Kafka's unsecured tokens from ``unsecured``
+    token_endpoint_url: str | None = None
+    client_id: str = ""
+    client_secret: str = field(default="", repr=False)
+    scope: str | None = None
+    #: SASL extensions sent with the token (``extension_<name>`` options)
+    extensions: tuple[tuple[str, str], ...] = ()
+    sub_claim: str = "sub"
+    scope_claim: str = "scope"
+    refresh: RefreshPolicy = field(default_factory=RefreshPolicy)
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 10.0
+    #: ``sasl.oauthbearer.header.urlencode``: URL-encode id and secret in the Basic header
+    header_urlencode: bool = False
+    #: the ``unsecuredLogin*`` options of the unsecured login
+    unsecured: tuple[tuple[str, str], ...] = ()
+    #: trust for an ``https`` endpoint (the cluster's CAs; None: the system's)
+    trust: TlsSettings | None = field(default=None, repr=False)
+    #: the cluster's name, for messages
+    cluster: str = ""
+
+    @property
+    def who(self) -> str:
+        """The client as messages name it (never the secret)."""
+        if self.token_endpoint_url is None:
+            return "unsecured token"
+        return f"client '{self.client_id}'" if self.client_id else "token file"
+
+
+def _endpoint_reason(resp: httpx.Response, secret: str) -> str:
+    text = resp.text.strip().replace("\n", " ")
+    if secret:
+        text = text.replace(secret, "[hidden]")
+    return f"HTTP {resp.status_code} {resp.reason_phrase}" + (f": {text[:300]}" if text else "")
+
+
+class TokenProvider:
+    """The current token of one :class:`OAuthSettings`, fetched when needed (thread-safe)."""
+
+    def __init__(self, settings: OAuthSettings, *, clock: Callable[[], float] = time.time,
+                 rnd: Callable[[], float] = random.random) -> None:
+        self.settings = settings
+        self._clock, self._rnd = clock, rnd
+        self._lock = threading.Lock()
+        self._token: AccessToken | None = None
+        self._refresh_at = 0.0
+        self._http: httpx.Client | None = None
+        #: tokens obtained so far (the first one and every refresh)
+        self.fetches = 0
+
+    def __repr__(self) -> str:
+        return f"TokenProvider({self.settings.who}, cluster={self.settings.cluster!r})"
+
+    def cached(self) -> AccessToken | None:
+        """The current token if it needs no refresh yet."""
+        token = self._token
+        return token if token is not None and self._clock() < self._refresh_at else None
+
+    def token(self) -> AccessToken:
+        """The current token, fetched first if there is none or its refresh time has come."""
+        with self._lock:
+            now = self._clock()
+            if self._token is not None and now < self._refresh_at:
+                return self._token
+            try:
+                token = self._obtain(now)
+            except TokenError as e:
+                current = self._token
+                if current is None or now >= current.expires_at:
+                    raise
+                self._refresh_at = now + min(RETRY_REFRESH_S, (current.expires_at - now) / 2)
+                log.warning("%s; the current token stays in use (it expires in %.0f s)", e,
+                            current.expires_at - now)
+                return current
+            self._token, self.fetches = token, self.fetches + 1
+            self._refresh_at = self.settings.refresh.refresh_at(token, now, self._rnd())
+            log.info("OAUTHBEARER token for %s of cluster '%s': principal '%s', valid for %.0f s, "
+                     "refreshed in %.0f s", self.settings.who, self.settings.cluster, token.principal,
+                     token.expires_at - now, self._refresh_at - now)
+            return token
+
+    async def current(self) -> AccessToken:
+        """:meth:`token` for the event loop: a fresh cached token at once, a fetch in a thread."""
+        cached = self.cached()
+        return cached if cached is not None else await asyncio.to_thread(self.token)
+
+    def librdkafka_token(self, _config: str) -> tuple[str, float, str, dict[str, str]]:
+        """confluent-kafka's ``oauth_cb``: (token, expiry in epoch seconds, principal, extensions)."""
+        token = self.token()
+        return token.value, token.expires_at, token.principal, dict(self.settings.extensions)
+
+    def _obtain(self, now: float) -> AccessToken:
+        s = self.settings
+        try:
+            if s.token_endpoint_url is None:
+                return unsecured_token(dict(s.unsecured), now)
+            if s.token_endpoint_url.startswith("file:"):
+                path = Path(urllib.parse.urlparse(s.token_endpoint_url).path)
+                try:
+                    value = path.read_text().strip()
+                except OSError as e:
+                    raise TokenError(f"cannot read the OAUTHBEARER token file {path}: {e.strerror}") from None
+            else:
+                value = self._post()
+            return parse_token(value, sub_claim=s.sub_claim, scope_claim=s.scope_claim, now=now)
+        except (ProtocolError, ValueError) as e:
+            raise TokenError(f"{self._what()}: {e}") from None
+
+    def _what(self) -> str:
+        s = self.settings
+        where = f" from {s.token_endpoint_url}" if s.token_endpoint_url else ""
+        return f"OAUTHBEARER token{where} for {s.who} of cluster '{s.cluster}'"
+
+    def _client(self) -> httpx.Client:
+        if self._http is None:
+            s = self.settings
+            verify = ssl_context(TlsSettings(
+                ca_file=s.trust.ca_file if s.trust else None, ca_pem=s.trust.ca_pem if s.trust else None,
+                check_hostname=s.trust.check_hostname if s.trust else True))
+            timeout = httpx.Timeout(s.read_timeout_s, connect=s.connect_timeout_s)
+            self._http = httpx.Client(verify=verify, timeout=timeout, trust_env=False)
+        return self._http
+
+    def _post(self) -> str:
+        s = self.settings
+        assert s.token_endpoint_url is not None
+        ident, secret = s.client_id, s.client_secret
+        if s.header_urlencode:
+            ident, secret = urllib.parse.quote(ident, safe=""), urllib.parse.quote(secret, safe="")
+        basic = base64.b64encode(f"{ident}:{secret}".encode()).decode()
+        form = {"grant_type": "client_credentials", **({"scope": s.scope} if s.scope else {})}
+        try:
+            resp = self._client().post(s.token_endpoint_url, data=form, headers={
+                "Authorization": f"Basic {basic}", "Accept": "application/json"})
+        except httpx.HTTPError as e:
+            reason = str(e.__cause__ or e) or type(e).__name__
+            raise TokenError(f"{self._what()}: cannot reach the token endpoint: {reason}") from None
+        if resp.status_code >= 400:
+            reason = _endpoint_reason(resp, s.client_secret)
+            raise TokenError(f"{self._what()}: the endpoint refused: {reason}")
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        value = body.get("access_token") if isinstance(body, dict) else None
+        if not isinstance(value, str) or not value:
+            raise TokenError(f"{self._what()}: the endpoint's answer has no access_token "
+                             f"({_endpoint_reason(resp, s.client_secret)})")
+        return value
+
+    def close(self) -> None:
+        with self._lock:
+            if self._http is not None:
+                self._http.close()
+                self._http = None
+
+
+_PROVIDERS: dict[OAuthSettings, TokenProvider] = {}
+_PROVIDERS_LOCK = threading.Lock()
+
+
+def token_provider(settings: OAuthSettings) -> TokenProvider:
+    """The process's provider for ``settings`` (one token cache for all clients that share them)."""
+    with _PROVIDERS_LOCK:
+        provider = _PROVIDERS.get(settings)
+        if provider is None:
+            provider = _PROVIDERS[settings] = TokenProvider(settings)
+        return provider
