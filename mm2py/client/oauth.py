@@ -223,3 +223,13 @@ def token_provider(settings: OAuthSettings) -> TokenProvider:
         if provider is None:
             provider = _PROVIDERS[settings] = TokenProvider(settings)
         return provider
+
+
+def token_fetches() -> dict[str, int]:
+    """Tokens obtained so far by this process's providers, per cluster name."""
+    with _PROVIDERS_LOCK:
+        providers = list(_PROVIDERS.values())
+    out: dict[str, int] = {}
+    for provider in providers:
+        out[provider.settings.cluster] = out.get(provider.settings.cluster, 0) + provider.fetches
+    return out

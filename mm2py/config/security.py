@@ -119,11 +119,15 @@ class ClusterSecurity:
     def librdkafka(self) -> dict[str, Any]:
         """The same settings as librdkafka (confluent-kafka) properties. OAUTHBEARER gets an
         ``oauth_cb`` serving the process's token cache (the raw client's tokens, same endpoint
-        trust), not librdkafka's own OIDC client."""
+        trust), not librdkafka's own OIDC client; the token is had here first (from the cache, or
+        fetched), so a refused client or an unreachable endpoint raises
+        :class:`~mm2py.client.oauth.TokenError` with the endpoint's reason at once (confluent-kafka
+        would only report that no token came within 10 s)."""
         conf: dict[str, Any] = {"security.protocol": self.protocol}
         if self.oauth is not None:
-            conf.update({"sasl.mechanism": OAUTHBEARER,
-                         "oauth_cb": token_provider(self.oauth).librdkafka_token})
+            tokens = token_provider(self.oauth)
+            tokens.token()
+            conf.update({"sasl.mechanism": OAUTHBEARER, "oauth_cb": tokens.librdkafka_token})
         elif self.uses_sasl:
             assert self.mechanism and self.username is not None and self.password is not None
             conf.update({"sasl.mechanism": self.mechanism, "sasl.username": self.username,

@@ -11,6 +11,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mm2py.client.oauth import token_fetches
+from mm2py.client.reauth import SASL_SESSIONS
 from mm2py.engine.latency import PartitionTimes
 from mm2py.engine.task_api import TASK_COUNTERS, TaskState
 from mm2py.protocol.types import TopicPartition
@@ -42,6 +44,12 @@ _CHECKPOINT_COUNTERS = {
     "failures": "Checkpoint connector jobs that failed (retried on the next interval)",
 }
 
+
+_SASL_COUNTERS = {
+    "reauthentications": "SASL re-authentications of open connections before their session ended (KIP-368)",
+    "reauthentication_failures": "SASL re-authentications that failed (the connection was closed)",
+    "expired_closes": "Connections the broker closed after their SASL session had ended",
+}
 
 _ACL_COUNTERS = {
     "syncs": "Topic ACL sync rounds completed (sync.topic.acls)",
@@ -89,6 +97,7 @@ class WorkerCollector(Collector):
         yield from self._time_metrics()
         yield from self._checkpoint_metrics()
         yield from self._acl_metrics()
+        yield from _sasl_metrics()
         codec = CounterMetricFamily(
             "mm2py_codec_operations",
             "Decompressions and compressions done by the worker's tasks (Spark: on its executors too)",
@@ -162,6 +171,24 @@ class WorkerCollector(Collector):
                 for name, family in counters.items():
                     family.add_metric([flow_name], float(getattr(acl_sync.metrics, name)))
         yield from counters.values()
+
+
+def _sasl_metrics() -> Iterator[Metric]:
+    """SASL session figures of this process's raw connections, and OAUTHBEARER tokens obtained,
+    per cluster (the Spark runtime's executors count their own connections, not shown here)."""
+    counters = {
+        name: CounterMetricFamily(f"mm2py_sasl_{name}", help_, labels=["cluster"])
+        for name, help_ in _SASL_COUNTERS.items()
+    }
+    for cluster, counts in sorted(SASL_SESSIONS.snapshot().items()):
+        for name, family in counters.items():
+            family.add_metric([cluster], float(getattr(counts, name)))
+    yield from counters.values()
+    tokens = CounterMetricFamily("mm2py_oauth_tokens", "OAUTHBEARER tokens obtained (first and refreshed)",
+                                 labels=["cluster"])
+    for cluster, n in sorted(token_fetches().items()):
+        tokens.add_metric([cluster], float(n))
+    yield tokens
 
 
 class LoopWatchCollector(Collector):
