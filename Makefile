@@ -1,7 +1,7 @@
 # The two commands of README.md: `make demo` (main job) and `make test` (the whole suite).
 PYTHON ?= python3
 
-.PHONY: install demo test lint unit integration down bench wheel
+.PHONY: install demo test lint unit integration down bench wheel compose-check
 
 install:
 	./scripts/install.sh
@@ -31,3 +31,8 @@ bench:
 # a manylinux wheel in dist/ (compiled path included, liblz4 bundled): installs without a compiler
 wheel: install
 	./scripts/wheel.sh
+
+# docker-compose.yml for real, both profiles (images built, records mirrored across a restart and a
+# SIGKILL of the worker, exactly once); needs only a Docker engine, says "skipped" without one
+compose-check:
+	./scripts/compose-check.sh

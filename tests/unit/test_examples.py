@@ -101,6 +101,11 @@ def test_docker_compose_images_are_targets_of_the_dockerfile() -> None:
             images.setdefault(svc["image"], set()).add(svc["build"]["target"])
     assert images == {"mm2py:lean": {"lean"}, "mm2py:spark": {"spark"}}
     assert services["mm2py"]["image"] == "mm2py:lean"
+    # an image of ours is built by a service of the same profile (there is no registry to pull it from)
+    for name, svc in services.items():
+        if svc["image"].startswith("mm2py:"):
+            assert any("build" in other and other["image"] == svc["image"]
+                       and set(other["profiles"]) == set(svc["profiles"]) for other in services.values()), name
 
 
 def test_docker_compose_spark_profile_forms_one_cluster() -> None:
