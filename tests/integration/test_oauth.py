@@ -1,0 +1,264 @@
+"""SASL/OAUTHBEARER and KIP-368 re-authentication against real brokers.
+
+The module starts an identity provider on loopback (:class:`LocalIdentityProvider`: a token
+endpoint over HTTPS with a CA of its own, and a JWKS) and two one-node clusters, ``oauth-east`` and
+``oauth-west``, whose SASL listeners (SASL_SSL and SASL_PLAINTEXT) take PLAIN and OAUTHBEARER
+tokens signed by that provider (Kafka's ``OAuthBearerValidatorCallbackHandler`` reading the JWKS),
+with ``connections.max.reauth.ms=10000``. Tokens last 20 s, so every connection re-authenticates
+every 8.5-9.5 s, and more often near a token's expiry. Kafka's unsecured tokens are tried on the
+session's ``secured`` cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from helpers import (
+    BackgroundWorker,
+    create_topic,
+    make_records,
+    mirror_config,
+    produce_records,
+    read_all,
+    unique,
+)
+
+from mm2py.client.cluster import ClientConfig, ClusterClient
+from mm2py.client.connection import AuthenticationError, ConnectionConfig, ConnectionFactory
+from mm2py.client.fetcher import FetcherConfig, RawFetcher
+from mm2py.client.oauth import TokenError
+from mm2py.client.producer import ProducerConfig, RawProducer
+from mm2py.client.reauth import SASL_SESSIONS
+from mm2py.config.security import parse_security
+from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
+from mm2py.kafka_local.cluster import in_parallel
+from mm2py.kafka_local.oidc import LocalIdentityProvider
+from mm2py.kafka_local.security import broker_jvm_args
+from mm2py.protocol.errors_codes import NONE
+from mm2py.protocol.record_codec import Record, build_batch, decode_records
+from mm2py.protocol.records import RecordBatch
+from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+CLIENT, SECRET = "mirror", "mirror-oidc-secret"
+REAUTH_MS = 10_000
+
+
+class OAuthSetup:
+    def __init__(self, idp: LocalIdentityProvider, east: KafkaCluster, west: KafkaCluster,
+                 trust: Path) -> None:
+        self.idp, self.east, self.west, self.trust = idp, east, west, trust
+
+    def oidc(self, *, secret: str = SECRET, trust: Path | None = None,
+             url: str | None = None) -> dict[str, str]:
+        """A client's OAUTHBEARER settings in MM2/Java names (SASL_SSL; trust: cluster + IdP CAs)."""
+        return {
+            "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+            "sasl.login.callback.handler.class": HANDLER,
+            "sasl.oauthbearer.token.endpoint.url": url or self.idp.token_url(),
+            "sasl.jaas.config":
+                f'{MODULE} required clientId="{CLIENT}" clientSecret="{secret}" scope="kafka";',
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(trust or self.trust),
+        }
+
+
+@pytest.fixture(scope="module")
+def oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthSetup]:
+    base = tmp_path_factory.mktemp("oauth")
+    idp = LocalIdentityProvider(base / "idp", {CLIENT: SECRET}, token_lifetime_s=20).start()
+    security = BrokerSecurity(listeners=("SASL_SSL", "SASL_PLAINTEXT"), oauth_jwks_url=idp.jwks_url(),
+                              reauth_ms=REAUTH_MS, scram_users={})
+    clusters = in_parallel(lambda n: KafkaCluster.create(n, base / n, security=security),
+                           ["oauth-east", "oauth-west"])
+    for cluster in clusters:
+        cluster.jvm_args.extend(broker_jvm_args(security))
+    try:
+        start_all(clusters, timeout=120)
+        east, west = clusters
+        assert east.tls is not None and west.tls is not None
+        # the clusters' CAs and the identity provider's in one file, as a user would bundle them
+        trust = base / "trust.pem"
+        trust.write_bytes(east.tls.ca.read_bytes() + west.tls.ca.read_bytes() + idp.ca_file.read_bytes())
+        yield OAuthSetup(idp, east, west, trust)
+    finally:
+        for cluster in clusters:
+            cluster.stop()
+        idp.stop()
+
+
+def raw_client(bootstrap: str, props: dict[str, str], alias: str) -> ClusterClient:
+    security = parse_security(props, alias).security_config()
+    return ClusterClient(bootstrap, ClientConfig(connection=ConnectionConfig(security=security)))
+
+
+def test_raw_fetch_and_produce_with_oidc_client_credentials(oauth: OAuthSetup) -> None:
+    east = oauth.east
+    source = create_topic(east.bootstrap, unique("oidc-src"))
+    target = create_topic(east.bootstrap, unique("oidc-dst"))
+    sent = make_records(100, partition=0, tag="oidc")
+    produce_records(east.bootstrap, source, sent)
+
+    async def run() -> list[int]:
+        async with raw_client(east.bootstrap_for("SASL_SSL"), oauth.oidc(), "oauth-east") as client:
+            res = (await RawFetcher(client, FetcherConfig()).fetch({TopicPartition(source, 0): 0}))[
+                TopicPartition(source, 0)]
+            assert res.error_code == NONE
+            batches = [RecordBatch(bytes(b)) for b in res.batches]
+            assert [r.value for b in batches for r in decode_records(b)] == [r.value for r in sent]
+            return await RawProducer(client, ProducerConfig(idempotent=True)).produce(
+                [(TopicPartition(target, 0), b) for b in batches])
+
+    assert asyncio.run(run())[0] == 0
+    assert [r.content() for r in read_all(east.bootstrap, target, expect=100)] == [r.content() for r in sent]
+    # the confluent-kafka clients of the same cluster: the same tokens through oauth_cb
+    admin = ClusterAdmin("oauth-east", east.bootstrap_for("SASL_SSL"),
+                         parse_security(oauth.oidc(), "oauth-east").librdkafka(), timeout=30)
+    assert source in admin.list_topics()
+    assert oauth.idp.issued[CLIENT] >= 1
+
+
+def test_a_wrong_client_secret_fails_at_once_with_the_endpoints_reason(oauth: OAuthSetup) -> None:
+    props = oauth.oidc(secret="not-the-secret")
+    started = time.monotonic()
+    with pytest.raises(AuthenticationError) as info:
+        asyncio.run(raw_client(oauth.east.bootstrap_for("SASL_SSL"), props, "oauth-east").__aenter__())
+    message = str(info.value)
+    assert "invalid_client" in message and "HTTP 401" in message and "cluster 'oauth-east'" in message
+    assert "not-the-secret" not in message and "\n" not in message
+    with pytest.raises(TokenError, match="invalid_client"):  # the confluent-kafka clients' settings
+        parse_security(props, "oauth-east").librdkafka()
+    assert time.monotonic() - started < 10
+
+    # the token endpoint's certificate is verified with the cluster's trust settings
+    assert oauth.east.tls is not None
+    with pytest.raises(AuthenticationError, match="CERTIFICATE_VERIFY_FAILED"):
+        asyncio.run(raw_client(oauth.east.bootstrap_for("SASL_SSL"), oauth.oidc(trust=oauth.east.tls.ca),
+                               "oauth-east").__aenter__())
+    # an endpoint nobody listens on
+    with pytest.raises(AuthenticationError, match="cannot reach the token endpoint"):
+        asyncio.run(raw_client(oauth.east.bootstrap_for("SASL_SSL"),
+                               oauth.oidc(url="https://127.0.0.1:9/token"), "oauth-east").__aenter__())
+    assert time.monotonic() - started < 20
+
+
+def test_a_token_the_broker_refuses_fails_with_the_brokers_reason(oauth: OAuthSetup, tmp_path: Path) -> None:
+    """A token signed by another key (here: Kafka's unsecured token) on a listener that checks signatures."""
+    props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+             "sasl.jaas.config": f'{MODULE} required unsecuredLoginStringClaim_sub="{CLIENT}";'}
+    with pytest.raises(AuthenticationError) as info:
+        asyncio.run(raw_client(oauth.east.bootstrap_for("SASL_PLAINTEXT"), props, "oauth-east").__aenter__())
+    assert "SASL_AUTHENTICATION_FAILED" in str(info.value) and "invalid_token" in str(info.value)
+
+
+async def test_unsecured_tokens_for_development(secured: KafkaCluster) -> None:
+    topic = create_topic(secured.bootstrap, unique("unsecured"))
+    produce_records(secured.bootstrap, topic, make_records(10, partition=0))
+    props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+             "sasl.jaas.config": f'{MODULE} required unsecuredLoginStringClaim_sub="alice";'}
+    async with raw_client(secured.bootstrap_for("SASL_PLAINTEXT"), props, "secured") as client:
+        tp = TopicPartition(topic, 0)
+        res = (await RawFetcher(client, FetcherConfig()).fetch({tp: 0}))[tp]
+        assert res.error_code == NONE and sum(RecordBatch(bytes(b)).records_count for b in res.batches) == 10
+    admin = ClusterAdmin("secured", secured.bootstrap_for("SASL_PLAINTEXT"),
+                         parse_security(props, "secured").librdkafka(), timeout=30)
+    assert topic in await asyncio.to_thread(admin.list_topics)
+
+
+@pytest.mark.parametrize("mechanism", ["OAUTHBEARER", "PLAIN"])
+async def test_connections_reauthenticate_without_a_request_lost(
+    oauth: OAuthSetup, mechanism: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A produce and fetch loop for 25 s on the same connections across re-authentications."""
+    east = oauth.east
+    topic = create_topic(east.bootstrap, unique(f"reauth-{mechanism.lower()}"))
+    alias = f"oauth-east-{mechanism.lower()}"
+    props = oauth.oidc() if mechanism == "OAUTHBEARER" else {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(oauth.trust),
+        "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                            'username="alice" password="alice-secret";'}
+    opened: list[Any] = []
+    connect = ConnectionFactory.connect
+
+    async def counting(self: ConnectionFactory, *args: Any, **kwargs: Any) -> Any:
+        conn = await connect(self, *args, **kwargs)
+        opened.append(conn)
+        return conn
+
+    monkeypatch.setattr(ConnectionFactory, "connect", counting)
+    tp = TopicPartition(topic, 0)
+    before = SASL_SESSIONS.snapshot().get(alias)
+    assert before is None
+    async with raw_client(east.bootstrap_for("SASL_SSL"), props, alias) as client:
+        producer = RawProducer(client, ProducerConfig(idempotent=True))
+        fetcher = RawFetcher(client, FetcherConfig())
+        position, produced, deadline = 0, 0, time.monotonic() + 25
+        while time.monotonic() < deadline:
+            batch = build_batch([Record(i, 0, b"k", f"v{produced + i}".encode()) for i in range(5)],
+                                base_timestamp=int(time.time() * 1000))
+            await producer.produce([(tp, RecordBatch(bytes(batch)))])
+            produced += 5
+            res = (await fetcher.fetch({tp: position}))[tp]
+            assert res.error_code == NONE
+            position = res.next_offset
+            await asyncio.sleep(0.05)
+        assert all(c.connected for c in opened) and len(opened) == 2  # bootstrap + the broker
+    assert position == produced
+    counts = SASL_SESSIONS.snapshot()[alias]
+    assert counts.reauthentications >= 4, counts  # two connections, two sessions or more each
+    assert counts.reauthentication_failures == 0 and counts.expired_closes == 0
+
+
+class _Api:
+    """A worker with the REST API on its loop."""
+
+    def __init__(self, config: Any) -> None:
+        self.bg = BackgroundWorker(config)
+        self.server: Any = None
+
+    def __enter__(self) -> httpx.Client:
+        from rest_api.server import RestServer
+
+        self.bg.__enter__()
+
+        async def start() -> Any:
+            server = RestServer(self.bg.worker, "127.0.0.1", 0)
+            await server.start()
+            return server
+
+        self.server = self.bg.call(start)
+        self.http = httpx.Client(base_url=self.server.url, timeout=120)
+        return self.http
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.close()
+        self.bg.call(self.server.stop)
+        self.bg.stop()
+
+
+def test_rest_create_with_a_wrong_secret_answers_the_endpoints_reason(oauth: OAuthSetup) -> None:
+    config = mirror_config({"west": oauth.west.bootstrap}, {})
+    bad = oauth.oidc(secret="wrong-secret")
+    with _Api(config) as api:
+        started = time.monotonic()
+        r = api.post("/flows", json={"source": "oe", "target": "west", "clusters": {
+            "oe": {"bootstrap.servers": oauth.east.bootstrap_for("SASL_SSL"), **bad}}})
+        assert r.status_code == 401, r.text
+        assert "invalid_client" in r.json()["error"] and "wrong-secret" not in r.text
+        assert time.monotonic() - started < 10
+        good = {"bootstrap.servers": oauth.east.bootstrap_for("SASL_SSL"), **oauth.oidc()}
+        r = api.post("/flows", json={"source": "oe2", "target": "west", "topics": ["nothing-here"],
+                                     "clusters": {"oe2": good}})
+        assert r.status_code == 201, r.text
+        shown = api.get("/flows/oe2/west/config").text + api.get("/flows/oe2/west").text
+        assert SECRET not in shown
