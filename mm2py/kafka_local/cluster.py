@@ -81,6 +81,8 @@ class KafkaCluster:
     tls: TlsFiles | None = None
     #: Maven profile of extra broker jars (``tiered``: KIP-405 remote storage, see ``tiered.py``)
     jar_profile: str | None = None
+    #: extra JVM options for every node's ``java`` command (a benchmark's JMX agent, say)
+    jvm_args: list[str] = field(default_factory=list)
 
     @property
     def bootstrap(self) -> str:
@@ -196,7 +198,7 @@ class KafkaCluster:
             cmd = [
                 java_executable(),
                 "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-                "-Djava.awt.headless=true",
+                "-Djava.awt.headless=true", *self.jvm_args,
                 f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.properties'}",
                 "-cp", f"{libs}/*",
                 "kafka.Kafka", str(node.workdir / "server.properties"),
