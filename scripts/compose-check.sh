@@ -16,6 +16,9 @@
 # else. Uses its own compose project (mm2py-check), but the same host ports as `docker compose up`
 # (8083, 9108, 19092, 29092, 8080): stop a running setup first.
 #   scripts/compose-check.sh [inprocess] [spark]
+# Settings: COMPOSE_CHECK_COMPOSE (the compose command, e.g. docker-compose; default docker compose
+# when there is one), COMPOSE_CHECK_PROJECT (mm2py-check), COMPOSE_CHECK_TIMEOUT (300 s: health,
+# and the mirror catching up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +36,9 @@ if ! command -v docker > /dev/null 2>&1 || ! docker info > /dev/null 2>&1; then
   echo "compose-check: skipped: no Docker engine"
   exit 0
 fi
-if docker compose version > /dev/null 2>&1; then
+if [ -n "${COMPOSE_CHECK_COMPOSE:-}" ]; then  # e.g. COMPOSE_CHECK_COMPOSE=docker-compose
+  read -ra COMPOSE <<< "$COMPOSE_CHECK_COMPOSE"
+elif docker compose version > /dev/null 2>&1; then
   COMPOSE=(docker compose)
 elif command -v docker-compose > /dev/null 2>&1; then
   COMPOSE=(docker-compose)
@@ -112,9 +117,10 @@ check_profile() {
   local services w start errors
   w=$(worker)
   start=$SECONDS
-  say "docker compose --profile $PROFILE up -d"
+  say "${COMPOSE[*]} --profile $PROFILE up -d"
   compose up -d --no-build 2>&1 | sed 's/^/    /' || fail "docker compose up"
-  mapfile -t services < <(compose config --services)
+  # the profile's services: those with a container now
+  mapfile -t services < <(compose ps -q | xargs docker inspect -f '{{index .Config.Labels "com.docker.compose.service"}}')
   wait_healthy "${services[@]}"
   say "healthy after $((SECONDS - start))s: ${services[*]}"
 
@@ -159,7 +165,7 @@ check_profile() {
   say "down -v"
 }
 
-say "building the images (docker compose build)"
+say "building the images (${COMPOSE[*]} build)"
 if ! build_log=$("${COMPOSE[@]}" -p "$PROJECT" --profile inprocess --profile spark build 2>&1); then
   echo "$build_log" | tail -30
   fail "docker compose build"
