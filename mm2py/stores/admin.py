@@ -27,7 +27,7 @@ from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.acls import TopicAclCalls
 from mm2py.stores.admin_settings import admin_settings
-from mm2py.stores.admin_types import GroupOffset, GroupState, TopicInfo, TopicSpec
+from mm2py.stores.admin_types import GroupOffset, GroupState, TopicInfo, TopicSpec, in_calls
 from mm2py.stores.rdkafka_log import LibrdkafkaLog
 
 log = logging.getLogger(__name__)
@@ -250,11 +250,14 @@ class ClusterAdmin(TopicAclCalls):
 
     def create_topics(self, topics: Iterable[TopicSpec]) -> list[str]:
         """Create topics; ones that already exist are fine. Returns the names created."""
-        new = [NewTopic(t.name, t.partitions, t.replication_factor, config=dict(t.config)) for t in topics]
-        if not new:
-            return []
+        created: list[str] = []
+        for call in in_calls(topics, lambda t: 1 + t.partitions + len(t.config)):
+            new = [NewTopic(t.name, t.partitions, t.replication_factor, config=dict(t.config)) for t in call]
+            created += self._created(self._client.create_topics(new, request_timeout=self.timeout))
+        return created
+
+    def _created(self, futures: Mapping[str, Future[Any]]) -> list[str]:
         created = []
-        futures = self._client.create_topics(new, request_timeout=self.timeout)
         for name, fut in futures.items():
             try:
                 self._result(fut, f"creating topic {name}")
@@ -269,11 +272,11 @@ class ClusterAdmin(TopicAclCalls):
         self.create_topics([TopicSpec(name, 1, replication_factor, {"cleanup.policy": "compact"})])
 
     def add_partitions(self, counts: Mapping[str, int]) -> None:
-        if not counts:
-            return
-        futures = self._client.create_partitions(
-            [NewPartitions(t, n) for t, n in counts.items()], request_timeout=self.timeout
-        )
+        for call in in_calls(counts.items(), lambda tn: tn[1]):  # the new total bounds what is added
+            self._grown(self._client.create_partitions(
+                [NewPartitions(t, n) for t, n in call], request_timeout=self.timeout))
+
+    def _grown(self, futures: Mapping[str, Future[Any]]) -> None:
         for name, fut in futures.items():
             try:
                 self._result(fut, f"adding partitions to {name}")

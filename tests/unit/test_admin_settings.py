@@ -45,3 +45,17 @@ def test_a_flow_level_admin_override_wins_and_bad_values_name_their_key() -> Non
     with pytest.raises(ConfigError) as err:
         admin_settings(flow(**{"east.admin.request.timeout.ms": "soon"}), "source")  # type: ignore[arg-type]
     assert err.value.key == "east.admin.request.timeout.ms"
+
+
+def test_topic_creation_is_split_into_calls_a_kraft_controller_accepts() -> None:
+    """A controller refuses more than 10,000 metadata records in one call: 100 topics of 100
+    partitions (what a 10,000-partition mirror creates at its first plan) go in three calls."""
+    from mm2py.stores.admin_types import CONTROLLER_RECORDS_PER_CALL, TopicSpec, in_calls
+
+    topics = [TopicSpec(f"t{i}", 100, 1, {"retention.ms": "1"}) for i in range(100)]
+    calls = in_calls(topics, lambda t: 1 + t.partitions + len(t.config))
+    assert [t for c in calls for t in c] == topics  # all of them, in order
+    assert all(sum(102 for _ in c) <= CONTROLLER_RECORDS_PER_CALL for c in calls)
+    assert len(calls) == 3
+    assert in_calls([TopicSpec("huge", 20_000)], lambda t: t.partitions) == [[TopicSpec("huge", 20_000)]]
+    assert in_calls([], lambda t: 1) == []
