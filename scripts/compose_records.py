@@ -59,8 +59,10 @@ def produce(bootstrap: str, topic: str, first: str, count: str = "0") -> None:
     start, limit = int(first), int(count) or None
     rate = float(os.environ.get("RATE", "200"))
     spread = partitions(bootstrap, topic)
+    # log_level 3: errors only (not the retries librdkafka makes by itself while a fresh broker
+    # loads its coordinators); every record's delivery is checked below
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5})
+                         "linger.ms": 5, "log_level": 3})
     errors: list[str] = []
     acked = [0]
 
