@@ -6,10 +6,11 @@ partition at once: a burst in the replication-latency tail. :class:`LoopWatch` t
 every ``interval`` seconds; a thread beside it notices when no tick came for ``threshold`` seconds,
 takes the loop thread's stack at that moment (and the other threads' innermost frames: one of them
 may hold the GIL), and once the loop turns again logs one WARNING with the stall's length and those
-stacks. It also says how much of the stall the loop thread spent on the CPU (all of it: a callback
-computing, or a garbage collection; little: the thread was not running, waiting for a CPU or for the
-GIL) and how much in garbage collections. Stalls are counted (``stalls``, ``stalled_seconds``,
-``longest``) for the metrics.
+stacks (at most one such WARNING a minute: the stalls in between are counted, and the next WARNING
+says how many and the longest). It also says how much of the stall the loop thread spent on the
+CPU (all of it: a callback computing, or a garbage collection; little: the thread was not running,
+waiting for a CPU or for the GIL) and how much in garbage collections. Stalls are counted
+(``stalls``, ``stalled_seconds``, ``longest``) for the metrics.
 
 :func:`freeze_start_up_heap` removes one cause: full collections over the objects of start-up.
 """
@@ -23,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 __all__ = ["LoopWatch", "freeze_start_up_heap"]
 
@@ -39,9 +41,16 @@ def freeze_start_up_heap() -> None:
 
 
 class LoopWatch:
-    def __init__(self, threshold: float = 0.1, interval: float = 0.01) -> None:
+    def __init__(self, threshold: float = 0.1, interval: float = 0.01, report_every: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.threshold = threshold
         self.interval = interval
+        #: at most one WARNING this often (with its stacks); the stalls between are counted and
+        #: the next WARNING says how many there were and the longest (a loaded machine stalls often)
+        self.report_every = report_every
+        self._clock = clock
+        self._reported_at = float("-inf")
+        self._held: tuple[int, float] = (0, 0.0)  # stalls not reported since, the longest of them
         #: stalls seen (the loop did not tick for ``threshold`` seconds or more)
         self.stalls = 0
         self.stalled_seconds = 0.0
@@ -97,9 +106,19 @@ class LoopWatch:
         self.longest = max(self.longest, gap)
         self.last = (gap, cpu, in_gc)
         where, self._stack = self._stack, None
-        log.warning("event loop stalled for %.0f ms (every task waited); the loop thread ran on a CPU "
+        now = self._clock()
+        if now - self._reported_at < self.report_every:
+            held, longest = self._held
+            self._held = (held + 1, max(longest, gap))
+            log.debug("event loop stalled for %.0f ms", gap * 1000)
+            return
+        held, longest = self._held
+        self._reported_at, self._held = now, (0, 0.0)
+        since = (f" ({held} more stall(s) since the last report, the longest {longest * 1000:.0f} ms)"
+                 if held else "")
+        log.warning("event loop stalled for %.0f ms (every task waited)%s; the loop thread ran on a CPU "
                     "for %.0f ms of it, garbage collection took %.0f ms; it was in:\n%s",
-                    gap * 1000, cpu * 1000, in_gc * 1000,
+                    gap * 1000, since, cpu * 1000, in_gc * 1000,
                     where or "(not caught: the watch thread did not run during the stall)")
 
     def _watch(self) -> None:

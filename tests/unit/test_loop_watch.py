@@ -51,3 +51,25 @@ async def test_a_stall_spent_computing_shows_the_cpu_it_took() -> None:
     assert watch.last is not None
     gap, cpu, _ = watch.last
     assert gap >= 0.24 and cpu >= 0.2, watch.last
+
+
+async def test_stalls_are_reported_once_a_report_interval_the_others_counted(
+    caplog: pytest.LogCaptureFixture) -> None:
+    """A loaded machine stalls the loop often: one WARNING (with its stacks) per interval."""
+    now = [0.0]
+    watch = LoopWatch(threshold=0.05, interval=0.01, report_every=60.0, clock=lambda: now[0])
+    watch.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="mm2py.runtime.loop_watch"):
+            for held in (0.1, 0.2, 0.1):
+                hold_the_loop_for(held)
+                await asyncio.sleep(0.03)
+            now[0] = 61.0  # a minute later
+            hold_the_loop_for(0.1)
+            await asyncio.sleep(0.03)
+    finally:
+        watch.stop()
+    assert watch.stalls == 4
+    warnings = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+    assert len(warnings) == 2, warnings
+    assert "2 more stall(s) since the last report, the longest 2" in warnings[1], warnings[1]
