@@ -113,12 +113,15 @@ class TokenProvider:
         token = self._token
         return token if token is not None and self._clock() < self._refresh_at else None
 
-    def token(self) -> AccessToken:
-        """The current token, fetched first if there is none or its refresh time has come."""
+    def token(self, fresh: float = 0.0) -> AccessToken:
+        """The current token, fetched first if there is none, its refresh time has come, or less
+        than ``fresh`` (a fraction) of its lifetime is left."""
         with self._lock:
             now = self._clock()
-            if self._token is not None and now < self._refresh_at:
-                return self._token
+            current = self._token
+            if current is not None and now < self._refresh_at and (
+                    current.expires_at - now >= fresh * current.lifetime):
+                return current
             try:
                 token = self._obtain(now)
             except TokenError as e:
@@ -142,8 +145,12 @@ class TokenProvider:
         return cached if cached is not None else await asyncio.to_thread(self.token)
 
     def librdkafka_token(self, _config: str) -> tuple[str, float, str, dict[str, str]]:
-        """confluent-kafka's ``oauth_cb``: (token, expiry in epoch seconds, principal, extensions)."""
-        token = self.token()
+        """confluent-kafka's ``oauth_cb``: (token, expiry in epoch seconds, principal, extensions).
+
+        librdkafka asks again at 80% of the lifetime left of the token it was given, and
+        re-authenticates (KIP-368) with the token it holds: a token with half its lifetime or less
+        left is replaced first, so librdkafka never holds one whose sessions get ever shorter."""
+        token = self.token(fresh=0.5)
         return token.value, token.expires_at, token.principal, dict(self.settings.extensions)
 
     def _obtain(self, now: float) -> AccessToken:

@@ -26,8 +26,11 @@ from helpers import (
     mirror_config,
     produce_records,
     read_all,
+    total,
     unique,
+    wait_until,
 )
+from live import LiveProducer
 
 from mm2py.client.cluster import ClientConfig, ClusterClient
 from mm2py.client.connection import AuthenticationError, ConnectionConfig, ConnectionFactory
@@ -44,6 +47,7 @@ from mm2py.protocol.errors_codes import NONE
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.metrics import WorkerCollector
 from mm2py.stores.admin import ClusterAdmin
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -56,19 +60,22 @@ REAUTH_MS = 10_000
 
 class OAuthSetup:
     def __init__(self, idp: LocalIdentityProvider, east: KafkaCluster, west: KafkaCluster,
-                 trust: Path) -> None:
-        self.idp, self.east, self.west, self.trust = idp, east, west, trust
+                 trust: dict[str, Path]) -> None:
+        self.idp, self.east, self.west, self.trusts = idp, east, west, trust
+        self.trust = trust["east"]
 
-    def oidc(self, *, secret: str = SECRET, trust: Path | None = None,
-             url: str | None = None) -> dict[str, str]:
-        """A client's OAUTHBEARER settings in MM2/Java names (SASL_SSL; trust: cluster + IdP CAs)."""
+    def oidc(self, *, secret: str = SECRET, trust: Path | None = None, url: str | None = None,
+             side: str = "east") -> dict[str, str]:
+        """A client's OAUTHBEARER settings in MM2/Java names (SASL_SSL; trust: the cluster's CA and the
+        identity provider's)."""
+        trust = trust or self.trusts[side]
         return {
             "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
             "sasl.login.callback.handler.class": HANDLER,
             "sasl.oauthbearer.token.endpoint.url": url or self.idp.token_url(),
             "sasl.jaas.config":
                 f'{MODULE} required clientId="{CLIENT}" clientSecret="{secret}" scope="kafka";',
-            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(trust or self.trust),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(trust),
         }
 
 
@@ -82,13 +89,18 @@ def oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthSetup]:
                            ["oauth-east", "oauth-west"])
     for cluster in clusters:
         cluster.jvm_args.extend(broker_jvm_args(security))
+        for node in cluster.nodes:  # the broker's "Disconnecting expired channel" lines are DEBUG
+            with (node.workdir / "log4j2.properties").open("a") as f:
+                f.write("logger.processor.name = kafka.network.Processor\nlogger.processor.level = debug\n")
     try:
         start_all(clusters, timeout=120)
         east, west = clusters
         assert east.tls is not None and west.tls is not None
-        # the clusters' CAs and the identity provider's in one file, as a user would bundle them
-        trust = base / "trust.pem"
-        trust.write_bytes(east.tls.ca.read_bytes() + west.tls.ca.read_bytes() + idp.ca_file.read_bytes())
+        # a cluster's CA and the identity provider's in one file, as a user would bundle them
+        trust = {side: base / f"trust-{side}.pem" for side in ("east", "west")}
+        for side, cluster in (("east", east), ("west", west)):
+            assert cluster.tls is not None
+            trust[side].write_bytes(cluster.tls.ca.read_bytes() + idp.ca_file.read_bytes())
         yield OAuthSetup(idp, east, west, trust)
     finally:
         for cluster in clusters:
@@ -262,3 +274,57 @@ def test_rest_create_with_a_wrong_secret_answers_the_endpoints_reason(oauth: OAu
         assert r.status_code == 201, r.text
         shown = api.get("/flows/oe2/west/config").text + api.get("/flows/oe2/west").text
         assert SECRET not in shown
+
+
+def _flow_security(alias: str, props: dict[str, str]) -> dict[str, str]:
+    return {f"{alias}.{k}": v for k, v in props.items()}
+
+
+def test_mirror_flows_over_oauthbearer_and_plain_across_reauthentications(oauth: OAuthSetup) -> None:
+    """Two flows for 90 s of live traffic, every connection re-authenticating every ~9 s: one between
+    the clusters' OAUTHBEARER listeners (signed 20 s tokens), one between their PLAIN listeners."""
+    east, west = oauth.east, oauth.west
+    plain = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+             "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                 'username="alice" password="alice-secret";'}
+    topics = {"oe": create_topic(east.bootstrap, unique("flow-oidc"), partitions=2),
+              "pe": create_topic(east.bootstrap, unique("flow-plain"), partitions=2)}
+    config = mirror_config(
+        {"oe": east.bootstrap_for("SASL_SSL"), "ow": west.bootstrap_for("SASL_SSL"),
+         "pe": east.bootstrap_for("SASL_PLAINTEXT"), "pw": west.bootstrap_for("SASL_PLAINTEXT")},
+        {"oe->ow": {"topics": topics["oe"]}, "pe->pw": {"topics": topics["pe"]}},
+        **_flow_security("oe", oauth.oidc()), **_flow_security("ow", oauth.oidc(side="west")),
+        **_flow_security("pe", plain), **_flow_security("pw", plain),
+        **{"emit.checkpoints.enabled": False},
+    )
+    producers = {alias: LiveProducer(east.bootstrap, topic, 2, per_tick=10)
+                 for alias, topic in topics.items()}
+    with BackgroundWorker(config) as bg:
+        for p in producers.values():
+            p.__enter__()
+        time.sleep(90)
+        produced = {alias: p.stop() for alias, p in producers.items()}
+        mirrored = {alias: f"{alias}.{topic}" for alias, topic in topics.items()}
+
+        def caught_up() -> bool:
+            return all(total(west.bootstrap, mirrored[a]) >= produced[a] for a in topics)
+
+        wait_until(caught_up, timeout=60, what="both flows caught up")
+        samples = {(s.name, s.labels.get("cluster") or s.labels.get("flow")): s.value
+                   for family in WorkerCollector(bg.worker).collect() for s in family.samples}
+    for alias in topics:
+        got = read_all(west.bootstrap, mirrored[alias], expect=produced[alias])
+        for partition in (0, 1):
+            values = [r.value for r in got if r.partition == partition]
+            assert values == [f"live-{i}".encode() for i in range(partition, produced[alias], 2)], alias
+    for cluster in ("oe", "ow", "pe", "pw"):
+        assert samples[("mm2py_sasl_reauthentications_total", cluster)] >= 8, (cluster, samples)
+        assert samples[("mm2py_sasl_reauthentication_failures_total", cluster)] == 0
+        assert samples[("mm2py_sasl_expired_closes_total", cluster)] == 0
+    assert samples[("mm2py_oauth_tokens_total", "oe")] >= 4  # 20 s tokens refreshed for 90 s
+    for flow in ("oe->ow", "pe->pw"):
+        assert samples[("mm2py_task_sink_failures_total", flow)] == 0, samples
+        assert samples[("mm2py_task_restarts_total", flow)] == 0, samples
+    for cluster in (east, west):
+        log = "".join(p.read_text(errors="replace") for p in cluster.log_files)
+        assert "Disconnecting expired channel" not in log
