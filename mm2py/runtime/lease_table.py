@@ -19,6 +19,11 @@ Invariants (each named where the code keeps it):
   cannot write any more: its connection to the driver closed, or it has not been heard from for
   two fence intervals (an executor that cannot reach the driver for one fence interval stops
   mirroring by itself).
+- **HALTED**: a paused or stopped flow (:meth:`LeaseTable.halt`) gets no lease and none of its
+  leases is granted; its running leases are stopped (they commit and release). Only once none of
+  them holds a partition any more (:meth:`LeaseTable.writing`) may its positions be moved, and on
+  resume the positions they released are forgotten: the next leases load the committed (perhaps
+  moved) ones.
 
 The asyncio side (:mod:`.lease_coordinator`) feeds events in and carries the returned
 :class:`Go` / :class:`Stop` actions to the executors.
@@ -95,10 +100,13 @@ class LeaseTable:
     _handoff: dict[Key, Position] = field(default_factory=dict)  # clean releases (EXACT_HANDOFF)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     carried_over: int = 0  # partitions granted with their predecessor's position (EXACT_HANDOFF)
+    halted: set[str] = field(default_factory=set)  # flows paused or stopped (HALTED)
 
     # -- the driver's side ------------------------------------------------------------------
     def start(self, flow: str, task_id: int, partitions: Iterable[TopicPartition], now: float) -> Lease:
         """A lease for a Spark job about to be submitted."""
+        if flow in self.halted:  # HALTED
+            raise ValueError(f"flow {flow!r} is halted: it gets no lease")
         parts = frozenset(partitions)
         replaces = any(self._holders.get((flow, tp)) is not None for tp in parts)
         seq = next(self._ids)
@@ -122,6 +130,25 @@ class LeaseTable:
         else:
             lease.cancelled = True  # not granted yet: it never will be
         return [Stop(lease_id, reason)]
+
+    def halt(self, flow: str, reason: str) -> list[Action]:
+        """HALTED: no lease of ``flow`` is granted from now on; its leases are stopped."""
+        self.halted.add(flow)
+        actions: list[Action] = []
+        for lease in list(self.leases.values()):
+            if lease.flow == flow and not lease.state.ended:
+                actions += self.stop(lease.lease_id, reason)
+        return actions
+
+    def resume(self, flow: str) -> None:
+        """``flow`` may be leased again, from its committed positions (they may have moved)."""
+        self.halted.discard(flow)
+        self.forget_flow(flow)
+
+    def writing(self, flow: str) -> bool:
+        """Whether a lease of ``flow`` holds partitions (granted, not ended): it may still write."""
+        return any(x.flow == flow and x.state in (LeaseState.RUNNING, LeaseState.STOPPING)
+                   for x in self.leases.values())
 
     def forget_flow(self, flow: str) -> None:
         """A flow replaced or removed: positions carried over for it are no longer trusted."""
@@ -224,6 +251,9 @@ class LeaseTable:
         actions: list[Action] = []
         for lease in list(self.leases.values()):
             if lease.state is not LeaseState.WAITING or lease.cancelled:
+                continue
+            if lease.flow in self.halted:  # HALTED (a lease started before the halt)
+                actions += self.stop(lease.lease_id, "its flow is paused or stopped")
                 continue
             blockers = self._blockers(lease)
             if any(holder.seq > lease.seq for holder in blockers):

@@ -37,7 +37,7 @@ from mm2py.runtime.spark_lease import LeaseResult, LeaseWork, run_lease
 from mm2py.runtime.spark_leases import LeaseScheduler, LeaseSettings
 from mm2py.runtime.spark_round import RoundResult, RoundWork, run_round
 from mm2py.runtime.spark_session import default_master, job_error, spark_session
-from mm2py.runtime.steering import NotSupportedError
+from mm2py.runtime.steering import FlowStateError
 from mm2py.runtime.worker_base import WorkerBase
 
 __all__ = ["SparkFlowRunner", "SparkTask", "SparkWorker", "run_spark"]
@@ -67,10 +67,6 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         if mode not in ("leases", "rounds"):
             raise ConfigError(f"Spark mode must be 'leases' or 'rounds', not {mode!r}")
         config = self._init_steering(config, state_file)
-        if self.halted:  # written by an in-process worker; this runtime cannot keep flows halted
-            log.warning("the state file keeps %s paused or stopped; the Spark runtime runs them",
-                        ", ".join(sorted(self.halted)))
-            self.halted.clear()
         self.mode = mode
         self.lease_settings = leases or LeaseSettings(commit_interval=commit_interval)
         self.leases: LeaseScheduler | None = None
@@ -91,14 +87,30 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         self._owns_spark = spark is None
         self.idle_seconds = idle_seconds
         self.rounds = 0
+        self._round_lock = asyncio.Lock()  # a halt waits for the round under way
+        self.halt_timeout = 2 * self.lease_settings.fence_seconds + 30.0
         self.failed_jobs = 0
         self.last_job_error: str | None = None
 
-    def _check_halt_supported(self) -> None:
-        raise NotSupportedError(
-            "the Spark runtime cannot pause or stop a flow, nor change its offsets, yet (its leases "
-            "carry positions the driver would have to drop first); remove the flow (DELETE) to stop "
-            "it, or use the in-process runtime for offset resets")
+    async def _halt_tasks(self, runner: SparkFlowRunner) -> None:
+        """Pause or stop a flow: its leases stop (each commits and releases its partitions) and
+        none is granted while it stays halted (the lease table fences it); in rounds mode, the
+        round under way ends first. Waits until no lease of it holds a partition, up to
+        ``halt_timeout`` seconds (its offsets cannot be changed before that)."""
+        if self.leases is not None:
+            self.leases.halt(runner.name)
+        async with self._round_lock:  # rounds: plans no more work for it once stopped
+            await runner.stop()
+        if self.leases is not None and not await self.leases.released(runner.name, self.halt_timeout):
+            log.warning("%s: some leases still hold partitions %.0fs after the halt; they are "
+                        "fenced, and its offsets can be changed once they end",
+                        runner.name, self.halt_timeout)
+
+    def _check_no_writers(self, name: str) -> None:
+        if self.leases is not None and self.leases.writing(name):
+            raise FlowStateError(
+                f"flow {name!r} is STOPPED but a lease of it still holds partitions (not yet "
+                "released or fenced); try again in a few seconds")
 
     def _new_runner(self, flow: FlowConfig) -> SparkFlowRunner:
         return SparkFlowRunner(flow, round_seconds=self.round_seconds, commit_interval=self.commit_interval)
@@ -110,7 +122,7 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         # pyspark leaves the process's SIGINT handling alone
         session = None if self.spark is not None else asyncio.to_thread(
             spark_session, self.master, self.spark_conf)
-        flows = self._start_flows()
+        flows = self._start_flows(self._runnable())
         if session is not None:
             started = await asyncio.gather(session, flows, return_exceptions=True)
             if not isinstance(started[0], BaseException):
@@ -126,7 +138,8 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
             # each lease blocks a thread; flows added over REST need more: leave plenty of room
             jobs = max(64, 4 * sum(f.flow.tasks_max for f in self.flows.values()))
             self.leases = LeaseScheduler(self.flows, self._collect_lease, self.lease_settings,
-                                         host=host, max_jobs=jobs, on_job_failed=self._job_failed)
+                                         host=host, max_jobs=jobs, on_job_failed=self._job_failed,
+                                         halted=self.halted)
             await self.leases.start()
 
     def _job_failed(self, error: str) -> None:
@@ -141,10 +154,16 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         return results[0]
 
     async def run_round(self) -> list[RoundResult]:
-        """Plan, run one Spark job and fold in its results."""
+        """Plan, run one Spark job and fold in its results (a halt waits for it)."""
+        async with self._round_lock:
+            return await self._run_round()
+
+    async def _run_round(self) -> list[RoundResult]:
         now = time.monotonic()
         work: list[RoundWork] = []
         for flow in list(self.flows.values()):  # REST may add or remove flows meanwhile
+            if flow.name in self.halted:
+                continue
             try:  # (the flow's topic refresh runs on its own schedule: FlowRunnerBase)
                 work.extend(await flow.plan(now))
             except Exception as exc:  # a cluster unreachable right now: that flow sits this round out

@@ -10,7 +10,10 @@
   partitions are stopped by the table when it is ready, and a lease none of whose partitions is
   still wanted is stopped right away;
 - a lease that failed (reported, or its Spark job failed) is counted against its task, which gets
-  its next lease after a back-off, from the committed progress (the table fences the old one first).
+  its next lease after a back-off, from the committed progress (the table fences the old one first);
+- a paused or stopped flow (the worker's ``halted``) gets no lease: :meth:`LeaseScheduler.halt`
+  stops its leases (each commits and releases) and :meth:`LeaseScheduler.released` waits for
+  them; when the flow resumes, its next leases load the committed, perhaps moved, positions.
 
 Reports from running leases are folded into the driver's :class:`~.spark_flow.SparkTask` as they
 arrive, so ``/metrics`` and ``status()`` show executor work (records, bytes, batches, lag, codec
@@ -113,9 +116,10 @@ class LeaseScheduler:
     def __init__(
         self, flows: Mapping[str, SparkFlowRunner], collect: Callable[[LeaseWork], LeaseResult],
         settings: LeaseSettings, *, host: str = "127.0.0.1", max_jobs: int = 8,
-        on_job_failed: Callable[[str], None] | None = None,
+        on_job_failed: Callable[[str], None] | None = None, halted: Mapping[str, str] | None = None,
     ) -> None:
         self.flows = flows  # the worker's dict: REST adds, replaces and removes flows in it
+        self.halted = halted if halted is not None else {}  # the worker's paused and stopped flows
         self.collect = collect  # runs one lease as a Spark job (blocking), returns its result
         self.settings = settings
         self.table = LeaseTable(fence_seconds=settings.fence_seconds, ready_timeout=settings.ready_timeout)
@@ -136,6 +140,10 @@ class LeaseScheduler:
     async def step(self) -> None:
         """Start or stop leases so every task is covered (each flow's topic refresh runs on its
         own scheduler, see runtime.flows)."""
+        for name in set(self.halted) - self.table.halted:
+            self.halt(name)
+        for name in self.table.halted - set(self.halted):
+            self.table.resume(name)  # its next leases load the committed positions
         active = {x.lease_id for x in self._active()}
         for lease_id in [k for k in self._runner_of if k not in active]:
             del self._runner_of[lease_id]
@@ -144,6 +152,24 @@ class LeaseScheduler:
         for flow in list(self.flows.values()):
             self._cover(flow, time.monotonic())
         self.table.prune()
+
+    def halt(self, name: str) -> None:
+        """Flow ``name`` is paused or stopped: its leases stop (commit, release), none starts."""
+        self.coordinator.dispatch(self.table.halt(name, "the flow is paused or stopped"))
+
+    def writing(self, name: str) -> bool:
+        """Whether a lease of flow ``name`` still holds partitions (it may still write)."""
+        return self.table.writing(name)
+
+    async def released(self, name: str, timeout: float) -> bool:
+        """Wait until no lease of flow ``name`` holds a partition: each released its partitions
+        (committed) or was fenced. False if some still did after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while self.table.writing(name):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     def _active(self) -> list[Lease]:
         return [x for x in self.table.leases.values() if not x.state.ended]
@@ -165,7 +191,7 @@ class LeaseScheduler:
             # positions the old configuration's leases carried over are not the new one's to trust
             self.table.forget_flow(flow.name)
             self._replaced.discard(flow.name)
-        if flow.state != "RUNNING":
+        if flow.state != "RUNNING" or flow.name in self.table.halted:
             return
         for task in list(flow.tasks.values()):
             self._cover_task(flow, task, now)

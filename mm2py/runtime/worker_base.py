@@ -168,8 +168,6 @@ class WorkerBase(Generic[R]):
         async with self._steer_lock:
             if name in self.flows:
                 raise FlowExistsError(f"flow {name!r} is already running")
-            if halted is not None:
-                self._check_halt_supported()
             keys = cluster_keys(self.config, clusters or {})
             layered(self.base_keys, {**self.overlay, **keys}).flow(source, target)  # unknown cluster?
             keys.update(flow_keys(name, {**settings, "enabled": True}))
@@ -246,10 +244,10 @@ class WorkerBase(Generic[R]):
             raise ValueError(f"a flow is halted as PAUSED or STOPPED, not {state!r}")
         async with self._steer_lock:
             runner = self.flow(name)
-            self._check_halt_supported()
-            if name not in self.halted:
-                await runner.stop()
-            self.halted[name] = state
+            was_halted = name in self.halted
+            self.halted[name] = state  # first: a runtime's tasks are fenced from here on
+            if not was_halted:
+                await self._halt_tasks(runner)
             runner.state = TaskState(state)
             self._commit_overlay(self.overlay, self.config)
             return runner
@@ -264,8 +262,14 @@ class WorkerBase(Generic[R]):
             self._commit_overlay(self.overlay, self.config)
             return await self._replace(runner, runner.flow)
 
-    def _check_halt_supported(self) -> None:
-        """Runtimes that cannot keep a flow stopped raise ``NotSupportedError``."""
+    async def _halt_tasks(self, runner: R) -> None:
+        """End the tasks of a flow being paused or stopped (already in :attr:`halted`); they
+        commit their progress, and none writes once this returns."""
+        await runner.stop()
+
+    def _check_no_writers(self, name: str) -> None:
+        """Raise ``FlowStateError`` while a task of the stopped flow ``name`` may still write (a
+        runtime whose tasks can outlive :meth:`_halt_tasks`)."""
 
     async def reset_offsets(
         self, source: str, target: str, changes: Mapping[TopicPartition, Reset | None] | None,
@@ -275,12 +279,12 @@ class WorkerBase(Generic[R]):
         flow is stopped or not running here, so that no task commits over the new positions."""
         name = f"{source}->{target}"
         async with self._steer_lock:
-            self._check_halt_supported()
             runner = self.flows.get(name)
             if runner is not None and self.halted.get(name) != "STOPPED":
                 raise FlowStateError(
                     f"flow {name!r} is {runner.state}: its offsets can be changed only while it is "
                     "STOPPED (stop it first; it resumes from the new positions)")
+            self._check_no_writers(name)
             flow = runner.flow if runner is not None else self.config.flow(source, target)
             return await reset_offsets(flow, changes)
 

@@ -10,7 +10,7 @@ import pytest
 
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
-from mm2py.runtime.steering import FlowStateError, NotSupportedError
+from mm2py.runtime.steering import FlowStateError
 from mm2py.runtime.worker_base import WorkerBase
 
 BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstrap.servers": "w:1",
@@ -105,8 +105,12 @@ def test_offsets_change_only_while_stopped_and_a_halted_flow_is_removed_without_
     asyncio.run(run())
 
 
-def test_the_spark_worker_refuses_to_halt_with_a_clear_error() -> None:
+def test_the_spark_worker_refuses_an_offset_change_while_a_lease_still_holds_partitions() -> None:
+    from types import SimpleNamespace
+
     from mm2py.runtime.spark import SparkWorker
 
-    with pytest.raises(NotSupportedError, match="Spark runtime cannot pause or stop"):
-        SparkWorker._check_halt_supported(object())  # type: ignore[arg-type]
+    held = SimpleNamespace(leases=SimpleNamespace(writing=lambda name: name == "east->west"))
+    with pytest.raises(FlowStateError, match="still holds partitions"):
+        SparkWorker._check_no_writers(held, "east->west")  # type: ignore[arg-type]
+    SparkWorker._check_no_writers(held, "north->west")  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import examples
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -106,6 +107,47 @@ def test_flows_hold_the_same_source_partition_independently() -> None:
     one, two = table.start("e->w", 0, [A], now=0), table.start("e->n", 0, [A], now=0)
     assert one.lease_id in _gos(table.hello(one.lease_id, now=1))
     assert two.lease_id in _gos(table.hello(two.lease_id, now=1))
+
+
+def test_a_halted_flow_stops_its_leases_grants_none_and_resumes_from_committed_positions() -> None:
+    table = LeaseTable()
+    running = table.start("e->w", 0, [A], now=0)
+    table.hello(running.lease_id, now=0)
+    waiting = table.start("e->w", 1, [B], now=0)  # started, not connected yet
+    other = table.start("e->n", 0, [A], now=0)
+    table.hello(other.lease_id, now=0)
+    actions = table.halt("e->w", "paused")
+    assert _stops(actions) == {running.lease_id, waiting.lease_id}  # the other flow runs on
+    assert running.state is LeaseState.STOPPING and waiting.cancelled
+    assert table.writing("e->w")  # until it has committed and released
+    with pytest.raises(ValueError, match="halted"):
+        table.start("e->w", 0, [A], now=1)
+    assert not _gos(table.hello(waiting.lease_id, now=1))  # a lease started before: never granted
+    table.released(running.lease_id, {A: Position(7, 7)}, now=2)
+    assert not table.writing("e->w") and table.holder("e->w", A) is None
+    table.resume("e->w")  # its positions may have been moved meanwhile: load them
+    fresh = table.start("e->w", 0, [A], now=3)
+    assert _gos(table.hello(fresh.lease_id, now=3))[fresh.lease_id].positions == {A: None}
+
+
+def test_a_waiting_lease_of_a_halted_flow_is_stopped_when_grants_are_considered() -> None:
+    table = LeaseTable()
+    lease = table.start("e->w", 0, [A], now=0)
+    table.halted.add("e->w")  # halted between its start and its HELLO, by no stop of the table's
+    actions = table.hello(lease.lease_id, now=1)
+    assert _stops(actions) == {lease.lease_id} and not _gos(actions) and lease.cancelled
+    assert not table.writing("e->w")
+
+
+def test_a_halted_flows_lease_that_cannot_release_keeps_it_writing_until_fenced() -> None:
+    table = LeaseTable(fence_seconds=5)
+    lease = table.start("e->w", 0, [A], now=0)
+    table.hello(lease.lease_id, now=0)
+    table.halt("e->w", "stopped")
+    table.job_done(lease.lease_id, now=1)  # Spark lost its job; its process may still write
+    assert table.writing("e->w")
+    table.tick(now=10)  # two fence intervals unheard
+    assert lease.state is LeaseState.LOST and not table.writing("e->w")
 
 
 class LeaseMachine(RuleBasedStateMachine):
