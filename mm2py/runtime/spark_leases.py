@@ -132,6 +132,7 @@ class LeaseScheduler:
         self._books: dict[tuple[str, int], _Book] = {}
         self.on_job_failed = on_job_failed  # a lease's Spark job failed (not a reported failure)
         self.started = 0
+        self.steps = 0  # steps of the driver's loop so far
 
     async def start(self) -> None:
         await self.coordinator.start()
@@ -140,6 +141,7 @@ class LeaseScheduler:
     async def step(self) -> None:
         """Start or stop leases so every task is covered (each flow's topic refresh runs on its
         own scheduler, see runtime.flows)."""
+        self.steps += 1
         for name in set(self.halted) - self.table.halted:
             self.halt(name)
         for name in self.table.halted - set(self.halted):
