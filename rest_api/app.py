@@ -34,7 +34,6 @@ from mm2py.runtime.steering import (
     FlowExistsError,
     FlowNotFoundError,
     FlowStateError,
-    NotSupportedError,
 )
 from mm2py.runtime.worker_base import WorkerBase
 from rest_api import connect_errors
@@ -70,7 +69,6 @@ _STATUS: dict[type[Exception], int] = {
     ClusterConflictError: 409,
     FlowStateError: 409,  # e.g. an offsets reset while the flow runs
     OffsetResetError: 400,
-    NotSupportedError: 501,  # this runtime cannot do it (yet)
     SecurityError: 401,  # the cluster refused our TLS/SASL: a setting to fix, not an outage
     ClusterUnreachableError: 503,
     UnknownGroupError: 404,

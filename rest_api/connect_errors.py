@@ -28,7 +28,6 @@ from mm2py.runtime.steering import (
     FlowExistsError,
     FlowNotFoundError,
     FlowStateError,
-    NotSupportedError,
 )
 
 __all__ = ["FACADE_PREFIXES", "ConnectError", "ConnectRoute", "install"]
@@ -49,7 +48,7 @@ class ConnectError(Mm2pyError):
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (ConfigError, 400), (OffsetResetError, 400), (FlowStateError, 400), (FlowNotFoundError, 404),
     (FlowExistsError, 409), (ClusterConflictError, 409), (SecurityError, 401),
-    (NotSupportedError, 501), (ClusterUnreachableError, 503), (Mm2pyError, 500),
+    (ClusterUnreachableError, 503), (Mm2pyError, 500),
 )
 
 

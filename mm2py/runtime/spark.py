@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 
 class SparkWorker(WorkerBase[SparkFlowRunner]):
     """All enabled flows of one configuration: controllers and heartbeats on the driver, tasks on
-    Spark executors, one Spark job per round for all flows. Flows can be added, changed, restarted
-    and removed while it runs (REST), as with the in-process ``Worker``."""
+    Spark executors, one Spark job per round for all flows. Flows can be added, changed, restarted,
+    paused, stopped, resumed, repositioned and removed while it runs (REST), as with the in-process
+    ``Worker``."""
 
     def __init__(
         self,

@@ -27,7 +27,6 @@ __all__ = [
     "FlowExistsError",
     "FlowNotFoundError",
     "FlowStateError",
-    "NotSupportedError",
     "OverlayStore",
     "cluster_keys",
     "flow_keys",
@@ -58,10 +57,6 @@ class ClusterConflictError(SteeringError, ValueError):
 
 class FlowStateError(SteeringError):
     """The flow is not in a state that allows the change (e.g. offsets reset while it runs)."""
-
-
-class NotSupportedError(SteeringError):
-    """This runtime cannot do what was asked (the message says what to do instead)."""
 
 
 def _value(key: str, value: Any) -> str:
