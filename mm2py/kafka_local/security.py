@@ -212,12 +212,12 @@ def broker_properties(security: BrokerSecurity, tls: TlsFiles) -> dict[str, str]
             if security.oauth_jwks_url:
                 key = f"listener.name.{listener}.oauthbearer.sasl.server.callback.handler.class"
                 props[key] = _JWT_VALIDATOR
+        if protocol == "SSL":
+            props["listener.name.ssl.ssl.client.auth"] = "required"
     if security.oauth_jwks_url:
         props["sasl.oauthbearer.jwks.endpoint.url"] = security.oauth_jwks_url
     if security.reauth_ms is not None:
         props["connections.max.reauth.ms"] = str(security.reauth_ms)
-        if protocol == "SSL":
-            props["listener.name.ssl.ssl.client.auth"] = "required"
     if security.authorizer:
         props["authorizer.class.name"] = STANDARD_AUTHORIZER
         # ANONYMOUS: the PLAINTEXT/CONTROLLER listeners (inter-broker, controller, harness set-up)
