@@ -400,3 +400,69 @@ def test_a_driver_killed_under_live_traffic_resumes_exactly_when_restarted(
         for driver in drivers:
             driver.reap()
     assert _assert_mirrored_exactly(east, west, topic) == total
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed_over_rest(
+    east: KafkaCluster, west: KafkaCluster, cluster: SparkStandaloneCluster, tmp_path: Path
+) -> None:
+    """Issue 22: stop, move one partition to earliest, resume (it is mirrored again from its start,
+    the others once); stop, forget every position, resume (all mirrored again): every record
+    accounted for, in order. The flow's source has an alias of its own, so the forget touches no
+    other test's positions."""
+    import httpx
+
+    alias = unique("sah")
+    topic = create_topic(east.bootstrap, unique("sahalt"), partitions=3)
+    remote, path = f"{alias}.{topic}", f"/flows/{alias}/west"
+    config = config_file(tmp_path / "mm2.json", {alias: east.bootstrap, "west": west.bootstrap},
+                         {f"{alias}->west": {"topics": topic, "tasks.max": 2}},
+                         **{"emit.checkpoints.enabled": False})
+    port = _free_port()
+    driver = Driver(config, cluster.master_url, tmp_path / "driver.log", "--rest-port", str(port))
+    batches: list[dict[int, list[object]]] = []
+
+    def produce(n: int, tag: str) -> None:
+        batch = {p: [r.content() for r in make_records(n, partition=p, tag=f"{tag}{p}")] for p in range(3)}
+        for p in range(3):
+            produce_records(east.bootstrap, topic, make_records(n, partition=p, tag=f"{tag}{p}"))
+        batches.append(batch)
+
+    def settled(counts: dict[int, int]) -> None:
+        wait_until(lambda: end_offsets(west.bootstrap, remote) == counts, 120, 0.3, f"{remote} at {counts}")
+
+    try:
+        produce(20, "a")
+        driver.start().wait_app(cluster)
+        settled({0: 20, 1: 20, 2: 20})
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+            assert http.post(f"{path}/stop").json()["state"] == "STOPPED"
+            produce(10, "b")
+            r = http.patch(f"{path}/offsets", json={"offsets": [
+                {"topic": topic, "partition": 1, "offset": "earliest"}]})
+            assert r.status_code == 200, r.text
+            assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
+            settled({0: 30, 1: 50, 2: 30})
+
+            assert http.post(f"{path}/stop").json()["state"] == "STOPPED"
+            r = http.delete(f"{path}/offsets")
+            assert r.status_code == 200 and {o["position"] for o in r.json()["offsets"]} == {None}, r.text
+            produce(5, "c")
+            assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
+            settled({0: 65, 1: 85, 2: 65})
+        driver.stop()
+    finally:
+        driver.reap()
+    a, b, c = batches
+    target = read_all(west.bootstrap, remote)
+    got = {p: [r.content() for r in target if r.partition == p] for p in range(3)}
+    for p in (0, 2):  # once, then everything again after the forget
+        assert got[p] == a[p] + b[p] + a[p] + b[p] + c[p]
+    assert got[1] == a[1] + a[1] + b[1] + a[1] + b[1] + c[1]  # moved to its start, then forgotten
