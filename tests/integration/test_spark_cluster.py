@@ -413,10 +413,10 @@ def _free_port() -> int:
 def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed_over_rest(
     east: KafkaCluster, west: KafkaCluster, cluster: SparkStandaloneCluster, tmp_path: Path
 ) -> None:
-    """Issue 22: stop, move one partition to earliest, resume (it is mirrored again from its start,
-    the others once); stop, forget every position, resume (all mirrored again): every record
-    accounted for, in order. The flow's source has an alias of its own, so the forget touches no
-    other test's positions."""
+    """Issue 22: pause while the source grows, resume (caught up exactly); stop, move one
+    partition to earliest, resume (it is mirrored again from its start, the others once); stop,
+    forget every position, resume (all mirrored again): every record accounted for, in order. The
+    flow's source has an alias of its own, so the forget touches no other test's positions."""
     import httpx
 
     alias = unique("sah")
@@ -443,26 +443,40 @@ def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed
         driver.start().wait_app(cluster)
         settled({0: 20, 1: 20, 2: 20})
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+            # pause returns once the leases have committed and released: the target holds while
+            # the source grows, and resume catches up exactly
+            assert http.post(f"{path}/pause").json()["state"] == "PAUSED"
+            offsets = http.get(f"{path}/offsets").json()["offsets"]
+            assert {o["partition"]: o["position"] for o in offsets} == {0: 20, 1: 20, 2: 20}
+            produce(5, "p")
+            assert end_offsets(east.bootstrap, topic) == {0: 25, 1: 25, 2: 25}
+            status = http.get(path).json()
+            assert status["state"] == "PAUSED" and "RUNNING" not in {t["state"] for t in status["tasks"]}
+            assert end_offsets(west.bootstrap, remote) == {0: 20, 1: 20, 2: 20}
+            assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
+            settled({0: 25, 1: 25, 2: 25})
+
             assert http.post(f"{path}/stop").json()["state"] == "STOPPED"
             produce(10, "b")
             r = http.patch(f"{path}/offsets", json={"offsets": [
                 {"topic": topic, "partition": 1, "offset": "earliest"}]})
             assert r.status_code == 200, r.text
             assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
-            settled({0: 30, 1: 50, 2: 30})
+            settled({0: 35, 1: 60, 2: 35})
 
             assert http.post(f"{path}/stop").json()["state"] == "STOPPED"
             r = http.delete(f"{path}/offsets")
             assert r.status_code == 200 and {o["position"] for o in r.json()["offsets"]} == {None}, r.text
             produce(5, "c")
             assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
-            settled({0: 65, 1: 85, 2: 65})
+            settled({0: 75, 1: 100, 2: 75})
         driver.stop()
     finally:
         driver.reap()
-    a, b, c = batches
+    a, paused, b, c = batches
     target = read_all(west.bootstrap, remote)
     got = {p: [r.content() for r in target if r.partition == p] for p in range(3)}
     for p in (0, 2):  # once, then everything again after the forget
-        assert got[p] == a[p] + b[p] + a[p] + b[p] + c[p]
-    assert got[1] == a[1] + a[1] + b[1] + a[1] + b[1] + c[1]  # moved to its start, then forgotten
+        assert got[p] == 2 * (a[p] + paused[p] + b[p]) + c[p]
+    # moved to its start, then forgotten
+    assert got[1] == a[1] + paused[1] + 2 * (a[1] + paused[1] + b[1]) + c[1]
