@@ -165,6 +165,7 @@ class LeaseMachine(RuleBasedStateMachine):
         for action in actions:
             if isinstance(action, Go):
                 lease = self.table.leases[action.lease_id]
+                assert lease.flow not in self.table.halted  # HALTED: no grant while paused/stopped
                 for tp, pos in action.positions.items():
                     # EXACT_HANDOFF: a carried position is exactly the last clean release
                     assert pos is None or pos == self.clean.get(tp)
@@ -182,7 +183,20 @@ class LeaseMachine(RuleBasedStateMachine):
 
     @rule(task=st.integers(0, 1), parts=st.sets(st.sampled_from([A, B, C]), min_size=1))
     def start(self, task: int, parts: set[TopicPartition]) -> None:
+        if "f" in self.table.halted:
+            with pytest.raises(ValueError, match="halted"):
+                self.table.start("f", task, parts, self.now)
+            return
         self.table.start("f", task, parts, self.now)
+
+    @rule()
+    def halt(self) -> None:
+        self._apply(self.table.halt("f", "paused"))
+
+    @rule()
+    def resume(self) -> None:
+        self.table.resume("f")
+        self.clean.clear()  # the released positions are forgotten: the next leases load them
 
     @rule(data=st.data())
     def hello(self, data: st.DataObject) -> None:
@@ -236,6 +250,12 @@ class LeaseMachine(RuleBasedStateMachine):
             assert len(ids) <= 1, f"{tp} has writers {ids}"
             for lease_id in ids:
                 assert self.table.holder("f", tp) == lease_id
+
+
+    @invariant()
+    def a_halted_flow_has_no_running_lease(self) -> None:
+        if "f" in self.table.halted:  # its leases were told to stop; none is granted since
+            assert all(x.state is not LeaseState.RUNNING for x in self.table.leases.values())
 
 
 TestLeaseMachine = LeaseMachine.TestCase
