@@ -251,7 +251,6 @@ class LeaseMachine(RuleBasedStateMachine):
             for lease_id in ids:
                 assert self.table.holder("f", tp) == lease_id
 
-
     @invariant()
     def a_halted_flow_has_no_running_lease(self) -> None:
         if "f" in self.table.halted:  # its leases were told to stop; none is granted since
