@@ -49,11 +49,12 @@ class SparkRest:
     """A SparkWorker (leases) knowing ``alias`` (the east cluster) and west, no flow yet, with its
     REST API; both on one event loop in a thread, as ``mm2py run --runtime spark`` runs them."""
 
-    def __init__(self, spark: Any, east: KafkaCluster, west: KafkaCluster, alias: str) -> None:
+    def __init__(self, spark: Any, east: KafkaCluster, west: KafkaCluster, alias: str,
+                 mode: str = "leases") -> None:
         config = mirror_config({alias: east.bootstrap, "west": west.bootstrap}, {},
                                **{"refresh.topics.interval.seconds": 300, "emit.checkpoints.enabled": False})
-        self.worker = SparkWorker(config, spark=spark, idle_seconds=0.2, commit_interval=0.5,
-                                  leases=LeaseSettings(60, commit_interval=0.5))
+        self.worker = SparkWorker(config, spark=spark, idle_seconds=0.2, commit_interval=0.5, mode=mode,
+                                  round_seconds=5, leases=LeaseSettings(60, commit_interval=0.5))
         self._done = threading.Event()
         self._ready = threading.Event()
         self._url: list[str] = []
@@ -91,7 +92,8 @@ class SparkRest:
 
     def __enter__(self) -> httpx.Client:
         self._thread.start()
-        wait_until(lambda: self.errors or (self._url and self.worker.leases is not None), 120, 0.1,
+        wait_until(lambda: self.errors or (self._url and (
+            self.worker.leases is not None or self.worker.mode == "rounds")), 120, 0.1,
                    "the Spark worker and its REST API")
         assert not self.errors, self.errors
         self.http = httpx.Client(base_url=self._url[0], timeout=120)
@@ -248,3 +250,33 @@ def test_connect_facade_pauses_stops_forgets_offsets_and_resumes_a_spark_flow(
     for p in (0, 1):  # every record accounted for: once before the forget, once after
         once = a[p] + b[p]
         assert _target(west, remote, p) == _content(once + once + c[p])
+
+
+def test_rounds_mode_stops_moves_and_resumes_a_flow_too(
+    east: KafkaCluster, west: KafkaCluster, spark: Any
+) -> None:
+    """``--spark-mode rounds``: a stop waits for the round under way, no round is planned for the
+    stopped flow, and the resumed flow's rounds start from the moved position."""
+    alias = unique("spkr")
+    topic = create_topic(east.bootstrap, unique("rounds"), partitions=2)
+    remote, path = f"{alias}.{topic}", f"/flows/{alias}/west"
+    a = {p: make_records(20, partition=p, tag=f"a{p}") for p in (0, 1)}
+    produce_records(east.bootstrap, topic, a[0] + a[1])
+    run = SparkRest(spark, east, west, alias, mode="rounds")
+    with run as http:
+        r = http.post("/flows", json={"source": alias, "target": "west", "topics": [topic],
+                                     "settings": {"tasks.max": 2}})
+        assert r.status_code == 201, r.text
+        _settled(west, remote, {0: 20, 1: 20})
+        assert http.post(f"{path}/stop").json()["state"] == "STOPPED"
+        b = {p: make_records(10, partition=p, tag=f"b{p}") for p in (0, 1)}
+        produce_records(east.bootstrap, topic, b[0] + b[1])
+        rounds = run.worker.rounds
+        r = http.patch(f"{path}/offsets", json={"offsets": [{"topic": topic, "partition": 0,
+                                                              "offset": "earliest"}]})
+        assert r.status_code == 200, r.text
+        assert run.worker.rounds == rounds and end_offsets(west.bootstrap, remote) == {0: 20, 1: 20}
+        assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
+        _settled(west, remote, {0: 50, 1: 30})
+    assert _target(west, remote, 0) == _content(a[0] + a[0] + b[0])
+    assert _target(west, remote, 1) == _content(a[1] + b[1])
