@@ -114,3 +114,23 @@ def test_the_spark_worker_refuses_an_offset_change_while_a_lease_still_holds_par
     with pytest.raises(FlowStateError, match="still holds partitions"):
         SparkWorker._check_no_writers(held, "east->west")  # type: ignore[arg-type]
     SparkWorker._check_no_writers(held, "north->west")  # type: ignore[arg-type]
+
+
+def test_the_spark_worker_keeps_a_flow_the_state_file_keeps_stopped(tmp_path: Path) -> None:
+    from mm2py.runtime.spark import SparkWorker
+
+    state = tmp_path / "state.json"
+
+    async def halt() -> None:
+        worker = FakeWorker(state)
+        await worker.start()
+        await worker.halt_flow("east->west", "STOPPED")
+
+    asyncio.run(halt())
+
+    async def restart() -> None:  # (the worker is not started: no Spark session needed)
+        spark = SparkWorker(MirrorMakerConfig.from_flat(BASE), spark=object(), state_file=str(state))
+        assert spark.halted == {"east->west": "STOPPED"}
+        assert spark._runnable() == [] and spark.flows["east->west"].state == "STOPPED"
+
+    asyncio.run(restart())
