@@ -99,3 +99,39 @@ def test_leases_cover_every_task_get_successors_and_follow_reassignment() -> Non
         assert {w.spec.partitions for w in works} >= {(A, B), (C,), (A,), (B, C)}
 
     asyncio.run(go())
+
+
+def test_a_halted_flow_gets_its_leases_stopped_none_started_and_the_halt_waits_for_the_release() -> None:
+    release = threading.Event()
+
+    def collect(work: LeaseWork) -> LeaseResult:
+        release.wait(10)
+        return LeaseResult("f", work.spec.task_id, work.lease_id, work.spec.partitions)
+
+    async def go() -> None:
+        flow = FakeFlow({0: (A, B)})
+        halted: dict[str, str] = {}
+        sched = LeaseScheduler({"f": flow}, collect, LeaseSettings(), halted=halted)  # type: ignore[dict-item]
+        await sched.start()
+        try:
+            await sched.step()
+            table = sched.table
+            (lease,) = table.leases.values()
+            table.hello(lease.lease_id, time.monotonic())
+            assert sched.writing("f")
+            halted["f"] = "PAUSED"  # as the worker records it
+            await sched.step()  # the step fences the flow and stops its lease
+            assert lease.state is LeaseState.STOPPING and "f" in table.halted
+            assert not await sched.released("f", timeout=0.1)  # not released yet
+            await sched.step()
+            assert sched.started == 1  # none started while halted
+            table.released(lease.lease_id, {A: None, B: None}, time.monotonic())
+            assert await sched.released("f", timeout=1)
+            del halted["f"]  # resumed
+            await sched.step()
+            assert "f" not in table.halted and sched.started == 2
+        finally:
+            release.set()
+            await sched.stop(timeout=5)
+
+    asyncio.run(go())
