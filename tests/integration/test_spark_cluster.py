@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -411,12 +412,14 @@ def _free_port() -> int:
 
 
 def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed_over_rest(
-    east: KafkaCluster, west: KafkaCluster, cluster: SparkStandaloneCluster, tmp_path: Path
+    east: KafkaCluster, west: KafkaCluster, cluster: SparkStandaloneCluster, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Issue 22: pause while the source grows, resume (caught up exactly); stop, move one
     partition to earliest, resume (it is mirrored again from its start, the others once); stop,
     forget every position, resume (all mirrored again): every record accounted for, in order. The
-    flow's source has an alias of its own, so the forget touches no other test's positions."""
+    flow's source has an alias of its own, so the forget touches no other test's positions. Then,
+    with no driver, ``mm2py flow-offsets`` reads and moves a position the next driver starts from."""
     import httpx
 
     alias = unique("sah")
@@ -471,12 +474,35 @@ def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed
             assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
             settled({0: 75, 1: 100, 2: 75})
         driver.stop()
+        # with no driver running, ``mm2py flow-offsets`` reads what the leases committed and moves
+        # a position; the next driver's leases start there
+        flow = ["-c", str(config), "--flow", f"{alias}->west"]
+        assert _cli(capsys, "flow-offsets", "get", *flow, "--json") == [
+            {"topic": topic, "partition": p, "position": 40, "target_topic": remote,
+             "target_offset": {0: 75, 1: 100, 2: 75}[p]} for p in range(3)]
+        _cli(capsys, "flow-offsets", "reset", *flow, "-p", f"{topic}:2", "--to", "35", "--execute")
+        driver = Driver(config, cluster.master_url, tmp_path / "driver2.log").start()
+        settled({0: 75, 1: 100, 2: 80})
+        driver.stop()
     finally:
         driver.reap()
     a, paused, b, c = batches
     target = read_all(west.bootstrap, remote)
     got = {p: [r.content() for r in target if r.partition == p] for p in range(3)}
-    for p in (0, 2):  # once, then everything again after the forget
-        assert got[p] == 2 * (a[p] + paused[p] + b[p]) + c[p]
-    # moved to its start, then forgotten
+    # partition 0 once, then everything again after the forget; partition 1 moved to its start
+    # first; partition 2 as 0, then moved back five by the CLI: its last five once more
+    assert got[0] == 2 * (a[0] + paused[0] + b[0]) + c[0]
     assert got[1] == a[1] + paused[1] + 2 * (a[1] + paused[1] + b[1]) + c[1]
+    assert got[2] == 2 * (a[2] + paused[2] + b[2]) + c[2] + c[2]
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    """``mm2py ARGS`` in this process; its JSON output when it printed some."""
+    import json
+
+    from mm2py.cli import main
+
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out) if "--json" in args else out
