@@ -2,7 +2,8 @@
 
 The checkpoint connector keeps its view of the offset-syncs, progress and checkpoints topics up to
 date with these: one consumer per topic, assigned (no group, nothing committed), positioned where
-the previous catch-up stopped, so a topic is read from the beginning once and never again.
+the previous catch-up stopped, so a topic is read from the beginning once and never again; paused
+between catch-ups, so it sends no fetch requests while nobody reads.
 """
 
 from __future__ import annotations
@@ -59,6 +60,16 @@ class TopicTail:
             self._consumer.incremental_assign(
                 [CKTopicPartition(self.topic, p, OFFSET_BEGINNING) for p in new]
             )
+        parts = [CKTopicPartition(self.topic, p) for p in self._next]
+        self._consumer.resume(parts)
+        try:
+            return self._read_to_end(deadline, timeout)
+        finally:
+            # between catch-ups nothing is fetched: librdkafka would otherwise keep asking for the
+            # idle end of the topic every fetch.wait.max.ms (20 requests a second to each broker)
+            self._consumer.pause(parts)
+
+    def _read_to_end(self, deadline: float, timeout: float) -> bool:
         ends: dict[int, int] = {}
         for p in self._next:
             low, high = self._consumer.get_watermark_offsets(
@@ -79,6 +90,8 @@ class TopicTail:
                         self._next[p] = max(self._next[p], msg.offset() or 0)
                         continue
                     raise KafkaException(err)
+                if (msg.offset() or 0) < self._next[p]:
+                    continue  # handed over before a pause (a resumed fetch may start below)
                 self.handler(msg.key(), msg.value())
                 self.records += 1
                 self._next[p] = (msg.offset() or 0) + 1
