@@ -81,6 +81,11 @@ from mm2py.kafka_local import KafkaCluster, start_all
 from mm2py.kafka_local.cluster import free_port
 
 PEERS = ("mm2py", "mm2py-spark", "mm2", "mm2-tuned")
+#: a deleted topic's files go after 1 s; no offset/time index entries in these tiny logs: with the
+#: default (an entry per 4 KiB) every partition's first entry fell due at the same moment, in the
+#: window, and the page faults of thousands of fresh index pages held a broker busy for 10-20 s,
+#: with or without a mirror (a read then scans its segment's few batches from the start)
+BROKER_CONFIG = {"file.delete.delay.ms": "1000", "log.index.interval.bytes": str(2**30)}
 
 
 @dataclass
@@ -190,8 +195,8 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
                          "enable.auto.commit": False, "fetch.wait.max.ms": 500, "fetch.min.bytes": 1,
                          "enable.partition.eof": False, "log_level": 3})
     received, stats = Received(), env.workdir / f"{tag}-trickle.json"
+    # JmxTool runs off this thread (the consumer keeps polling), just before the window and at its end
     start_at = time.time() + 3.0  # the producer connects meanwhile
-    # JmxTool runs off this thread (the consumer keeps polling), just before and just after the window
     pool, jmx = ThreadPoolExecutor(1), list[Future[list[Reading | None]]]()
     try:
         consumer.assign([TopicPartition(*tops.tgt(tp), backlog[tp]) for tp in sampled])
@@ -241,7 +246,8 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
         if len(jmx) == 2 and (before := jmx[0].result()) and (after := jmx[1].result()):
             row.src_rates, row.tgt_rates = rates(before[0], after[0]), rates(before[1], after[1])
             if row.src_rates and before[0] and after[0]:
-                row.producer_produce_s = produced.get("produce_requests", 0) / (after[0][0] - before[0][0])
+                row.jmx_span = after[0][0] - before[0][0]
+                row.producer_produce_s = produced.get("produce_requests", 0) / row.jmx_span
     finally:
         consumer.close()
         pool.shutdown()
@@ -324,13 +330,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 @contextlib.contextmanager
 def local_clusters(workdir: Path) -> Iterator[Env]:
-    """Two single-node KRaft clusters with a JMX agent each; a deleted topic's files go after 1 s."""
+    """Two single-node KRaft clusters (``BROKER_CONFIG``), each with a JMX agent."""
     clusters: list[KafkaCluster] = []
     try:
         ports = [free_port(), free_port()]
         for name, port in zip(("source", "target"), ports, strict=True):
-            clusters.append(KafkaCluster.create(name, workdir / name,
-                                                broker_config={"file.delete.delay.ms": "1000"}))
+            clusters.append(KafkaCluster.create(name, workdir / name, broker_config=BROKER_CONFIG))
             clusters[-1].jvm_args = jmx_jvm_args(port)
         start_all(clusters, timeout=300)
         yield Env(clusters[0].bootstrap, clusters[1].bootstrap, workdir,

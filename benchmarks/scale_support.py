@@ -307,6 +307,7 @@ class Row:
     src_rates: dict[str, float] = field(default_factory=dict)  # requests/s at the source broker
     tgt_rates: dict[str, float] = field(default_factory=dict)
     producer_produce_s: float | None = None  # the trickle producer's share of the source's Produce/s
+    jmx_span: float = 0.0  # s between the two readings of the request counters
     sent: int = 0  # trickle records on the source
     by_window_end: int | None = None  # trickle records on the target when the window ended
     after_drain: int | None = None
@@ -359,8 +360,9 @@ def print_table(rows: list[Row]) -> None:
             print("  ".join("-" * w for w in widths))
     for r in rows:
         if r.producer_produce_s is not None and r.src_rates:
-            print(f"{r.peer}: of the source's Produce/s, {r.producer_produce_s:,.0f} are the trickle "
-                  f"producer's, {r.src_rates['Produce'] - r.producer_produce_s:,.0f} the mirror's")
+            print(f"{r.peer}: request rates over {r.jmx_span:.1f} s; of the source's Produce/s, "
+                  f"{r.producer_produce_s:,.0f} are the trickle producer's, "
+                  f"{r.src_rates['Produce'] - r.producer_produce_s:,.0f} the mirror's")
         if r.latencies_ms or r.not_arrived:
             print(f"{r.peer}: latency over {len(r.latencies_ms) + r.not_arrived:,} records of the sampled "
                   "partitions")
