@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from mm2py.protocol.records import RecordBatch
@@ -297,14 +297,26 @@ def config_file(
     return path
 
 
+# what a cluster answers while a just-created partition has no leader yet: "not yet", not a failure
+_NOT_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                      KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT, KafkaError._TRANSPORT})
+
+
 def wait_until(predicate: object, timeout: float, interval: float = 0.5, what: str = "condition") -> float:
-    """Poll ``predicate()`` until true; returns the seconds it took, fails the test on timeout."""
-    start = time.monotonic()
+    """Poll ``predicate()`` until true; returns the seconds it took, fails the test on timeout.
+    A transient cluster error raised by the predicate (a partition still electing its leader)
+    counts as "not yet"; the last one is named if time runs out."""
+    start, last = time.monotonic(), ""
     while True:
-        if predicate():  # type: ignore[operator]
-            return time.monotonic() - start
+        try:
+            if predicate():  # type: ignore[operator]
+                return time.monotonic() - start
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NOT_YET:
+                raise
+            last = f" (last: {exc.args[0].str()})"
         if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{last}")
         time.sleep(interval)
 
 
