@@ -168,13 +168,8 @@ def run_peer(peer: str, n: int, run: str, env: Env, args: argparse.Namespace) ->
     except Exception as exc:
         row.error = (row.error + "; " if row.error else "") + f"final check: {exc}"
     with contextlib.suppress(Exception):  # the next peer finds the clusters as this one did
-        delete_topics(env.src, list(tops.source))
-        delete_topics(env.tgt, [tops.tgt((t, 0))[0] for t in tops.source])
-    # a deleted partition keeps its files (and an open file) until the broker removes its directory
-    # (<name>-delete) a while later: 10,000 of them and the next 10,000 met the open-files limit
-    deadline = time.monotonic() + 600
-    while any(next(d.glob("*-delete"), None) for d in env.data_dirs) and time.monotonic() < deadline:
-        time.sleep(0.5)
+        delete_topics(env.src, list(tops.source), env.data_dirs)
+        delete_topics(env.tgt, [tops.tgt((t, 0))[0] for t in tops.source], env.data_dirs)
     return row
 
 
@@ -361,7 +356,13 @@ def main(argv: list[str]) -> int:
     compile_package()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mm2py-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
+    stopping = []  # SIGTERM: a SystemExit raised inside a client call can come out as another error
+
+    def on_term(*_: object) -> None:
+        stopping.append(True)
+        sys.exit(143)  # run the finally blocks
+
+    signal.signal(signal.SIGTERM, on_term)
     ok, began = False, time.monotonic()
     try:
         with contextlib.ExitStack() as stack:
@@ -373,6 +374,8 @@ def main(argv: list[str]) -> int:
             warm(env, args)
             run, rows, loads = uuid.uuid4().hex[:6], [], []
             for n, peer in enumerate(args.peers, start=1):
+                if stopping:
+                    sys.exit(143)
                 loads.append(f"{peer} {os.getloadavg()[0]:.2f}")
                 print(f"running {peer} (load average {os.getloadavg()[0]:.2f}) ...", flush=True)
                 rows.append(run_peer(peer, n, run, env, args))

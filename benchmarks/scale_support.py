@@ -114,16 +114,20 @@ def create_topics(cluster: Cluster, topics: dict[str, int], timeout: float = 300
         time.sleep(0.5)
 
 
-def delete_topics(cluster: Cluster, names: list[str], timeout: float = 120.0) -> None:
-    """Delete ``names`` (those that exist) and wait until the cluster no longer lists them."""
-    admin = cluster.admin
-    present = set(admin.list_topics(timeout=30).topics) & set(names)
-    if not present:
-        return
-    for fut in admin.delete_topics(sorted(present), operation_timeout=timeout).values():
-        fut.result()
-    deadline = time.monotonic() + timeout
-    while set(admin.list_topics(timeout=30).topics) & present and time.monotonic() < deadline:
+def delete_topics(cluster: Cluster, names: list[str], data_dirs: Iterable[Path] = (),
+                  timeout: float = 900.0) -> None:
+    """Delete ``names`` (those that exist); wait until the cluster no longer lists them and, given a
+    local broker's log directories, until their partitions' directories are gone: a deleted partition
+    keeps its directory (renamed ``<name>-delete``) and an open file up to minutes later, and 10,000
+    of them with the next peer's 10,000 met this machine's open-files limit."""
+    admin, deadline = cluster.admin, time.monotonic() + timeout
+    if present := set(admin.list_topics(timeout=30).topics) & set(names):
+        for fut in admin.delete_topics(sorted(present), operation_timeout=60).values():
+            fut.result()
+    prefixes = tuple(f"{t}-" for t in names)
+    while time.monotonic() < deadline and (
+            set(admin.list_topics(timeout=30).topics) & present
+            or any(d.name.startswith(prefixes) for log_dir in data_dirs for d in log_dir.iterdir())):
         time.sleep(0.5)
 
 
