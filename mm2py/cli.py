@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from mm2py.config.models import MirrorMakerConfig
     from mm2py.runtime.inprocess import Worker
     from mm2py.runtime.loop_watch import LoopWatch
-    from mm2py.runtime.spark import SparkWorker
+    from mm2py.runtime.spark.driver.worker import SparkWorker
 
 #: a worker of either runtime, as ``mm2py run`` drives it
 Runnable = Union["Worker", "SparkWorker"]
@@ -106,10 +106,11 @@ def _spark_installed() -> bool:
 def _worker(args: argparse.Namespace, config: MirrorMakerConfig, spark_conf: dict[str, str]) -> Runnable:
     """The worker of the chosen runtime (not started)."""
     if args.runtime == "spark":
-        from mm2py.runtime.spark import SparkWorker
-        from mm2py.runtime.spark_leases import LeaseSettings
+        from mm2py.runtime.spark.driver.lease_scheduler import LeaseSettings
+        from mm2py.runtime.spark.driver.worker import SparkWorker
 
-        leases = LeaseSettings(lease_seconds=args.spark_lease_seconds, commit_interval=args.commit_interval)
+        leases = LeaseSettings(lease_seconds=args.spark_lease_seconds, commit_interval=args.commit_interval,
+                               fence_seconds=args.spark_fence_seconds)
         return SparkWorker(config, master=args.spark_master, commit_interval=args.commit_interval,
                            spark_conf=spark_conf, round_seconds=args.spark_round_seconds,
                            state_file=args.state_file, mode=args.spark_mode, leases=leases)
@@ -234,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "to the end offsets seen at each round's start (one-off backfills)")
     run.add_argument("--spark-lease-seconds", type=_positive_seconds, default=60.0,
                      help="how long a Spark lease mirrors before a successor takes over (default 60)")
+    run.add_argument("--spark-fence-seconds", type=_positive_seconds, default=4.0,
+                     help="an executor that hears nothing from the driver for this long stops "
+                          "mirroring; a lease whose executor is lost (its connection closed, or "
+                          "Spark gave up on it) is leased again within twice this (default 4)")
     run.add_argument("--spark-round-seconds", type=float, default=10.0,
                      help="longest Spark round before a task commits and the next round starts")
     run.set_defaults(func=_run)

@@ -1,13 +1,13 @@
 """What both runtimes' flow runners share: the flow's controller, its start, its status.
 
-A flow runner runs one ``source->target`` flow: its controller (topic discovery, target topics,
-the assignment of partitions to tasks), MM2's checkpoint connector, and tasks — as asyncio tasks
-in this process (:class:`~mm2py.runtime.inprocess.FlowRunner`) or as rounds on Spark executors
-(:class:`~mm2py.runtime.spark_flow.SparkFlowRunner`). :class:`FlowRunnerBase` holds what does not
-depend on where the tasks run: the client-settings check at construction, the start (internal
-topics, first refresh) and its failure path, the checkpoint connector, the topic ACL sync, the
-refresh rule, the topic filter and the ``status()`` shape that the REST API, the status lines and
-the metrics read.
+A flow runner runs one ``source->target`` flow: its controller (topic discovery, target topics, the
+assignment of partitions to tasks), MM2's checkpoint connector, and tasks — as asyncio tasks in this
+process (:class:`~mm2py.runtime.inprocess.FlowRunner`) or as leases (or rounds) on Spark executors
+(:class:`~mm2py.runtime.spark.driver.flow_runner.SparkFlowRunner`). :class:`FlowRunnerBase` holds
+what does not depend on where the tasks run: the client-settings check at construction, the start
+(internal topics, first refresh) and its failure path, the checkpoint connector, the topic ACL sync,
+the refresh rule, the topic filter and the ``status()`` shape that the REST API, the status lines
+and the metrics read.
 """
 
 from __future__ import annotations

@@ -30,15 +30,15 @@ from helpers import (
 )
 
 from mm2py.kafka_local import KafkaCluster
-from mm2py.runtime.spark import SparkWorker
-from mm2py.runtime.spark_leases import LeaseScheduler, LeaseSettings
+from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
+from mm2py.runtime.spark.driver.worker import SparkWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from mm2py.runtime.spark_session import spark_session
+    from mm2py.runtime.spark.driver.session import spark_session
 
     session = spark_session("local[4]", app_name="mm2py-halting-tests")  # two tasks, two successors
     yield session

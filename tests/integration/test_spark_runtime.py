@@ -32,8 +32,8 @@ from helpers import (
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.spark import SparkWorker
-from mm2py.runtime.spark_leases import LeaseSettings
+from mm2py.runtime.spark.driver.lease_scheduler import LeaseSettings
+from mm2py.runtime.spark.driver.worker import SparkWorker
 from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.positions import PositionStore
 from rest_api.models import FlowStatus
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from mm2py.runtime.spark_session import spark_session
+    from mm2py.runtime.spark.driver.session import spark_session
 
     # two tasks, each with a lease and room for its successor
     session = spark_session("local[4]", app_name="mm2py-tests")
@@ -221,7 +221,7 @@ def _python_workers() -> list[int]:
             pid = info[pid][0]
         return False
 
-    daemons = {p for p, (_, cmd) in info.items() if "pyspark.daemon" in cmd and mine(p)}
+    daemons = {p for p, (_, cmd) in info.items() if "spark.daemon" in cmd and mine(p)}  # pyspark's or mm2py's
     return [p for p, (ppid, _) in info.items() if ppid in daemons]
 
 
@@ -333,35 +333,41 @@ def test_leases_hand_over_under_live_traffic_exactly_with_positions_carried_over
 ) -> None:
     """One-second leases while records keep arriving: each successor takes over from the position
     its predecessor released (no progress-topic read), and the target gets every record once."""
-    import time
 
     topic = create_topic(east.bootstrap, unique("spklive"), partitions=2)
-    produced = threading.Event()
+    enough, batches = threading.Event(), []
 
-    def live() -> None:  # ~8 s of traffic: every 0.2 s a small lz4 batch to each partition
+    def live() -> None:  # every 0.2 s a small lz4 batch to each partition, until enough hand-overs
         producer = Producer({"bootstrap.servers": east.bootstrap, "compression.type": "lz4", "linger.ms": 0,
                              "enable.idempotence": True, "acks": "all"})
-        for i in range(40):
+        for i in range(1500):  # at most 5 minutes
             for p in (0, 1):
                 for r in make_records(5, partition=p, tag=f"live{i}"):
                     producer.produce(topic, r.value, r.key, partition=p, timestamp=r.timestamp)
             assert producer.flush(30) == 0
-            time.sleep(0.2)
-        produced.set()
+            batches.append(i)
+            if enough.wait(0.2):
+                break
 
     with SparkRun(_config(east, west, topic), spark, lease_seconds=1) as run:
         producer = threading.Thread(target=live, daemon=True)
         producer.start()
-        # executor figures reach the driver while the first leases still run
-        wait_until(lambda: sum(t["records"] for t in run.flow.status()["tasks"]) > 0, 60, 0.1,
-                   "the first lease reports")
-        wait_until(produced.is_set, 60, 0.2, "the live traffic")
+        try:
+            # executor figures reach the driver while the first leases still run
+            wait_until(lambda: sum(t["records"] for t in run.flow.status()["tasks"]) > 0, 60, 0.1,
+                       "the first lease reports")
+            leases = run.worker.leases
+            assert leases is not None
+            # several successive leases per task, hand-overs with the predecessor's positions, all
+            # while records arrive (a busy machine starts Spark jobs slowly: traffic lasts until then)
+            wait_until(lambda: leases.started >= 6 and leases.table.carried_over >= 4, 180, 0.2,
+                       "six leases and four positions carried over")
+        finally:
+            enough.set()
+            producer.join(60)
+        sent = 10 * len(batches)
         wait_until(lambda: _same(east, west, topic), 60, 0.2, "the live traffic mirrored")
-        wait_until(lambda: sum(t["records"] for t in run.flow.status()["tasks"]) >= 400, 10, 0.2,
+        wait_until(lambda: sum(t["records"] for t in run.flow.status()["tasks"]) >= sent, 10, 0.2,
                    "the leases' reports")
-        leases = run.worker.leases
-        assert leases is not None
-        assert leases.started >= 6  # several successive leases per task
-        assert leases.table.carried_over >= 4  # hand-overs with the predecessor's positions
-        assert sum(t["records"] for t in run.flow.status()["tasks"]) == 400  # nothing copied twice
-    assert _assert_identical(east, west, topic) == 400
+        assert sum(t["records"] for t in run.flow.status()["tasks"]) == sent  # nothing copied twice
+    assert _assert_identical(east, west, topic) == sent

@@ -197,8 +197,8 @@ def test_level_names_are_connects() -> None:
 def test_the_spark_driver_records_the_topics_its_rounds_had_acknowledged() -> None:
     from mm2py.engine.latency import PartitionTimes
     from mm2py.engine.task_api import TaskMetrics
-    from mm2py.runtime.spark_flow import SparkFlowRunner
-    from mm2py.runtime.spark_round import RoundResult
+    from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner
+    from mm2py.runtime.spark.executor.round import RoundResult
 
     runner = SparkFlowRunner(_flow())
     told: list[set[str]] = []

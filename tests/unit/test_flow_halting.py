@@ -108,7 +108,7 @@ def test_offsets_change_only_while_stopped_and_a_halted_flow_is_removed_without_
 def test_the_spark_worker_refuses_an_offset_change_while_a_lease_still_holds_partitions() -> None:
     from types import SimpleNamespace
 
-    from mm2py.runtime.spark import SparkWorker
+    from mm2py.runtime.spark.driver.worker import SparkWorker
 
     held = SimpleNamespace(leases=SimpleNamespace(writing=lambda name: name == "east->west"))
     with pytest.raises(FlowStateError, match="still holds partitions"):
@@ -117,7 +117,7 @@ def test_the_spark_worker_refuses_an_offset_change_while_a_lease_still_holds_par
 
 
 def test_the_spark_worker_keeps_a_flow_the_state_file_keeps_stopped(tmp_path: Path) -> None:
-    from mm2py.runtime.spark import SparkWorker
+    from mm2py.runtime.spark.driver.worker import SparkWorker
 
     state = tmp_path / "state.json"
 

@@ -175,11 +175,25 @@ def test_a_task_spec_is_plain_picklable_data() -> None:
     assert again.flow.replication_policy().format_remote_topic("east", "orders") == "east.orders"
 
 
+def _package_modules(folder: Path) -> list[tuple[str, Path]]:
+    return [(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"), p)
+            for p in sorted(folder.rglob("*.py"))]
+
+
 def test_spark_runtime_does_not_import_the_inprocess_runtime() -> None:
-    spark = sorted((ROOT / "mm2py" / "runtime").glob("spark*.py"))
-    assert len(spark) >= 4, spark  # spark, spark_flow, spark_round, spark_session at least
+    spark = _package_modules(ROOT / "mm2py" / "runtime" / "spark")
+    assert len(spark) >= 12, spark  # driver (7), executor (3), wire, the packages
     inprocess = "mm2py.runtime.inprocess"
-    bad = {p.name: sorted(n for n in _imported_modules(f"mm2py.runtime.{p.stem}", p)
-                          if n == inprocess or n.startswith(f"{inprocess}."))
-           for p in spark}
+    bad = {m: sorted(n for n in _imported_modules(m, p) if n == inprocess or n.startswith(f"{inprocess}."))
+           for m, p in spark}
     assert not any(bad.values()), f"Spark modules import the in-process runtime: {bad}"
+
+
+def test_spark_executor_modules_import_no_driver_module_and_no_pyspark() -> None:
+    executor = _package_modules(ROOT / "mm2py" / "runtime" / "spark" / "executor")
+    assert len(executor) >= 3, executor
+    driver = "mm2py.runtime.spark.driver"
+    bad = {m: sorted(n for n in _imported_modules(m, p)
+                     if n == driver or n.startswith(f"{driver}.") or n.split(".")[0] == "pyspark")
+           for m, p in executor}
+    assert not any(bad.values()), f"executor modules import the driver's side or pyspark: {bad}"

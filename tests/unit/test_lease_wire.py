@@ -16,13 +16,14 @@ from hypothesis import strategies as st
 from mm2py.engine.latency import LATENCY_BUCKETS, Histogram, PartitionTimes
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.lease_coordinator import LeaseCoordinator
-from mm2py.runtime.lease_table import LeaseState, LeaseTable
-from mm2py.runtime.lease_wire import (
+from mm2py.runtime.spark.driver.lease_coordinator import LeaseCoordinator
+from mm2py.runtime.spark.driver.lease_table import LeaseState, LeaseTable
+from mm2py.runtime.spark.wire import (
     Ack,
     GoMsg,
     Hello,
     LeaseWireError,
+    Ready,
     Released,
     Report,
     StopMsg,
@@ -43,6 +44,7 @@ positions = st.dictionaries(tps, st.none() | st.builds(Position, st.integers(0, 
                                                       st.none() | st.integers(0, 2**62)), max_size=5)
 messages = st.one_of(
     st.builds(Hello, st.text(), st.text()),
+    st.builds(Ready, st.text(), st.text()),
     st.builds(Report, st.text(), st.text(), st.dictionaries(st.text(), st.integers(0, 2**62)),
               st.dictionaries(tps, st.integers(0, 2**62)), st.tuples(st.integers(0, 99), st.integers(0, 99)),
               times),
@@ -111,6 +113,8 @@ def test_the_coordinator_grants_hands_over_and_fences_over_a_socket() -> None:
             old = table.start("f", 0, [A, B], now=0)
             first = await Executor.connect(coord)
             await first.send(Hello(old.lease_id, coord.token))
+            assert await first.receive() == Ack()  # accepted: it may build its task
+            await first.send(Ready(old.lease_id, coord.token))
             assert await first.receive() == GoMsg({A: None, B: None})  # nothing to carry over yet
             await first.send(Report(old.lease_id, coord.token, {"records": 7}, {A: 3}))
             assert await first.receive() == Ack()
@@ -119,6 +123,8 @@ def test_the_coordinator_grants_hands_over_and_fences_over_a_socket() -> None:
             new = table.start("f", 0, [A, B], now=1)
             second = await Executor.connect(coord)
             await second.send(Hello(new.lease_id, coord.token))
+            assert await second.receive() == Ack()
+            await second.send(Ready(new.lease_id, coord.token))
             assert isinstance(await first.receive(), StopMsg)  # the predecessor is told to stop
             await first.send(Released(old.lease_id, coord.token, {A: Position(10, 4), B: None}))
             # only the cleanly released partition carries its position over
@@ -140,6 +146,21 @@ def test_the_coordinator_grants_hands_over_and_fences_over_a_socket() -> None:
                 await asyncio.sleep(0.02)
             assert table.leases[new.lease_id].state is LeaseState.LOST
             assert table.holder("f", A) is None
+
+            # an executor killed while its Spark job still runs (its socket closed by the kernel):
+            # the lease is given up two fence intervals after it was last heard, not before
+            third = table.start("f", 0, [A], now=2)
+            ex = await Executor.connect(coord)
+            await ex.send(Hello(third.lease_id, coord.token))
+            assert await ex.receive() == Ack()
+            await ex.send(Ready(third.lease_id, coord.token))
+            assert isinstance(await ex.receive(), GoMsg)
+            ex.writer.close()
+            closed = asyncio.get_running_loop().time()
+            while table.leases[third.lease_id].state is not LeaseState.LOST:
+                assert asyncio.get_running_loop().time() - closed < 5
+                await asyncio.sleep(0.02)
+            assert asyncio.get_running_loop().time() - closed >= 2 * 0.2 - 0.05
         finally:
             await coord.close()
 
@@ -191,6 +212,8 @@ def test_time_alone_fences_a_silent_lease_on_the_coordinators_tick_job_which_sur
             lease = table.start("f", 0, [A], now=time.monotonic())
             ex = await Executor.connect(coord)
             await ex.send(Hello(lease.lease_id, coord.token))
+            assert await ex.receive() == Ack()
+            await ex.send(Ready(lease.lease_id, coord.token))
             assert isinstance(await ex.receive(), GoMsg)
             coord.job_done(lease.lease_id)  # still connected: only time can fence it now
             armed.set()

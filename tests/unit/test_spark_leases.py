@@ -10,11 +10,11 @@ from typing import Any
 
 from mm2py.engine.task_api import TaskMetrics
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.lease_table import LeaseState
-from mm2py.runtime.lease_wire import Report
-from mm2py.runtime.spark_flow import SparkTask
-from mm2py.runtime.spark_lease import LeaseResult, LeaseWork
-from mm2py.runtime.spark_leases import LeaseScheduler, LeaseSettings, _Book
+from mm2py.runtime.spark.driver.flow_runner import SparkTask
+from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings, _Book
+from mm2py.runtime.spark.driver.lease_table import LeaseState
+from mm2py.runtime.spark.executor.lease import LeaseResult, LeaseWork
+from mm2py.runtime.spark.wire import Report
 
 A, B, C = (TopicPartition("orders", p) for p in range(3))
 
@@ -36,6 +36,19 @@ def test_a_tasks_figures_are_its_ended_leases_plus_the_running_ones_latest_repor
     book.fold(task)
     assert (task.metrics.records, task.metrics.bytes) == (31, 310)
     assert book.codec() == (3, 1)
+
+
+def test_a_lost_lease_whose_refused_rerun_ends_its_job_keeps_its_counts() -> None:
+    """Spark re-runs the task of a killed executor; the driver refuses that attempt, whose result
+    (never granted, nothing counted) ends the job: the lost lease's last report stands."""
+    task = SparkTask(0, (A,))
+    book = _Book()
+    book.live["l1"] = Report("l1", "t", {"records": 24_466, "bytes": 9}, {}, (4, 0))
+    book.fold(task)
+    seen = task.metrics.records
+    book.end("l1", LeaseResult("f", 0, "l1", (A,), granted=False))
+    book.fold(task)
+    assert task.metrics.records == seen == 24_466 and book.codec() == (4, 0)
 
 
 class FakeFlow:
@@ -78,7 +91,7 @@ def test_leases_cover_every_task_get_successors_and_follow_reassignment() -> Non
             assert sched.started == 2  # not granted yet: no successor
             table = sched.table
             for lease in list(table.leases.values()):  # both connect and are granted
-                table.hello(lease.lease_id, time.monotonic())
+                table.ready(lease.lease_id, time.monotonic())
             await asyncio.sleep(0.35)
             await sched.step()
             assert sched.started == 4  # both ran a lease length: successors started
@@ -117,7 +130,7 @@ def test_a_halted_flow_gets_its_leases_stopped_none_started_and_the_halt_waits_f
             await sched.step()
             table = sched.table
             (lease,) = table.leases.values()
-            table.hello(lease.lease_id, time.monotonic())
+            table.ready(lease.lease_id, time.monotonic())
             assert sched.writing("f")
             halted["f"] = "PAUSED"  # as the worker records it
             await sched.step()  # the step fences the flow and stops its lease

@@ -13,9 +13,10 @@ import mm2py
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.task_api import TaskMetrics
 from mm2py.protocol.types import TopicPartition as TP
-from mm2py.runtime.spark import SparkTask
-from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round, reached, run_round
-from mm2py.runtime.spark_session import default_master, job_error, runs_here, session_conf
+from mm2py.runtime.spark.driver.round_plan import plan_round
+from mm2py.runtime.spark.driver.session import default_master, job_error, runs_here, session_conf
+from mm2py.runtime.spark.driver.worker import SparkTask
+from mm2py.runtime.spark.executor.round import RoundResult, RoundWork, reached, run_round
 
 A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mm2py.config.models import MirrorMakerConfig
-from mm2py.runtime.spark import SparkWorker
+from mm2py.runtime.spark.driver.worker import SparkWorker
 
 BASE = {"clusters": "east, west", "east.bootstrap.servers": "127.0.0.1:1",
         "west.bootstrap.servers": "127.0.0.1:1", "east->west.enabled": "true",
@@ -81,7 +81,7 @@ def test_the_worker_runs_its_steps_logs_status_lines_and_stops_when_told(
 ) -> None:
     calls: list[str] = []
     worker = _worker(mode, calls)
-    with caplog.at_level(logging.INFO, logger="mm2py.runtime.spark"):
+    with caplog.at_level(logging.INFO, logger="mm2py.runtime.spark.driver.worker"):
         took = _run(worker, 1.0)
     assert took < 1.5
     assert calls[0] == "start" and calls[-1] == "stop" and calls.count("stop") == 1

@@ -4,7 +4,9 @@ One JSON object per line over a TCP connection the executor opens to the driver.
 from the executor names its lease and carries the driver's per-run token, so nothing but this
 run's executors can steer or report. Malformed lines raise :class:`LeaseWireError`.
 
-executor → driver: ``hello`` (clients connected, ready for GO), ``report`` (cumulative metrics of
+executor → driver: ``hello`` (the lease's first words, before it builds its task: the driver
+accepts the attempt with an ``ack`` or refuses it with ``stop``), ``ready`` (task built, clients
+connected, ready for GO), ``report`` (cumulative metrics of
 the lease, lag, codec work; every report interval), ``released`` (stopped and committed: each
 partition's position with its target offset, ``null`` where a produce outcome was in doubt).
 driver → executor: ``go`` (positions carried over, ``null``: load and reconcile), ``stop``, ``ack``
@@ -24,7 +26,8 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 
 __all__ = [
-    "Ack", "GoMsg", "Hello", "LeaseWireError", "Released", "Report", "StopMsg", "decode", "encode",
+    "Ack", "GoMsg", "Hello", "LeaseWireError", "Ready", "Released", "Report", "StopMsg", "decode",
+    "encode",
 ]
 
 #: the longest line either side accepts (a report of thousands of partitions fits easily)
@@ -37,6 +40,12 @@ class LeaseWireError(Mm2pyError):
 
 @dataclass(frozen=True)
 class Hello:
+    lease: str
+    token: str
+
+
+@dataclass(frozen=True)
+class Ready:
     lease: str
     token: str
 
@@ -73,7 +82,7 @@ class Ack:
     pass
 
 
-Message = Hello | Report | Released | GoMsg | StopMsg | Ack
+Message = Hello | Ready | Report | Released | GoMsg | StopMsg | Ack
 
 
 def _positions_out(positions: Mapping[TopicPartition, Position | None]) -> list[list[Any]]:
@@ -125,6 +134,8 @@ def encode(msg: Message) -> bytes:
     doc: dict[str, Any]
     if isinstance(msg, Hello):
         doc = {"t": "hello", "lease": msg.lease, "token": msg.token}
+    elif isinstance(msg, Ready):
+        doc = {"t": "ready", "lease": msg.lease, "token": msg.token}
     elif isinstance(msg, Report):
         doc = {"t": "report", "lease": msg.lease, "token": msg.token, "metrics": dict(msg.metrics),
                "lag": [[tp.topic, tp.partition, v] for tp, v in sorted(msg.lag.items())],
@@ -147,6 +158,8 @@ def decode(line: bytes) -> Message:
         kind = doc["t"]
         if kind == "hello":
             return Hello(_str(doc["lease"]), _str(doc["token"]))
+        if kind == "ready":
+            return Ready(_str(doc["lease"]), _str(doc["token"]))
         if kind == "report":
             lag = {TopicPartition(_str(t), _int(p)): _int(v) for t, p, v in doc["lag"]}
             metrics = {_str(k): _int(v) for k, v in doc["metrics"].items()}

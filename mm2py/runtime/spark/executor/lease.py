@@ -1,15 +1,17 @@
 """One lease of one mirror task, as the Spark runtime runs it on an executor.
 
-The driver (:mod:`mm2py.runtime.spark`) submits one Spark job per lease with a :class:`LeaseWork`
-(plain picklable data). :func:`run_lease` builds the task with the same code the in-process runtime
-uses (``connectors.mirror_task.build_task``), connects to the driver's coordinator and says HELLO,
-and waits for GO — which comes once no other lease holds its partitions, with the positions the
-predecessor released (so it neither re-reads the progress topic nor walks the target tail for
-them). Then it mirrors continuously, exactly as the in-process ``TaskRunner.run`` does — new data as
-it arrives, a commit every commit interval — reporting its metrics to the driver every report
-interval, until the driver says STOP (a successor is ready, the assignment changed, the worker
-stops) or it cannot hear the driver for a fence interval. It then commits and RELEASES: each
-partition's position and target offset, or ``None`` where a produce outcome is in doubt.
+The driver (:mod:`mm2py.runtime.spark.driver.worker`) submits one Spark job per lease with a
+:class:`LeaseWork` (plain picklable data). :func:`run_lease` says HELLO to the driver's coordinator
+first (a second attempt of a lease is refused before it builds anything), builds the task with the
+same code the in-process runtime uses (``connectors.mirror_task.build_task``), says READY and waits
+for GO, which comes once no other lease holds its partitions, with the positions the predecessor
+released (so it neither re-reads the progress topic nor walks the target tail for them). Then it
+mirrors continuously, exactly as the in-process ``TaskRunner.run`` does — new data as it arrives, a
+commit every commit interval — reporting its metrics to the driver every report interval, until the
+driver says STOP (a successor is ready, the assignment changed, the worker stops) or it cannot hear
+the driver for a fence interval. It then commits and RELEASES: each partition's position and target
+offset, or ``None`` where a produce outcome is in doubt.
+
 
 A lease never raises: whatever went wrong is in :attr:`LeaseResult.error`. This module does not
 import pyspark: executors only need mm2py and its dependencies.
@@ -29,9 +31,9 @@ from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import RUN_COUNTERS, TaskMetrics, TaskSpec
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.lease_wire import Ack, GoMsg, Hello, Released, Report, StopMsg, decode, encode
 from mm2py.runtime.loop_watch import freeze_start_up_heap
-from mm2py.runtime.spark_round import capture_warnings
+from mm2py.runtime.spark.executor.common import capture_warnings
+from mm2py.runtime.spark.wire import Ack, GoMsg, Hello, Ready, Released, Report, StopMsg, decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ class LeaseWork:
     token: str
     commit_interval: float = 1.0
     report_interval: float = 0.5
-    fence_seconds: float = 5.0  # no answer from the driver for this long: stop mirroring
+    fence_seconds: float = 4.0  # no answer from the driver for this long: stop mirroring
     max_seconds: float = 600.0  # a lease never runs longer (the driver normally stops it sooner)
     wait_seconds: float = 120.0  # how long to wait for GO before giving up
 
@@ -87,13 +89,22 @@ class _Link:
         self._listener = asyncio.create_task(self._listen())
 
     @classmethod
-    async def open(cls, work: LeaseWork) -> _Link:
+    async def open(cls, work: LeaseWork) -> _Link | StopMsg:
+        """Connect and say HELLO: the link once the driver ACKs, or its STOP (attempt refused)."""
         reader, writer = await asyncio.wait_for(asyncio.open_connection(*work.coordinator), 30)
-        link = cls(work, reader, writer)
-        await link.send(Hello(work.lease_id, work.token))
-        return link
+        writer.write(encode(Hello(work.lease_id, work.token)))
+        await writer.drain()
+        try:
+            answer = decode(await asyncio.wait_for(reader.readline(), 30))
+        except BaseException:
+            writer.close()
+            raise
+        if not isinstance(answer, Ack):
+            writer.close()
+            return answer if isinstance(answer, StopMsg) else StopMsg(f"unexpected answer {answer!r}")
+        return cls(work, reader, writer)
 
-    async def send(self, msg: Hello | Report | Released) -> None:
+    async def send(self, msg: Ready | Report | Released) -> None:
         self.writer.write(encode(msg))
         await self.writer.drain()
 
@@ -158,12 +169,20 @@ async def _lease(work: LeaseWork, result: LeaseResult) -> None:
     from connectors.mirror_task import build_task  # runtime composes connectors
 
     codec_start = CodecCounters.snapshot()
-    runner = await asyncio.wait_for(build_task(work.spec, commit_interval=work.commit_interval), 60)
+    opened = await _Link.open(work)  # who it is, before the seconds a task takes to build
+    if isinstance(opened, StopMsg):
+        log.info("lease %s: not started: %s", work.lease_id, opened.reason)
+        return  # refused (e.g. Spark re-ran a lease already started): it builds and writes nothing
+    link = opened
+    try:
+        runner = await asyncio.wait_for(build_task(work.spec, commit_interval=work.commit_interval), 60)
+    except BaseException:
+        await link.close()
+        raise
     freeze_start_up_heap()  # the executor's start-up objects stay out of later collections
-    link: _Link | None = None
     try:
         result.metrics = runner.metrics
-        link = await _Link.open(work)
+        await link.send(Ready(work.lease_id, work.token))
         go = await asyncio.wait_for(link.go, work.wait_seconds)
         if isinstance(go, StopMsg):
             return  # never granted: it held nothing, wrote nothing
@@ -182,8 +201,7 @@ async def _lease(work: LeaseWork, result: LeaseResult) -> None:
     finally:
         d, c = CodecCounters.snapshot()
         result.codec = (d - codec_start[0], c - codec_start[1])
-        if link is not None:
-            await link.close()
+        await link.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(runner.close(), 30)
 

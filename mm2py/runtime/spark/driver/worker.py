@@ -1,21 +1,20 @@
-"""The Spark runtime: the driver is every flow's controller, executors run the tasks.
+"""The Spark runtime's worker: the driver is every flow's controller, executors run the tasks.
 
-By default the executors run each task continuously as a lease (``spark_leases.py``: the driver's
-lease loop, ``spark_lease.py``: what an executor runs), handed over to a successor every
-``--spark-lease-seconds``. With ``--spark-mode rounds``, described here, they run bounded rounds.
+By default the executors run each task continuously as a lease (:mod:`.lease_scheduler`: the
+driver's lease loop; :mod:`mm2py.runtime.spark.executor.lease`: what an executor runs), handed
+over to a successor every ``--spark-lease-seconds``. With ``--spark-mode rounds`` they run bounded
+rounds instead.
 
 The driver does what the in-process runtime's controller does — the same
 :class:`~mm2py.runtime.flows.FlowRunnerBase` (controller, internal topics, a topic refresh every
-``refresh.topics.interval.seconds``), heartbeats — and in rounds mode runs micro-rounds: it reads
-the source end offsets of every assigned partition, plans one
-:class:`~mm2py.runtime.spark_round.RoundWork` per task with something to mirror
-(:func:`~mm2py.runtime.spark_round.plan_round`), runs them as one Spark job (one Spark task per
-mirror task) and folds the results into per-task state and metrics. A task's round starts from its
-committed progress, so a round that failed (reported back, never swallowed) is simply run again
-next round, after a short back-off.
-
-Rounds are sequential and a partition belongs to one task per round, so one writer per target
-partition holds without hand-over: a partition that moves simply goes with the next round's task.
+``refresh.topics.interval.seconds``), heartbeats. In rounds mode it reads the source end offsets of
+every assigned partition, plans one :class:`~mm2py.runtime.spark.executor.round.RoundWork` per task
+with something to mirror (:func:`~mm2py.runtime.spark.driver.round_plan.plan_round`), runs them as
+one Spark job (one Spark task per mirror task) and folds the results into per-task state and
+metrics. A task's round starts from its committed progress, so a round that failed (reported back,
+never swallowed) is simply run again next round, after a short back-off. Rounds are sequential and
+a partition belongs to one task per round, so one writer per target partition holds without
+hand-over: a partition that moves simply goes with the next round's task.
 """
 
 from __future__ import annotations
@@ -32,11 +31,11 @@ from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.scheduler import Scheduler, sleep_or_stop
 from mm2py.protocol.compression import CodecCounters
-from mm2py.runtime.spark_flow import SparkFlowRunner, SparkTask
-from mm2py.runtime.spark_lease import LeaseResult, LeaseWork, run_lease
-from mm2py.runtime.spark_leases import LeaseScheduler, LeaseSettings
-from mm2py.runtime.spark_round import RoundResult, RoundWork, run_round
-from mm2py.runtime.spark_session import default_master, job_error, spark_session
+from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner, SparkTask
+from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
+from mm2py.runtime.spark.driver.session import default_master, job_error, spark_session
+from mm2py.runtime.spark.executor.lease import LeaseResult, LeaseWork, run_lease
+from mm2py.runtime.spark.executor.round import RoundResult, RoundWork, run_round
 from mm2py.runtime.steering import FlowStateError
 from mm2py.runtime.worker_base import WorkerBase
 

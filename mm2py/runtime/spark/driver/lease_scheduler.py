@@ -37,12 +37,12 @@ from typing import Any
 from mm2py.engine.latency import PartitionTimes
 from mm2py.engine.task_api import RUN_COUNTERS, TaskSpec
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.lease_coordinator import LeaseCoordinator
-from mm2py.runtime.lease_table import Lease, LeaseState, LeaseTable
-from mm2py.runtime.lease_wire import Report
-from mm2py.runtime.spark_flow import SparkFlowRunner, SparkTask
-from mm2py.runtime.spark_lease import LeaseResult, LeaseWork
-from mm2py.runtime.spark_session import job_error
+from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner, SparkTask
+from mm2py.runtime.spark.driver.lease_coordinator import LeaseCoordinator
+from mm2py.runtime.spark.driver.lease_table import Lease, LeaseState, LeaseTable
+from mm2py.runtime.spark.driver.session import job_error
+from mm2py.runtime.spark.executor.lease import LeaseResult, LeaseWork
+from mm2py.runtime.spark.wire import Report
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class LeaseSettings:
     lease_seconds: float = 60.0  # a lease hands over to a successor after this long
     commit_interval: float = 1.0
     report_interval: float = 0.5
-    fence_seconds: float = 5.0
+    fence_seconds: float = 4.0  # a lost executor's partitions are leased again within 2x this
     ready_timeout: float = 15.0  # a successor Spark cannot place this long: stop its predecessor
 
 
@@ -85,13 +85,16 @@ class _Book:
         return d, c
 
     def end(self, lease_id: str, result: LeaseResult | None) -> None:
+        """The lease's job ended: its figures move from ``live`` to ``done``. A result that was
+        never granted says nothing of the lease (a refused re-run of a lost one): its last
+        report stands, so no counter goes down when a lease is lost."""
         live = self.live.pop(lease_id, None)
-        if result is not None:  # the executor's own final figures
+        if result is not None and (result.granted or live is None):  # the executor's final figures
             for name in RUN_COUNTERS:
                 self.done[name] += int(getattr(result.metrics, name))
             _add_times(self.done_times, result.metrics.times)
             codec = result.codec
-        elif live is not None:  # the job failed: its last report is all we know
+        elif live is not None:  # the job failed or was a refused re-run: its last report is all we know
             for name in RUN_COUNTERS:
                 self.done[name] += live.metrics.get(name, 0)
             _add_times(self.done_times, live.times)

@@ -1,6 +1,7 @@
 """The Spark driver's end of the lease connections: a small asyncio server around a :class:`LeaseTable`.
 
-Executors connect to ``host:port`` (sent to them in each lease's work), say HELLO, report every
+Executors connect to ``host:port`` (sent to them in each lease's work), say HELLO (accepted with
+an ACK or refused with STOP), READY once their task is built, report every
 report interval and RELEASE at the end; the coordinator feeds those events, Spark job ends and
 time into the table and carries its GO/STOP actions back over the connections. Reports reach the
 driver's metrics through ``on_report`` while the lease runs, not only when it ends.
@@ -16,14 +17,15 @@ import time
 from collections.abc import Callable
 
 from mm2py.engine.scheduler import Scheduler
-from mm2py.runtime.lease_table import Go, Lease, LeaseState, LeaseTable, Stop
-from mm2py.runtime.lease_wire import (
+from mm2py.runtime.spark.driver.lease_table import Go, Lease, LeaseTable, Stop
+from mm2py.runtime.spark.wire import (
     MAX_LINE,
     Ack,
     GoMsg,
     Hello,
     LeaseWireError,
     Message,
+    Ready,
     Released,
     Report,
     StopMsg,
@@ -105,19 +107,16 @@ class LeaseCoordinator:
         try:
             while line := await reader.readline():
                 msg = decode(line)
-                if not isinstance(msg, Hello | Report | Released) or msg.token != self.token:
+                if not isinstance(msg, Hello | Ready | Report | Released) or msg.token != self.token:
                     log.warning("lease connection from %s: refused a message",
                                 writer.get_extra_info("peername"))
                     break
-                if lease_id is None and isinstance(msg, Hello):
-                    if not self._first_hello(msg.lease):
-                        # a second attempt of the same lease (Spark retried its task): it must
-                        # not write; the first attempt's fate is settled by the table
-                        writer.write(encode(StopMsg("this lease was already started once")))
+                if lease_id is None:
+                    if not isinstance(msg, Hello) or not self._accept(msg.lease, writer):
                         break
                     lease_id = msg.lease
-                    self._conns[lease_id] = writer
-                if msg.lease != lease_id:
+                    continue
+                if msg.lease != lease_id or isinstance(msg, Hello):
                     break
                 self._handle(msg)
         except (LeaseWireError, ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
@@ -128,14 +127,24 @@ class LeaseCoordinator:
                 self.dispatch(self.table.disconnected(lease_id, time.monotonic()))
             writer.close()
 
-    def _first_hello(self, lease_id: str) -> bool:
-        lease = self.table.leases.get(lease_id)
-        return lease_id not in self._conns and (lease is None or lease.state is LeaseState.STARTING)
+    def _accept(self, lease_id: str, writer: asyncio.StreamWriter) -> bool:
+        """An attempt's HELLO, before it builds its task: ACK, or STOP at once (a second attempt of
+        a lease that was granted or is connected, e.g. Spark re-running it: it must not write)."""
+        actions = self.table.hello(lease_id, time.monotonic())
+        refused = [a for a in actions if isinstance(a, Stop) and a.lease_id == lease_id]
+        self.dispatch([a for a in actions if a not in refused])
+        if refused:
+            log.info("lease %s: refused an attempt: %s", lease_id, refused[0].reason)
+            writer.write(encode(StopMsg(refused[0].reason)))
+            return False
+        self._conns[lease_id] = writer
+        writer.write(encode(Ack()))
+        return True
 
-    def _handle(self, msg: Hello | Report | Released) -> None:
+    def _handle(self, msg: Ready | Report | Released) -> None:
         now = time.monotonic()
-        if isinstance(msg, Hello):
-            self.dispatch(self.table.hello(msg.lease, now))
+        if isinstance(msg, Ready):
+            self.dispatch(self.table.ready(msg.lease, now))
         elif isinstance(msg, Report):
             self.table.seen(msg.lease, now)
             lease = self.table.leases.get(msg.lease)

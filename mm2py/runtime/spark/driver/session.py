@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import mm2py
+
 #: settings the user may override
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -24,6 +26,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.default.parallelism": "2",
     "spark.python.worker.reuse": "true",
     "spark.task.maxFailures": "1",
+    # executors' Python workers fork with the task code imported (see mm2py.runtime.spark.daemon)
+    "spark.python.daemon.module": "mm2py.runtime.spark.daemon",
 }
 #: settings the mirror depends on
 FIXED_CONF: dict[str, str] = {"spark.speculation": "false"}
@@ -82,7 +86,7 @@ def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> d
         settings["spark.master"] = master
     if master is not None and runs_here(master):
         # executors are Python processes on this machine: same interpreter, same mm2py sources
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(Path(mm2py.__file__).resolve().parents[1])  # the checkout or site-packages
         paths = list(dict.fromkeys([root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
         settings.setdefault("spark.pyspark.python", sys.executable)
         settings.setdefault("spark.executorEnv.PYTHONPATH", os.pathsep.join(paths))

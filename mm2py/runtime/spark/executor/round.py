@@ -1,11 +1,12 @@
-"""One round of one mirror task, as the Spark runtime runs it on an executor; and the round plan.
+"""One round of one mirror task, as the Spark runtime runs it on an executor (``--spark-mode rounds``).
 
-The driver (``mm2py.runtime.spark``) is the controller. Each round it ships, per task with work to
-do, a :class:`RoundWork` (plain picklable data: the task's :class:`TaskSpec` and the source end
-offsets seen at round start) to an executor, where :func:`run_round` builds the task with the same
-code the in-process runtime uses (``connectors.mirror_task.build_task``), mirrors until every
-partition reached its bound or the round's time budget is spent, commits, closes its clients and
-returns a small :class:`RoundResult`.
+The driver (:mod:`mm2py.runtime.spark.driver.worker`) is the controller. Each round it ships, per
+task with work to do, a :class:`RoundWork` (plain picklable data: the task's :class:`TaskSpec` and
+the source end offsets seen at round start) to an executor, where :func:`run_round` builds the task
+with the same code the in-process runtime uses (``connectors.mirror_task.build_task``), mirrors
+until every partition reached its bound or the round's time budget is spent, commits, closes its
+clients and returns a small :class:`RoundResult`.
+
 
 Nothing is carried from one round to the next but what the task code persists: each round loads
 its positions from ``mm2-offsets.<source>.internal`` and the tail reconciler skips batches that
@@ -23,20 +24,18 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskMetrics, TaskSpec
 from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.spark.executor.common import capture_warnings
 
 log = logging.getLogger(__name__)
 
 #: how often the executor checks whether the round reached its bound
 _WATCH_SECONDS = 0.02
-#: the most warnings a round sends back to the driver
-_MAX_WARNINGS = 5
 
 
 @dataclass(frozen=True)
@@ -74,52 +73,6 @@ def reached(positions: Mapping[TopicPartition, int], until: Mapping[TopicPartiti
     return all(positions.get(tp, -1) >= end for tp, end in until.items())
 
 
-def plan_round(
-    flow: Any,
-    assignment: Mapping[int, Sequence[TopicPartition]],
-    ends: Mapping[TopicPartition, int],
-    positions: Mapping[TopicPartition, int],
-    *,
-    budget: float,
-    commit_interval: float = 1.0,
-    hold: Collection[int] = (),
-) -> list[RoundWork]:
-    """The round's work: one :class:`RoundWork` per task that has something to mirror.
-
-    A task is shipped when one of its partitions has an unknown position (never run, or its last
-    round failed) or a position different from the source end. A partition is normally bounded by
-    the source end; one whose committed position is past the end (the source log was truncated or
-    the topic recreated) is bounded just past its position, so that the task fetches there and
-    meets the source's reset, as the in-process runtime does. Tasks in ``hold`` (backing off after
-    failures) and tasks without partitions are left out."""
-    work = []
-    for task_id, parts in sorted(assignment.items()):
-        if not parts or task_id in hold:
-            continue
-        until = {}
-        for tp in parts:
-            if tp in ends:
-                pos = positions.get(tp)
-                until[tp] = pos + 1 if pos is not None and pos > ends[tp] else ends[tp]
-        if any(positions.get(tp) != ends[tp] for tp in until):
-            spec = TaskSpec(flow, task_id, tuple(parts))
-            work.append(RoundWork(spec, until, budget, commit_interval))
-    return work
-
-
-class _Warnings(logging.Handler):
-    """Keeps the last warnings logged by the task code during a round (they go back to the driver)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with contextlib.suppress(Exception):
-            self.messages.append(f"{record.name}: {record.getMessage()}"[:500])
-            del self.messages[:-_MAX_WARNINGS]
-
-
 async def _mirror(work: RoundWork, result: RoundResult) -> None:
     from connectors.mirror_task import build_task  # runtime composes connectors
 
@@ -151,20 +104,6 @@ async def _mirror(work: RoundWork, result: RoundResult) -> None:
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(runner.close(), 30)
-
-
-@contextlib.contextmanager
-def capture_warnings() -> Iterator[list[str]]:
-    """The last warnings the task code logs inside the block (they go back to the driver)."""
-    warnings = _Warnings()
-    loggers = [logging.getLogger(name) for name in ("mm2py", "connectors")]
-    for lg in loggers:
-        lg.addHandler(warnings)
-    try:
-        yield warnings.messages
-    finally:
-        for lg in loggers:
-            lg.removeHandler(warnings)
 
 
 def run_round(work: RoundWork) -> RoundResult:

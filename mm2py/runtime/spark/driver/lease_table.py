@@ -2,10 +2,12 @@
 
 A *lease* is one mirror task running continuously on a Spark executor for a while (``--lease-seconds``).
 Leases of the same partitions follow each other without a gap Spark would impose: the driver
-starts the successor (a new Spark job) while the predecessor still mirrors; once the successor has
-connected both clusters it says HELLO, the predecessor is told to STOP, finishes the batches in
-hand, commits and reports its positions (RELEASED), and only then does the successor get GO —
-with those positions, so it neither re-reads the progress topic nor walks the target tail.
+starts the successor (a new Spark job) while the predecessor still mirrors. The successor says
+HELLO as soon as its Python code runs (who it is: a second attempt of a lease is refused at once),
+builds its task, and once it has connected both clusters says READY; the predecessor is told to
+STOP, finishes the batches in hand, commits and reports its positions (RELEASED), and only then
+does the successor get GO — with those positions, so it neither re-reads the progress topic nor
+walks the target tail.
 
 Invariants (each named where the code keeps it):
 
@@ -15,10 +17,14 @@ Invariants (each named where the code keeps it):
   predecessor released cleanly (committed, no produce outcome in doubt); for any other partition
   GO carries ``None`` and the executor loads the committed position and reconciles the target
   tail, as after a crash.
-- **FENCING**: a lease whose Spark job ended without a release is given up only once its process
-  cannot write any more: its connection to the driver closed, or it has not been heard from for
-  two fence intervals (an executor that cannot reach the driver for one fence interval stops
-  mirroring by itself).
+- **FENCING**: a lease that ended without a release is given up only once its process cannot
+  write any more. An executor that cannot hear the driver for one fence interval, or whose
+  connection to it closes, stops mirroring by itself; so a lease is LOST when Spark has given up
+  on its attempt (its job ended, or a second attempt said HELLO) and its connection is closed, or
+  when it has not been heard from for two fence intervals and either Spark gave up on it or its
+  connection closed (a killed executor: its partitions are leased again within two fence
+  intervals, whatever Spark's own timeouts). A lease that is merely silent with its connection
+  open (a paused process) is not given up while its Spark job runs.
 - **HALTED**: a paused or stopped flow (:meth:`LeaseTable.halt`) gets no lease and none of its
   leases is granted; its running leases are stopped (they commit and release). Only once none of
   them holds a partition any more (:meth:`LeaseTable.writing`) may its positions be moved, and on
@@ -45,8 +51,8 @@ Key = tuple[str, TopicPartition]  # (flow name, source partition)
 
 
 class LeaseState(enum.StrEnum):
-    STARTING = "STARTING"  # its Spark job was submitted; not connected yet
-    WAITING = "WAITING"  # connected (HELLO); waiting for its partitions to be free
+    STARTING = "STARTING"  # its Spark job was submitted; not ready yet (it may have said HELLO)
+    WAITING = "WAITING"  # ready (READY); waiting for its partitions to be free
     RUNNING = "RUNNING"  # sent GO: it holds its partitions and mirrors them
     STOPPING = "STOPPING"  # sent STOP: still holds its partitions until it releases them
     RELEASED = "RELEASED"  # stopped and reported its positions
@@ -66,8 +72,10 @@ class Lease:
     started: float
     state: LeaseState = LeaseState.STARTING
     last_seen: float = 0.0  # the last message from its executor (driver clock)
-    connected: bool = False
+    connected: bool = False  # its executor's connection is open
+    hung_up: bool = False  # its connection was open and closed
     job_done: bool = False  # its Spark job returned or failed
+    rerun: bool = False  # Spark started a second attempt of it: the first is given up by Spark
     replaces: bool = False  # started as the successor of a running lease
     cancelled: bool = False  # told to stop before it was granted: never granted
     seq: int = 0  # start order: a lease only ever takes partitions over from older ones
@@ -91,7 +99,7 @@ Action = Go | Stop
 
 @dataclass
 class LeaseTable:
-    fence_seconds: float = 5.0
+    fence_seconds: float = 4.0  # see FENCING; a lost executor's partitions move within 2x this
     #: a successor that has not said HELLO after this long gets its predecessor stopped anyway
     #: (Spark may have no free slot for it until the predecessor ends)
     ready_timeout: float = 15.0
@@ -160,6 +168,24 @@ class LeaseTable:
 
     # -- events from executors and Spark ------------------------------------------------------
     def hello(self, lease_id: str, now: float) -> list[Action]:
+        """An attempt of the lease connected, before building its task. A ``Stop`` for it in the
+        answer refuses the attempt: it must build nothing and write nothing. Only the first
+        connection of a lease not yet granted is accepted; a second attempt of a lease that was
+        granted is Spark re-running it (its executor was lost), which may end the first (FENCING)."""
+        lease = self.leases.get(lease_id)
+        if lease is None or lease.state.ended:
+            return [Stop(lease_id, "unknown or ended lease")]
+        if lease.cancelled:
+            return [Stop(lease_id, "cancelled before it was granted")]
+        if lease.connected or lease.state is not LeaseState.STARTING:
+            lease.rerun = True
+            return [Stop(lease_id, "this lease was already started once"), *self.tick(now)]
+        # a lease never granted holds nothing: an attempt after a lost one may take it on
+        lease.connected, lease.hung_up, lease.last_seen = True, False, now
+        return []
+
+    def ready(self, lease_id: str, now: float) -> list[Action]:
+        """The lease built its task and connected both clusters: it may be granted."""
         lease = self.leases.get(lease_id)
         if lease is None or lease.state.ended:
             return [Stop(lease_id, "unknown or ended lease")]
@@ -192,7 +218,7 @@ class LeaseTable:
     def disconnected(self, lease_id: str, now: float) -> list[Action]:
         lease = self.leases.get(lease_id)
         if lease is not None:
-            lease.connected = False
+            lease.hung_up, lease.connected = lease.connected or lease.hung_up, False
         return self.tick(now)
 
     def job_done(self, lease_id: str, now: float) -> list[Action]:
@@ -205,10 +231,7 @@ class LeaseTable:
         """Give up fenced leases, stop predecessors of successors Spark cannot place, grant."""
         actions: list[Action] = []
         for lease in self.leases.values():
-            if lease.state.ended or not lease.job_done:
-                continue
-            # FENCING: its job ended; its process may still run only while it can hear us
-            if not lease.connected or now - lease.last_seen >= 2 * self.fence_seconds:
+            if not lease.state.ended and self._fenced(lease, now):
                 self._lose(lease)
         for lease in self.leases.values():
             waiting = lease.state is LeaseState.STARTING and lease.replaces and not lease.cancelled
@@ -224,6 +247,14 @@ class LeaseTable:
             del self.leases[k]
 
     # -- rules ------------------------------------------------------------------------------
+    def _fenced(self, lease: Lease, now: float) -> bool:
+        """FENCING: the lease's process can no longer write."""
+        given_up = lease.job_done or lease.rerun  # by Spark
+        silent = now - lease.last_seen >= 2 * self.fence_seconds
+        if given_up:
+            return not lease.connected or silent
+        return lease.hung_up and not lease.connected and silent
+
     def _lose(self, lease: Lease) -> None:
         held = lease.state in (LeaseState.RUNNING, LeaseState.STOPPING)
         lease.state = LeaseState.LOST

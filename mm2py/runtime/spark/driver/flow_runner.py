@@ -22,10 +22,11 @@ from mm2py.engine.task_api import RUN_COUNTERS, TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import acknowledged_topics
 from mm2py.runtime.flows import FlowRunnerBase
-from mm2py.runtime.spark_round import RoundResult, RoundWork, plan_round
+from mm2py.runtime.spark.driver.round_plan import plan_round
+from mm2py.runtime.spark.executor.round import RoundResult, RoundWork
 
 if TYPE_CHECKING:
-    from mm2py.runtime.spark_lease import LeaseResult
+    from mm2py.runtime.spark.executor.lease import LeaseResult
 
 log = logging.getLogger(__name__)
 
