@@ -287,6 +287,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--rate", type=float, default=200.0, help="trickle records/s over all partitions")
     ap.add_argument("--seconds", type=float, help="trickle window (default 120; 30 with --quick)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the peers this many times, the order reversed every other round (a "
+                    "peer is not always the first on freshly started brokers, whose JIT still works)")
     ap.add_argument("--settle", type=float, default=10.0, help="s between catch-up and the window")
     ap.add_argument("--sample-partitions", type=int, default=400,
                     help="partitions whose records' latency is measured (spread over every topic)")
@@ -315,6 +318,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ap.error(f"--peers: distinct names out of {','.join(PEERS)}")
     if args.topics < 1 or args.partitions < args.topics or args.backlog < 1 or args.sample_partitions < 1:
         ap.error("need --topics >= 1, --partitions >= --topics, --backlog >= 1, --sample-partitions >= 1")
+    if args.rounds < 1:
+        ap.error("need --rounds >= 1")
     if args.rate <= 0 or args.seconds <= 0 or args.settle < 0 or args.tasks < 1 or args.record_size < HEADER:
         ap.error(f"need --rate > 0, --seconds > 0, --settle >= 0, --tasks >= 1, --record-size >= {HEADER}")
     for kv in args.mm2py_prop + args.mm2_prop:
@@ -373,14 +378,18 @@ def main(argv: list[str]) -> int:
                 env = stack.enter_context(local_clusters(workdir))
             warm(env, args)
             run, rows, loads = uuid.uuid4().hex[:6], [], []
-            for n, peer in enumerate(args.peers, start=1):
+            order = [(k, peer) for k in range(args.rounds)
+                     for peer in (args.peers if k % 2 == 0 else args.peers[::-1])]
+            for n, (k, peer) in enumerate(order, start=1):
                 if stopping:
                     sys.exit(143)
-                loads.append(f"{peer} {os.getloadavg()[0]:.2f}")
-                print(f"running {peer} (load average {os.getloadavg()[0]:.2f}) ...", flush=True)
+                label = peer if args.rounds == 1 else f"{peer} (round {k + 1})"
+                loads.append(f"{label} {os.getloadavg()[0]:.2f}")
+                print(f"running {label} (load average {os.getloadavg()[0]:.2f}) ...", flush=True)
                 rows.append(run_peer(peer, n, run, env, args))
                 r = rows[-1]
-                print(f"  {peer}: catch-up {fmt(r.catchup_s, '.1f')} s, window CPU {fmt(r.cpu, '.1f')} s, "
+                r.peer = label
+                print(f"  {label}: catch-up {fmt(r.catchup_s, '.1f')} s, window CPU {fmt(r.cpu, '.1f')} s, "
                       f"p99 {fmt(r.percentile(0.99), '.1f')} ms" + (f" - {r.error}" if r.error else ""),
                       flush=True)
         print(f"\n{datetime.now():%Y-%m-%d %H:%M}, {args.partitions:,} partitions in {args.topics} topics, "
