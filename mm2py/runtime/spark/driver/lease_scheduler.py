@@ -154,6 +154,10 @@ class LeaseScheduler:
             del self._runner_of[lease_id]
         for name in {lease.flow for lease in self._active()} - set(self.flows):
             self._stop_flow(name, "the flow was removed")
+        for lease, why in self.table.lost:
+            log.info("%s task %d: lease %s given up (%s)%s", lease.flow, lease.task_id, lease.lease_id,
+                     why, "" if lease.flow in self.table.halted else "; a new lease takes its partitions")
+        self.table.lost.clear()
         for flow in list(self.flows.values()):
             self._cover(flow, time.monotonic())
         self.table.prune()

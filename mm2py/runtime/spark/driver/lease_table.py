@@ -109,6 +109,8 @@ class LeaseTable:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     carried_over: int = 0  # partitions granted with their predecessor's position (EXACT_HANDOFF)
     halted: set[str] = field(default_factory=set)  # flows paused or stopped (HALTED)
+    #: leases given up since the driver last looked, each with why (it logs them)
+    lost: list[tuple[Lease, str]] = field(default_factory=list)
 
     # -- the driver's side ------------------------------------------------------------------
     def start(self, flow: str, task_id: int, partitions: Iterable[TopicPartition], now: float) -> Lease:
@@ -258,6 +260,10 @@ class LeaseTable:
     def _lose(self, lease: Lease) -> None:
         held = lease.state in (LeaseState.RUNNING, LeaseState.STOPPING)
         lease.state = LeaseState.LOST
+        why = ("Spark re-ran it" if lease.rerun else "its Spark job ended" if lease.job_done
+               else "its executor's connection closed")
+        self.lost.append((lease, why + ("" if lease.connected else ", connection closed")
+                          if lease.rerun or lease.job_done else why))
         if held:
             for tp in lease.partitions:
                 self._let_go(lease, tp, None)
