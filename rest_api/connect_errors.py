@@ -25,6 +25,7 @@ from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.runtime.flow_offsets import OffsetResetError
 from mm2py.runtime.steering import (
     ClusterConflictError,
+    FlowConflictError,
     FlowExistsError,
     FlowNotFoundError,
     FlowStateError,
@@ -47,7 +48,7 @@ class ConnectError(Mm2pyError):
 #: errors of the layers below as Connect answers them (a reset while running is a 400 in Connect)
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (ConfigError, 400), (OffsetResetError, 400), (FlowStateError, 400), (FlowNotFoundError, 404),
-    (FlowExistsError, 409), (ClusterConflictError, 409), (SecurityError, 401),
+    (FlowExistsError, 409), (FlowConflictError, 409), (ClusterConflictError, 409), (SecurityError, 401),
     (ClusterUnreachableError, 503), (Mm2pyError, 500),
 )
 
