@@ -11,60 +11,14 @@ from typing import Any
 
 import fake_flows
 import pytest
-from fake_flows import fake_controller
+from fake_flows import BASE, FakeWorker
 
 from mm2py.config.errors import ConfigError
-from mm2py.config.models import FlowConfig, MirrorMakerConfig, check_flow_name
+from mm2py.config.models import MirrorMakerConfig, check_flow_name
 from mm2py.engine.flow_overlap import first_overlap, older_claim
 from mm2py.protocol.connect_offsets import Position, encode_key, encode_value, fold
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.steering import FlowConflictError, FlowExistsError, FlowNotFoundError
-from mm2py.runtime.worker_base import WorkerBase
-
-BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstrap.servers": "w:1",
-        "emit.heartbeats.enabled": "false", "tasks.max": "2"}
-
-
-class FakeRunner:
-    def __init__(self, flow: FlowConfig) -> None:
-        self.flow = flow
-        self.controller = fake_controller(flow)
-        self.state = "UNASSIGNED"
-        self.calls: list[str] = []
-
-    @property
-    def name(self) -> str:
-        return self.flow.name
-
-    async def start(self) -> None:
-        self.calls.append("start")
-        self.state = "RUNNING"
-
-    async def stop(self) -> None:
-        self.calls.append("stop")
-        self.state = "STOPPED"
-
-    async def refresh(self) -> None:
-        self.calls.append("refresh")
-
-    def set_topic_filter(self, topic_filter: Any) -> None:
-        self.controller.set_topic_filter(topic_filter)
-
-
-class FakeWorker(WorkerBase[FakeRunner]):
-    def __init__(self, state_file: Path | None = None, **extra: str) -> None:
-        self._init_steering(MirrorMakerConfig.from_flat({**BASE, **extra}),
-                            str(state_file) if state_file else None)
-        self.flows = self._initial_runners()
-        self._init_heartbeats(self.config)
-
-    def _new_runner(self, flow: FlowConfig) -> FakeRunner:
-        return FakeRunner(flow)
-
-    async def start(self) -> None:
-        self._started = True
-        for runner in self._runnable():
-            await runner.start()
 
 
 @pytest.fixture(autouse=True)
