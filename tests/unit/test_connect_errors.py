@@ -5,20 +5,37 @@ sub-routes, wrong methods, bad JSON, bodies of the wrong shape, and errors nobod
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
 from typing import Any
 
+import httpx
 import pytest
 from fake_flows import FakeWorker
-from fastapi.testclient import TestClient
 
 from rest_api.app import create_app
 
 
-@pytest.fixture
-def http() -> Iterator[TestClient]:
-    with TestClient(create_app(FakeWorker()), raise_server_exceptions=False) as client:
-        yield client
+class AppClient:
+    """Requests straight to the ASGI app (no server, no socket), each on a fresh event loop."""
+
+    def __init__(self) -> None:
+        self.app = create_app(FakeWorker())
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        async def send() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://mm2py") as client:
+                return await client.request(method, path, **kwargs)
+
+        return asyncio.run(send())
+
+    def get(self, path: str) -> httpx.Response:
+        return self.request("GET", path)
+
+
+@pytest.fixture(scope="module")
+def http() -> AppClient:
+    return AppClient()
 
 
 def _connect_error(r: Any, status: int) -> str:
@@ -40,7 +57,7 @@ UNKNOWN = [
 
 
 @pytest.mark.parametrize(("method", "path"), UNKNOWN)
-def test_an_unknown_connector_plugin_or_logger_is_a_connect_404(http: TestClient, method: str,
+def test_an_unknown_connector_plugin_or_logger_is_a_connect_404(http: AppClient, method: str,
                                                                 path: str) -> None:
     assert "nobody" in _connect_error(http.request(method, path), 404) or "nobody" not in path
 
@@ -48,7 +65,7 @@ def test_an_unknown_connector_plugin_or_logger_is_a_connect_404(http: TestClient
 @pytest.mark.parametrize("path", ["/connectors/m/nothing", "/connectors/m/tasks/0/nothing",
                                   "/connectors/m/tasks/first/status", "/connector-plugins/x/y/z",
                                   "/admin/nothing", "/admin", "/connectors/a/b/c/d/e"])
-def test_an_unknown_route_under_the_facade_is_a_connect_404(http: TestClient, path: str) -> None:
+def test_an_unknown_route_under_the_facade_is_a_connect_404(http: AppClient, path: str) -> None:
     assert _connect_error(http.get(path), 404) == "HTTP 404 Not Found"
 
 
@@ -57,7 +74,7 @@ def test_an_unknown_route_under_the_facade_is_a_connect_404(http: TestClient, pa
     ("GET", "/connectors/m/pause"), ("POST", "/connectors/m/config"), ("DELETE", "/admin/loggers"),
     ("POST", "/admin/loggers/mm2py"), ("PATCH", "/connectors/m/status"),
 ])
-def test_a_wrong_method_is_a_connect_405(http: TestClient, method: str, path: str) -> None:
+def test_a_wrong_method_is_a_connect_405(http: AppClient, method: str, path: str) -> None:
     assert _connect_error(http.request(method, path), 405) == "HTTP 405 Method Not Allowed"
 
 
@@ -73,13 +90,13 @@ def test_a_wrong_method_is_a_connect_405(http: TestClient, method: str, path: st
     ("PUT", "/admin/loggers/mm2py", b'{"lvl": "INFO"}'),
     ("PUT", "/connector-plugins/MirrorSourceConnector/config/validate", b'[1, 2]'),
 ])
-def test_a_bad_body_is_a_connect_400(http: TestClient, method: str, path: str, body: bytes) -> None:
+def test_a_bad_body_is_a_connect_400(http: AppClient, method: str, path: str, body: bytes) -> None:
     r = http.request(method, path, content=body, headers={"content-type": "application/json"})
     _connect_error(r, 400)
 
 
 def test_an_unexpected_error_is_a_connect_500_and_the_flows_api_keeps_its_body(
-    http: TestClient, monkeypatch: pytest.MonkeyPatch
+    http: AppClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(*_: Any) -> Any:
         raise RuntimeError("the registry is gone")
