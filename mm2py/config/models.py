@@ -245,8 +245,8 @@ class FlowConfig(FlowSettings):
         """A flow of the same pair named ``label``: this one's resolved configuration with
         ``settings`` (MM2 names) over it, enabled."""
         check_flow_name(label, self.source, self.target)
-        flow = self.with_settings({**settings, "enabled": True})
-        return flow.model_copy(update={"label": None if label == self.pair else label})
+        named = self.model_copy(update={"label": None if label == self.pair else label})
+        return named.with_settings({**settings, "enabled": True})  # errors name "<label>.<key>"
 
     def replication_policy(self) -> ReplicationPolicy:
         return policy_from_config(

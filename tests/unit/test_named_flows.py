@@ -61,6 +61,9 @@ def test_positions_are_keyed_by_the_flows_connector_name_in_one_progress_topic()
     assert (unnamed.name, unnamed.connector_name) == ("east->west", "MirrorSourceConnector")
     assert (fast.name, fast.pair, fast.connector_name, fast.label) == ("fast", "east->west", "fast", "fast")
     assert unnamed.named("east->west", {}).label is None  # the pair's own name: the unnamed flow
+    with pytest.raises(ConfigError) as err:
+        unnamed.named("fast", {"tasks.max": "many"})
+    assert err.value.key == "fast.tasks.max"
     assert json.loads(encode_key("east", tp, "fast"))[0] == "fast"
     mine: dict[TopicPartition, Position] = {}
     theirs: dict[TopicPartition, Position] = {}
