@@ -5,8 +5,9 @@ pause, resume, stop, restart and delete MirrorMaker 2's connectors here (this mo
 :class:`Facade` and the config and status routes; :mod:`rest_api.connect_control`: the state
 changes, KIP-875 offsets and KIP-558 topics; :mod:`rest_api.connect_plugins`: ``/``, the plugins
 and validation; :mod:`rest_api.loggers`: ``/admin/loggers``). How connector configs map onto flows
-is :mod:`rest_api.connect_config`'s; every flow not created as a connector is listed under its own
-name (``east->west``) as a MirrorSourceConnector. Errors have Connect's body,
+is :mod:`rest_api.connect_config`'s (a MirrorSourceConnector is a flow named as the connector, so
+a pair may have several); every flow not created as a connector is listed under its own name
+(``east->west``, ``mirror-east-west-fast``) as a MirrorSourceConnector. Errors have Connect's body,
 ``{"error_code": <status>, "message": "..."}``.
 """
 

@@ -170,3 +170,37 @@ def test_a_state_file_from_before_named_flows_loads_unchanged(tmp_path: Path) ->
     state.write_text(json.dumps({**old, "sections": {"flows": {"x": {"source": "east"}}}}))
     with pytest.raises(ConfigError, match="flow 'x'"):
         FakeWorker(state)
+
+
+def test_source_connectors_are_named_flows_and_the_pairs_checkpoint_connector_applies_to_each() -> None:
+    from rest_api.connect import Facade
+    from rest_api.connect_errors import ConnectError
+
+    def config(cls: str, **extra: str) -> dict[str, str]:
+        return {"connector.class": cls, "source.cluster.alias": "east", "target.cluster.alias": "west",
+                **extra}
+
+    async def run() -> None:
+        worker = FakeWorker()
+        await worker.start()
+        facade = Facade(worker)
+        fast = config("MirrorSourceConnector", topics="orders", **{"tasks.max": "3"})
+        assert await facade.put("fast", fast, create_only=True)
+        await facade.put("slow", config("MirrorSourceConnector", topics="payments"), create_only=True)
+        assert facade.lookup("fast")[:2] == ("source", "fast") and sorted(facade.names()) == ["fast", "slow"]
+        assert not worker.flows["fast"].flow.emit_checkpoints_enabled  # no checkpoint connector yet
+        with pytest.raises(FlowConflictError, match="'orders'"):
+            await facade.put("all", config("MirrorSourceConnector"), create_only=True)
+        await facade.put("cp", config("MirrorCheckpointConnector", **{"sync.group.offsets.enabled": "true"}),
+                         create_only=True)
+        assert all(worker.flows[n].flow.sync_group_offsets_enabled for n in ("fast", "slow"))
+        with pytest.raises(ConnectError, match=r"has a .*MirrorCheckpointConnector already"):
+            await facade.put("cp2", config("MirrorCheckpointConnector"), create_only=True)
+        await facade.put("late", config("MirrorSourceConnector", topics="audit"), create_only=True)
+        assert worker.flows["late"].flow.sync_group_offsets_enabled  # the pair's connector applies
+        await facade.delete("cp")
+        assert not any(r.flow.emit_checkpoints_enabled for r in worker.flows.values())
+        await facade.delete("fast")
+        assert list(worker.flows) == ["slow", "late"] and "fast" not in worker.named
+
+    asyncio.run(run())
