@@ -140,7 +140,7 @@ class CheckpointConnector:
 
     def _on_progress(self, key: bytes | None, value: bytes | None) -> None:
         try:
-            fold(self.progress, self.flow.source, key, value)
+            fold(self.progress, self.flow.source, key, value, self.flow.connector_name)
         except MalformedOffsetRecordError as exc:
             log.warning("%s: ignoring a malformed progress record: %s", self.flow.name, exc)
 

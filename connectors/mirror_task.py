@@ -34,7 +34,8 @@ class FlowProgressKeeper:
 
     def __init__(self, flow: FlowConfig) -> None:
         self.flow = flow
-        self.progress = PositionStore(ClusterAdmin.for_cluster(flow, "target"), flow.source)
+        self.progress = PositionStore(ClusterAdmin.for_cluster(flow, "target"), flow.source,
+                                      connector=flow.connector_name)
         self.syncs: OffsetSyncWriter | None = None
         if flow.emit_offset_syncs_enabled:
             side: Side = "source" if flow.offset_syncs_topic_location == "source" else "target"

@@ -174,7 +174,7 @@ def _translate_directly(
 
     def on_progress(key: bytes | None, value: bytes | None) -> None:
         with contextlib.suppress(MalformedOffsetRecordError):  # not ours to judge; skipped as MM2 would
-            fold(progress, flow.source, key, value)
+            fold(progress, flow.source, key, value, None)  # every flow of the pair (disjoint topics)
 
     syncs = OffsetSyncStore()
 

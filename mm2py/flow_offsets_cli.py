@@ -1,10 +1,11 @@
 """``mm2py flow-offsets``: read or reset a flow's committed source positions, straight on the clusters.
 
-The same as ``GET/PATCH/DELETE /flows/{source}/{target}/offsets`` (KIP-875's idea for MM2's
+The same as ``GET/PATCH/DELETE /flows/{name}/offsets`` (KIP-875's idea for MM2's
 source connector) for when no worker runs: ``get`` prints each source partition's position (the
 next offset to mirror) and the target offset it maps to; ``reset`` moves chosen partitions to an
 offset, ``earliest`` or ``latest``, or forgets positions (the partitions then start as never
-mirrored). A reset is a dry run unless ``--execute``. This command cannot see workers: run it only
+mirrored). ``--name`` picks one of the pair's named flows (their positions are kept apart, keyed
+by the flow's name). A reset is a dry run unless ``--execute``. This command cannot see workers: run it only
 while no worker runs the flow (or the flow is stopped), or the worker's next commit overwrites it.
 """
 
@@ -37,6 +38,8 @@ def add_parser(sub: Any) -> None:
     for c in (get, reset):
         c.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
         c.add_argument("--flow", required=True, help="source->target, e.g. east->west")
+        c.add_argument("--name", help="a named flow of that pair (a Connect connector's name, e.g. "
+                                      "mirror-east-west-fast); without it, the pair's unnamed flow")
         c.add_argument("--json", action="store_true", help="print JSON instead of a table")
         c.set_defaults(func=run)
     reset.add_argument("--partition", "-p", action="append", default=[], metavar="TOPIC:N",
@@ -82,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--flow must look like source->target, got {args.flow!r}", "--flow")
     source, target = (part.strip() for part in args.flow.split("->"))
     flow = load_config(args.config).flow(source, target)
+    if args.name:  # its positions are keyed by its name; the pair's replication policy names targets
+        flow = flow.named(args.name, {})
     if args.flow_offsets_command == "get":
         rows = asyncio.run(read_offsets(flow))
         _print(rows, args.json)

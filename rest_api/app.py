@@ -1,6 +1,8 @@
 """The HTTP API of a running worker: create, inspect, change, restart and remove mirror flows.
 
-A flow is addressed as ``/flows/{source}/{target}``. Bodies use MM2's setting names; every change is
+A flow is addressed by its name, ``/flows/{name}`` (a pair may have several flows, each with its own
+name; a pair's unnamed flow is ``east->west``), or by its pair, ``/flows/{source}/{target}``, where
+the pair has one (:mod:`rest_api.flow_paths`). Bodies use MM2's setting names; every change is
 validated like the configuration file (the error names the key) before anything is touched, and a
 flow whose clusters cannot be reached is not left half-created.
 """
@@ -31,6 +33,7 @@ from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.metrics import WorkerCollector
 from mm2py.runtime.steering import (
     ClusterConflictError,
+    FlowConflictError,
     FlowExistsError,
     FlowNotFoundError,
     FlowStateError,
@@ -41,6 +44,7 @@ from rest_api.connect import Facade, connect_router
 from rest_api.connect_control import control_router
 from rest_api.connect_plugins import plugins_router
 from rest_api.flow_control import flow_control_router
+from rest_api.flow_paths import PairPaths
 from rest_api.loggers import loggers_router
 from rest_api.models import (
     ClusterInfo,
@@ -66,6 +70,7 @@ _STATUS: dict[type[Exception], int] = {
     ConfigError: 400,
     FlowNotFoundError: 404,
     FlowExistsError: 409,
+    FlowConflictError: 409,  # two flows of a pair would mirror one topic; a pair with several flows
     ClusterConflictError: 409,
     FlowStateError: 409,  # e.g. an offsets reset while the flow runs
     OffsetResetError: 400,
@@ -125,6 +130,7 @@ def create_app(worker: AnyWorker) -> FastAPI:
     facade = Facade(worker)
     for router in (connect_router(facade), control_router(facade), plugins_router(worker), loggers_router()):
         app.include_router(router)
+    app.add_middleware(PairPaths)
     connect_errors.install(app)
     _metrics_route(app, worker)
     return app
@@ -168,33 +174,35 @@ def _flow_routes(app: FastAPI, worker: AnyWorker) -> None:
     @app.post("/flows", status_code=201)
     async def create_flow(body: FlowCreate) -> FlowStatus:
         clusters = {alias: spec.keys() for alias, spec in body.clusters.items()}
-        runner = await worker.add_flow(body.source, body.target, body.all_settings(), clusters)
+        runner = await worker.add_flow(body.source, body.target, body.all_settings(), clusters,
+                                       name=body.name)
         return _status(runner)
 
-    @app.get("/flows/{source}/{target}")
-    async def get_flow(source: str, target: str) -> FlowStatus:
-        return _status(worker.flow(f"{source}->{target}"))
+    @app.get("/flows/{name}")
+    async def get_flow(name: str) -> FlowStatus:
+        """A flow by name (``/flows/{source}/{target}``: the pair's, where it has one)."""
+        return _status(worker.flow(name))
 
-    @app.get("/flows/{source}/{target}/config")
-    async def get_config(source: str, target: str) -> dict[str, Any]:
-        flow = worker.flow(f"{source}->{target}").flow
-        data = flow.model_dump(by_alias=True, exclude={"source_cluster", "target_cluster"})
-        return _redacted(data)
+    @app.get("/flows/{name}/config")
+    async def get_config(name: str) -> dict[str, Any]:
+        flow = worker.flow(name).flow
+        data = flow.model_dump(by_alias=True, exclude={"source_cluster", "target_cluster", "label"})
+        return _redacted({"name": flow.name, **data})
 
-    @app.patch("/flows/{source}/{target}")
-    async def update_flow(source: str, target: str, body: FlowUpdate) -> FlowStatus:
+    @app.patch("/flows/{name}")
+    async def update_flow(name: str, body: FlowUpdate) -> FlowStatus:
         settings = body.all_settings()
         if not settings:
-            return _status(worker.flow(f"{source}->{target}"))
-        return _status(await worker.update_flow(f"{source}->{target}", settings))
+            return _status(worker.flow(name))
+        return _status(await worker.update_flow(name, settings))
 
-    @app.post("/flows/{source}/{target}/restart")
-    async def restart_flow(source: str, target: str) -> FlowStatus:
-        return _status(await worker.restart_flow(f"{source}->{target}"))
+    @app.post("/flows/{name}/restart")
+    async def restart_flow(name: str) -> FlowStatus:
+        return _status(await worker.restart_flow(name))
 
-    @app.delete("/flows/{source}/{target}", status_code=204)
-    async def delete_flow(source: str, target: str) -> Response:
-        await worker.remove_flow(f"{source}->{target}")
+    @app.delete("/flows/{name}", status_code=204)
+    async def delete_flow(name: str) -> Response:
+        await worker.remove_flow(name)
         return Response(status_code=204)
 
 

@@ -5,14 +5,16 @@ pause, resume, stop, restart and delete MirrorMaker 2's connectors here (this mo
 :class:`Facade` and the config and status routes; :mod:`rest_api.connect_control`: the state
 changes, KIP-875 offsets and KIP-558 topics; :mod:`rest_api.connect_plugins`: ``/``, the plugins
 and validation; :mod:`rest_api.loggers`: ``/admin/loggers``). How connector configs map onto flows
-is :mod:`rest_api.connect_config`'s; every flow not created as a connector is listed under its own
-name (``east->west``) as a MirrorSourceConnector. Errors have Connect's body,
+is :mod:`rest_api.connect_config`'s (a MirrorSourceConnector is a flow named as the connector, so
+a pair may have several); every flow not created as a connector is listed under its own name
+(``east->west``, ``mirror-east-west-fast``) as a MirrorSourceConnector. Errors have Connect's body,
 ``{"error_code": <status>, "message": "..."}``.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -77,21 +79,36 @@ class Facade:
     def _pair(self, config: dict[str, str]) -> str:
         return f"{config['source.cluster.alias']}->{config['target.cluster.alias']}"
 
-    def _registered(self, kind: Kind, flow: str) -> str | None:
+    def _flow_of(self, name: str, config: dict[str, str]) -> str:
+        """What a connector drives: a MirrorSourceConnector its own flow, named as it is (one
+        registered before flows had names, not in the worker's named flows: its pair's unnamed
+        flow); a checkpoint or heartbeat connector its pair (the name of the pair)."""
+        if connector_kind(config) == "source" and name in self.worker.named:
+            return name
+        return self._pair(config)
+
+    def _registered(self, kind: Kind, pair: str) -> str | None:
+        """The pair's checkpoint or heartbeat connector (one per pair)."""
         for name, config in self.worker.connectors.items():
-            if connector_kind(config) == kind and self._pair(config) == flow:
+            if connector_kind(config) == kind and self._pair(config) == pair:
                 return name
         return None
 
+    def pair_flows(self, pair: str) -> list[str]:
+        """The running flows of ``pair``, oldest first (the checkpoint connector applies to each)."""
+        return [n for n, r in self.worker.flows.items() if r.flow.pair == pair]
+
     def names(self) -> list[str]:
-        flows = [f for f in self.worker.flows if self._registered("source", f) is None]
-        return sorted(self.worker.connectors) + sorted(flows)
+        driven = {self._flow_of(n, c) for n, c in self.worker.connectors.items()
+                  if connector_kind(c) == "source"}
+        return sorted(self.worker.connectors) + sorted(f for f in self.worker.flows if f not in driven)
 
     def lookup(self, name: str) -> tuple[Kind, str, dict[str, str]]:
-        """(kind, flow name, config) of a connector; 404 for an unknown one."""
+        """(kind, flow name — the pair's for a checkpoint or heartbeat connector —, config) of a
+        connector; 404 for an unknown one."""
         config = self.worker.connectors.get(name)
         if config is not None:
-            return connector_kind(config), self._pair(config), config
+            return connector_kind(config), self._flow_of(name, config), config
         runner = self.worker.flows.get(name)
         if runner is None:
             raise ConnectError(404, f"connector {name!r} not found")
@@ -106,7 +123,7 @@ class Facade:
 
     def status(self, name: str, worker: str) -> dict[str, Any]:
         kind, flow, _ = self.lookup(name)
-        runner = self.worker.flows.get(flow)
+        runner = self._runner_of(kind, flow)
         state, trace, tasks = "UNASSIGNED", None, [{"id": 0, "state": "RUNNING"}]
         if kind == "heartbeat":
             state = "RUNNING" if flow in self.worker.heartbeats else "UNASSIGNED"
@@ -129,6 +146,13 @@ class Facade:
         shaped = [{"id": t["id"], "state": t["state"], "worker_id": worker,
                    **({"trace": t["trace"]} if t.get("trace") else {}), "version": VERSION} for t in tasks]
         return {"name": name, "connector": connector, "tasks": shaped, "type": "source"}
+
+    def _runner_of(self, kind: Kind, flow: str) -> Any:
+        """A source connector's flow; for a checkpoint connector, the pair's oldest flow."""
+        if kind == "source":
+            return self.worker.flows.get(flow)
+        flows = self.pair_flows(flow)
+        return self.worker.flows[flows[0]] if flows else None
 
     def task_status(self, name: str, task: int, worker: str) -> dict[str, Any]:
         """One task's status; 404 for a task the connector does not have (as when stopped)."""
@@ -167,20 +191,25 @@ class Facade:
             raise ConnectError(400, f"initial_state {initial_state} applies to a MirrorSourceConnector; "
                                     f"a {CLASSES[kind]} follows its pair's flow")
         pair = f"{raw.get('source.cluster.alias')}->{raw.get('target.cluster.alias')}"
-        plan = plan_connector(raw, has_checkpoint=self._registered("checkpoint", pair) is not None,
+        checkpoint = self._registered("checkpoint", pair)
+        plan = plan_connector(raw, has_checkpoint=checkpoint is not None,
                               has_heartbeat=self._registered("heartbeat", pair) is not None)
         if "->" in name and name != plan.flow:
             raise ConnectError(400, f"a connector named like a flow must be that flow's: {name!r}")
+        flow = name if kind == "source" else plan.flow  # a new source connector: a flow of its own
         if exists:
-            old_kind, old_flow, _ = self.lookup(name)
-            if (old_kind, old_flow) != (kind, plan.flow):
-                raise ConnectError(400, f"connector {name!r} is a {CLASSES[old_kind]} of {old_flow}; "
+            old_kind, flow, old = self.lookup(name)
+            if (old_kind, self._pair(old)) != (kind, pair):
+                raise ConnectError(400, f"connector {name!r} is a {CLASSES[old_kind]} of {flow}; "
                                         "delete it to create another connector under its name")
-        other = self._registered(kind, plan.flow)
+        other = self._registered(kind, plan.flow) if kind != "source" else None
         if other is not None and other != name:
             raise ConnectError(409, f"{plan.flow} has a {CLASSES[kind]} already: {other!r}")
+        if kind == "source" and checkpoint is not None:  # that connector's settings apply to it too
+            checkpointing = plan_connector(self.worker.connectors[checkpoint]).settings
+            plan = replace(plan, settings={**plan.settings, **checkpointing})
         halted = initial_state if initial_state in ("PAUSED", "STOPPED") else None
-        await self._apply(name, kind, plan, exists, halted)
+        await self._apply(flow, kind, plan, exists, halted)
         self.worker.connectors[name] = as_text(raw)
         self.worker.store.save(self.worker.overlay)
         return not exists
@@ -195,12 +224,13 @@ class Facade:
                 config[key] = value
         await self.put(name, config, create_only=False)
 
-    async def _apply(self, name: str, kind: Kind, plan: Any, exists: bool, halted: str | None) -> None:
-        w, flow = self.worker, plan.flow
+    async def _apply(self, flow: str, kind: Kind, plan: Any, exists: bool, halted: str | None) -> None:
+        """``flow``: the source connector's own flow; the pair's name for the other kinds."""
+        w = self.worker
         if kind == "source":
             keep: set[str] = set()  # the settings of the pair's checkpoint and heartbeat connectors
             for aux in ("checkpoint", "heartbeat"):
-                if self._registered(aux, flow) is not None:
+                if self._registered(aux, plan.flow) is not None:
                     keep |= owned_keys(aux)
             if exists:
                 await w.update_flow(flow, plan.settings, drop=lambda k: k not in keep)
@@ -209,12 +239,14 @@ class Facade:
                                         f"PUT /connectors/{flow}/config to change it")
             else:
                 await w.add_flow(plan.source, plan.target, plan.settings, plan.clusters,
-                                 drop=lambda k: k not in keep, halted=halted)
+                                 drop=lambda k: k not in keep, halted=halted, name=flow)
         elif kind == "checkpoint":
-            if flow not in w.flows:
+            flows = self.pair_flows(flow)
+            if not flows:
                 raise ConnectError(400, f"a MirrorCheckpointConnector needs its pair's flow: create "
-                                        f"the MirrorSourceConnector of {flow} first")
-            await w.update_flow(flow, plan.settings, drop=owned_keys(kind).__contains__)
+                                        f"a MirrorSourceConnector of {flow} first")
+            for each in flows:
+                await w.update_flow(each, plan.settings, drop=owned_keys(kind).__contains__)
         else:
             await w.set_pair_settings(plan.source, plan.target, plan.settings, plan.clusters,
                                       drop=owned_keys(kind).__contains__)
@@ -224,8 +256,9 @@ class Facade:
         w = self.worker
         if kind == "source" and flow in w.flows:
             await w.remove_flow(flow)
-        elif kind == "checkpoint" and flow in w.flows:
-            await w.update_flow(flow, released_settings(kind), drop=owned_keys(kind).__contains__)
+        elif kind == "checkpoint":
+            for each in self.pair_flows(flow):
+                await w.update_flow(each, released_settings(kind), drop=owned_keys(kind).__contains__)
         elif kind == "heartbeat":
             source, target = flow.split("->", 1)
             await w.set_pair_settings(source, target, released_settings(kind),
@@ -248,7 +281,7 @@ class Facade:
         if kind == "heartbeat":
             beats = self.worker.heartbeats.get(flow)
             return None if beats is None else (id(beats), beats.sent, beats.topic)
-        runner = self.worker.flows.get(flow)
+        runner = self._runner_of(kind, flow)
         if runner is None or runner.checkpoints is None:
             return None
         checkpoints = runner.checkpoints

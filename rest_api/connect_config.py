@@ -1,17 +1,19 @@
 """MirrorMaker 2 connector configurations (as posted to Kafka Connect) mapped onto mm2py flows (pure).
 
-A Connect cluster running MM2 has three connectors per ``source->target`` pair; mm2py has one flow
-that does all three jobs. The mapping:
+A Connect cluster running MM2 has three connectors per ``source->target`` pair; mm2py has flows
+that do all three jobs. The mapping:
 
-- ``MirrorSourceConnector`` *is* the flow: creating it creates ``source->target``, its config keys
-  are the flow's settings (MM2 names: ``topics``, ``tasks.max``, ``replication.policy.*``, ...),
-  changing it changes the flow, deleting it removes the flow. Created alone, the flow emits no
+- ``MirrorSourceConnector`` *is* a flow of its pair, named as the connector (a pair may have
+  several with disjoint topics; one named ``source->target`` is the pair's unnamed flow): creating
+  it creates the flow, its config keys are the flow's settings (MM2 names: ``topics``,
+  ``tasks.max``, ``replication.policy.*``, ...), changing it changes the flow, deleting it removes
+  the flow. Created alone, the flow emits no
   checkpoints and no heartbeats (as with Connect, where those are other connectors' jobs) unless
   its config turns them on.
 - ``MirrorCheckpointConnector`` owns the flow's checkpoint settings (``emit.checkpoints.*``,
   ``sync.group.offsets.*``, ``groups``, ``groups.exclude``, ``refresh.groups.*``,
-  ``checkpoints.topic.replication.factor``): creating it turns checkpoints on, deleting it off. It
-  needs its pair's flow.
+  ``checkpoints.topic.replication.factor``) of every flow of its pair: creating it turns
+  checkpoints on, deleting it off. It needs a flow of its pair.
 - ``MirrorHeartbeatConnector`` owns ``emit.heartbeats.*`` and ``heartbeats.topic.replication.factor``
   of the pair (no flow needed, as in MM2 heartbeats are per cluster pair).
 

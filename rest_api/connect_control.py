@@ -105,8 +105,7 @@ def _offset_routes(router: APIRouter, facade: Facade) -> None:
         kind, flow, _ = facade.lookup(name)
         if kind != "source":
             return {"offsets": []}  # mm2py keeps no positions for checkpoints or heartbeats
-        runner = worker.flows.get(flow)
-        config = runner.flow if runner is not None else worker.config.flow(*flow.split("->", 1))
+        config = worker.flow_config(flow)
         rows = await read_offsets(config)
         return {"offsets": [
             {"partition": {"cluster": config.source, "partition": r.partition, "topic": r.topic},
@@ -115,16 +114,15 @@ def _offset_routes(router: APIRouter, facade: Facade) -> None:
     @router.patch("/connectors/{name}/offsets")
     async def alter_offsets(name: str, body: OffsetsBody) -> dict[str, str]:
         """KIP-875: only while the connector is STOPPED; it resumes from the new offsets."""
-        source, target = facade.source_flow(name, "altering offsets").split("->", 1)
-        rows = await worker.reset_offsets(source, target, _changes(source, body))
+        flow = facade.source_flow(name, "altering offsets")
+        rows = await worker.reset_offsets(flow, _changes(worker.flow_config(flow).source, body))
         return {"message": f"offsets of {len(rows)} partitions of connector {name!r} altered; "
                            "they apply when it resumes"}
 
     @router.delete("/connectors/{name}/offsets")
     async def reset_offsets(name: str) -> dict[str, str]:
         """KIP-875: only while STOPPED; every partition starts again as never mirrored."""
-        source, target = facade.source_flow(name, "resetting offsets").split("->", 1)
-        rows = await worker.reset_offsets(source, target, None)
+        rows = await worker.reset_offsets(facade.source_flow(name, "resetting offsets"), None)
         return {"message": f"offsets of {len(rows)} partitions of connector {name!r} reset; "
                            "they apply when it resumes"}
 

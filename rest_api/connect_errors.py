@@ -1,6 +1,7 @@
 """Errors of the Kafka Connect facade in Connect's body: ``{"error_code": <status>, "message": "..."}``.
 
-Its routes (:class:`ConnectRoute`) answer their own and the lower layers' errors so; a path under
+Its routes (:class:`ConnectRoute`) answer their own and the lower layers' errors so (an unexpected
+one as a 500 with its message, logged with its stack); a path under
 the facade's prefixes that no route serves (a 404 or 405 of the router) too
 (:func:`install`, which also lets every path answer with a trailing slash as it does without
 one: Connect serves ``/connectors/`` as ``/connectors``, where FastAPI would redirect).
@@ -8,6 +9,7 @@ one: Connect serves ``/connectors/`` as ``/connectors``, where FastAPI would red
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Coroutine, Mapping
 from http import HTTPStatus
 from typing import Any
@@ -25,12 +27,15 @@ from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.runtime.flow_offsets import OffsetResetError
 from mm2py.runtime.steering import (
     ClusterConflictError,
+    FlowConflictError,
     FlowExistsError,
     FlowNotFoundError,
     FlowStateError,
 )
 
 __all__ = ["FACADE_PREFIXES", "ConnectError", "ConnectRoute", "install"]
+
+log = logging.getLogger(__name__)
 
 #: the paths Kafka Connect's REST API has (besides ``/``, served by the facade too)
 FACADE_PREFIXES = ("/connectors", "/connector-plugins", "/admin")
@@ -47,7 +52,7 @@ class ConnectError(Mm2pyError):
 #: errors of the layers below as Connect answers them (a reset while running is a 400 in Connect)
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (ConfigError, 400), (OffsetResetError, 400), (FlowStateError, 400), (FlowNotFoundError, 404),
-    (FlowExistsError, 409), (ClusterConflictError, 409), (SecurityError, 401),
+    (FlowExistsError, 409), (FlowConflictError, 409), (ClusterConflictError, 409), (SecurityError, 401),
     (ClusterUnreachableError, 503), (Mm2pyError, 500),
 )
 
@@ -111,5 +116,8 @@ class ConnectRoute(APIRoute):
             except Mm2pyError as exc:
                 status = next(code for kind, code in _STATUS if isinstance(exc, kind))
                 return _error(status, str(exc))
+            except Exception as exc:  # anything else: Connect's 500 with the message, logged
+                log.exception("%s %s failed", request.method, request.url.path)
+                return _error(500, f"{type(exc).__name__}: {exc}")
 
         return guarded

@@ -71,39 +71,37 @@ def flow_control_router(worker: AnyWorker) -> APIRouter:
     def status(runner: Any) -> FlowStatus:
         return FlowStatus.model_validate(runner.status())
 
-    @router.post("/flows/{source}/{target}/pause")
-    async def pause_flow(source: str, target: str) -> FlowStatus:
+    @router.post("/flows/{name}/pause")
+    async def pause_flow(name: str) -> FlowStatus:
         """Shut the flow's tasks down (they commit) and keep it PAUSED until resumed."""
-        return status(await worker.halt_flow(f"{source}->{target}", "PAUSED"))
+        return status(await worker.halt_flow(name, "PAUSED"))
 
-    @router.post("/flows/{source}/{target}/stop")
-    async def stop_flow(source: str, target: str) -> FlowStatus:
+    @router.post("/flows/{name}/stop")
+    async def stop_flow(name: str) -> FlowStatus:
         """Shut the flow's tasks down (they commit) and keep it STOPPED: its offsets may be reset."""
-        return status(await worker.halt_flow(f"{source}->{target}", "STOPPED"))
+        return status(await worker.halt_flow(name, "STOPPED"))
 
-    @router.post("/flows/{source}/{target}/resume")
-    async def resume_flow(source: str, target: str) -> FlowStatus:
+    @router.post("/flows/{name}/resume")
+    async def resume_flow(name: str) -> FlowStatus:
         """Start a paused or stopped flow again, from its committed (or reset) positions."""
-        return status(await worker.resume_flow(f"{source}->{target}"))
+        return status(await worker.resume_flow(name))
 
-    @router.get("/flows/{source}/{target}/offsets")
-    async def get_offsets(source: str, target: str) -> FlowOffsets:
+    @router.get("/flows/{name}/offsets")
+    async def get_offsets(name: str) -> FlowOffsets:
         """Each source partition's committed position and the target offset it maps to."""
-        name = f"{source}->{target}"
-        runner = worker.flows.get(name)
-        flow = runner.flow if runner is not None else worker.config.flow(source, target)
-        return _body(worker, name, await read_offsets(flow))
+        flow = worker.flow_config(name)
+        return _body(worker, flow.name, await read_offsets(flow))
 
-    @router.patch("/flows/{source}/{target}/offsets")
-    async def alter_offsets(source: str, target: str, body: OffsetsChange) -> FlowOffsets:
+    @router.patch("/flows/{name}/offsets")
+    async def alter_offsets(name: str, body: OffsetsChange) -> FlowOffsets:
         """Move chosen partitions (only while the flow is STOPPED; 409 otherwise)."""
-        rows = await worker.reset_offsets(source, target, body.changes())
-        return _body(worker, f"{source}->{target}", rows)
+        rows = await worker.reset_offsets(name, body.changes())
+        return _body(worker, worker.flow_config(name).name, rows)
 
-    @router.delete("/flows/{source}/{target}/offsets")
-    async def reset_offsets(source: str, target: str) -> FlowOffsets:
+    @router.delete("/flows/{name}/offsets")
+    async def reset_offsets(name: str) -> FlowOffsets:
         """Forget every position: each partition starts again as never mirrored (only while STOPPED)."""
-        rows = await worker.reset_offsets(source, target, None)
-        return _body(worker, f"{source}->{target}", rows)
+        rows = await worker.reset_offsets(name, None)
+        return _body(worker, worker.flow_config(name).name, rows)
 
     return router

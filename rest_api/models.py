@@ -61,10 +61,13 @@ class FlowUpdate(FilterChange):
 
 
 class FlowCreate(FlowUpdate):
-    """A new flow ``source->target``; ``clusters`` may define aliases the worker does not know yet."""
+    """A new flow of ``source->target``; ``clusters`` may define aliases the worker does not know
+    yet. ``name``: the flow's own (a pair may have several flows); none: the pair's unnamed flow,
+    named ``source->target``."""
 
     source: Alias
     target: Alias
+    name: str | None = Field(None, min_length=1, max_length=199)
     clusters: dict[Alias, ClusterSpec] = Field(default_factory=dict)
 
 

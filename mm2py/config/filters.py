@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator
 
 from mm2py.config.errors import ConfigError
 
@@ -26,6 +28,7 @@ __all__ = [
     "ConfigPropertyFilter",
     "GroupFilter",
     "PatternList",
+    "PatternTuple",
     "TopicFilter",
     "split_list",
 ]
@@ -205,3 +208,15 @@ class ConfigPropertyFilter:
             "config.properties.exclude": str(self.exclude),
             "use.defaults.from": self.use_defaults_from,
         }
+
+
+def _pattern_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, PatternList):
+        return value.patterns
+    if isinstance(value, str | list | tuple):
+        return split_list(value)
+    raise ValueError("expected a comma-separated string or a list of patterns")
+
+
+#: a setting's patterns, given as MM2's comma-separated string, a list, or a PatternList
+PatternTuple = Annotated[tuple[str, ...], BeforeValidator(_pattern_list)]

@@ -23,7 +23,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -41,27 +40,21 @@ from mm2py.config.filters import (
     ConfigPropertyFilter,
     GroupFilter,
     PatternList,
+    PatternTuple,
     TopicFilter,
     split_list,
 )
 from mm2py.config.flat import CLIENT_KINDS, FlatConfig, classify
 from mm2py.config.loader import flatten_document, read_flat_config
+from mm2py.config.names import DEFAULT_CONNECTOR, check_flow_name, pair_name
 from mm2py.config.policy import DEFAULT_POLICY_CLASS, ReplicationPolicy, policy_from_config
 
-__all__ = ["ClusterConfig", "FlowConfig", "FlowSettings", "MirrorMakerConfig", "load_config"]
+__all__ = ["DEFAULT_CONNECTOR", "ClusterConfig", "FlowConfig", "FlowSettings", "MirrorMakerConfig",
+           "check_flow_name", "load_config", "pair_name"]
 
 _MIB = 1024 * 1024
 
 
-def _pattern_list(value: Any) -> tuple[str, ...]:
-    if isinstance(value, PatternList):
-        return value.patterns
-    if isinstance(value, str | list | tuple):
-        return split_list(value)
-    raise ValueError("expected a comma-separated string or a list of patterns")
-
-
-PatternTuple = Annotated[tuple[str, ...], BeforeValidator(_pattern_list)]
 ReplicationFactor = Annotated[int, Field(ge=-1, le=32767)]
 
 
@@ -220,7 +213,10 @@ class ClusterConfig(BaseModel):
 
 
 class FlowConfig(FlowSettings):
-    """Everything one ``source->target`` flow needs; picklable, shipped to workers."""
+    """Everything one flow needs; picklable, shipped to workers. A flow mirrors ``source->target``;
+    a pair may have several flows, each with its own name (``label``; ``None`` for the pair's
+    unnamed flow, named ``source->target``), settings, tasks and committed positions (keyed by
+    :attr:`connector_name` in the progress topic)."""
 
     source: str
     target: str
@@ -228,10 +224,29 @@ class FlowConfig(FlowSettings):
     target_cluster: ClusterConfig
     # flow-level client overrides, keyed "consumer", "source.admin", "target.cluster", ...
     client_overrides: dict[str, dict[str, str]] = {}
+    #: the flow's own name; None: the pair's unnamed flow
+    label: str | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.source}->{self.target}"
+        return self.label if self.label is not None else self.pair
+
+    @property
+    def pair(self) -> str:
+        return pair_name(self.source, self.target)
+
+    @property
+    def connector_name(self) -> str:
+        """The name keying this flow's positions (Connect keys source offsets by connector name):
+        MM2's ``MirrorSourceConnector`` for the pair's unnamed flow, else the flow's name."""
+        return DEFAULT_CONNECTOR if self.label in (None, self.pair) else self.label
+
+    def named(self, label: str, settings: Mapping[str, Any]) -> FlowConfig:
+        """A flow of the same pair named ``label``: this one's resolved configuration with
+        ``settings`` (MM2 names) over it, enabled."""
+        check_flow_name(label, self.source, self.target)
+        named = self.model_copy(update={"label": None if label == self.pair else label})
+        return named.with_settings({**settings, "enabled": True})  # errors name "<label>.<key>"
 
     def replication_policy(self) -> ReplicationPolicy:
         return policy_from_config(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mm2py.config.filters import ConfigPropertyFilter, TopicFilter
@@ -68,9 +68,13 @@ class Controller:
         self.replication_factor = replication_factor
         self.replicate_heartbeats = replicate_heartbeats
         self._filter = topic_filter
+        #: the older flow of the same pair that mirrors a topic, if any (several flows per pair:
+        #: a topic both would select stays the older one's); set by the worker
+        self.claimed_by: Callable[[str], str | None] = _unclaimed
         self._lock = threading.Lock()
         self._assignment: dict[int, list[TopicPartition]] = {}
         self._synced_configs: dict[str, dict[str, str]] = {}
+        self._ceded: set[str] = set()  # topics left to an older flow (logged once)
         #: discovery rounds completed (each saw the topics of both clusters as they were then)
         self.refreshes = 0
 
@@ -90,7 +94,12 @@ class Controller:
 
     def should_replicate(self, topic: str) -> bool:
         """MM2's rule: the filter allows it (heartbeats always, unless heartbeats.replication.enabled
-        is false), it is not internal, and it is not a cycle."""
+        is false), it is not internal, and it is not a cycle; and no older flow of the pair
+        mirrors it (:attr:`claimed_by`)."""
+        return self.selects(topic) and self.claimed_by(topic) is None
+
+    def selects(self, topic: str) -> bool:
+        """MM2's rule alone (:meth:`should_replicate` without the other flows of the pair)."""
         policy = self.policy
         heartbeats = policy.is_heartbeats_topic(topic)
         if heartbeats and not self.replicate_heartbeats:
@@ -109,6 +118,10 @@ class Controller:
         for name in sorted(source_topics):
             if self.should_replicate(name):
                 selected[name] = self.target_topic(name)
+            elif self.selects(name) and name not in self._ceded:
+                self._ceded.add(name)
+                log.warning("%s->%s: topic %r matches this flow's filter too; flow %r, the older, "
+                            "mirrors it", self.source_alias, self.target_alias, name, self.claimed_by(name))
             elif is_cycle(self.policy, name, self.target_alias) and self._filter.should_replicate(name):
                 cycles.append(name)
         target_topics = self.target_admin.list_topics()
@@ -162,6 +175,10 @@ class Controller:
     def assignment(self) -> dict[int, list[TopicPartition]]:
         with self._lock:
             return {k: list(v) for k, v in self._assignment.items()}
+
+
+def _unclaimed(_topic: str) -> str | None:
+    return None
 
 
 def partitions_of(

@@ -2,6 +2,9 @@
 
 A source partition's progress is one record in ``mm2-offsets.<source>.internal`` (compacted, on the
 target): key ``["MirrorSourceConnector",{"cluster":"<source>","partition":N,"topic":"<topic>"}]``
+(the first element is the connector's name, as Kafka Connect keys source offsets: MM2's
+``MirrorSourceConnector`` for a pair's unnamed flow, a named flow's own name otherwise, so several
+flows of one pair keep separate positions in the same topic)
 and value ``{"offset":O}``, ``O`` the last source offset delivered to the target; a restarted task
 resumes at ``O + 1``. A null value (tombstone) forgets the partition.
 
@@ -49,9 +52,9 @@ def progress_topic(source_alias: str) -> str:
     return f"mm2-offsets.{source_alias}.internal"
 
 
-def encode_key(source_alias: str, tp: TopicPartition) -> bytes:
+def encode_key(source_alias: str, tp: TopicPartition, connector: str = CONNECTOR_NAME) -> bytes:
     part = {"cluster": source_alias, "partition": tp.partition, "topic": tp.topic}
-    return json.dumps([CONNECTOR_NAME, part], separators=(",", ":"), sort_keys=True).encode()
+    return json.dumps([connector, part], separators=(",", ":"), sort_keys=True).encode()
 
 
 def encode_value(last_offset: int, target_next: int | None = None) -> bytes:
@@ -61,15 +64,17 @@ def encode_value(last_offset: int, target_next: int | None = None) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def decode(key: bytes | None, value: bytes | None) -> tuple[str, TopicPartition, Position | None] | None:
-    """(cluster, partition, position or None for a tombstone); None for another connector's record.
+def decode(key: bytes | None, value: bytes | None,
+           connector: str | None = CONNECTOR_NAME) -> tuple[str, TopicPartition, Position | None] | None:
+    """(cluster, partition, position or None for a tombstone); None for another connector's record
+    (``connector=None``: every connector's).
 
     Raises :class:`MalformedOffsetRecordError` for bytes that are not Connect's layout."""
     if key is None:
         raise MalformedOffsetRecordError("a progress record without a key")
     try:
         name, part = json.loads(key)
-        if name != CONNECTOR_NAME:
+        if not isinstance(name, str) or (connector is not None and name != connector):
             return None
         tp = TopicPartition(str(part["topic"]), int(part["partition"]))
         cluster = str(part["cluster"])
@@ -84,11 +89,12 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[str, TopicPartition,
 
 
 def fold(positions: dict[TopicPartition, Position], source_alias: str, key: bytes | None,
-         value: bytes | None) -> None:
-    """Apply one progress record to ``positions`` (the partitions of ``source_alias``): a position
-    replaces the partition's, a tombstone removes it, other clusters' and connectors' records are
-    ignored. Raises :class:`MalformedOffsetRecordError` and leaves ``positions`` as it was."""
-    decoded = decode(key, value)
+         value: bytes | None, connector: str | None = CONNECTOR_NAME) -> None:
+    """Apply one progress record to ``positions`` (the partitions of ``source_alias`` that
+    ``connector`` mirrors; None: any connector's): a position replaces the partition's, a
+    tombstone removes it, other clusters' and connectors' records are ignored. Raises
+    :class:`MalformedOffsetRecordError` and leaves ``positions`` as it was."""
+    decoded = decode(key, value, connector)
     if decoded is None or decoded[0] != source_alias:
         return
     _, tp, pos = decoded

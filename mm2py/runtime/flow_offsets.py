@@ -56,7 +56,8 @@ class PartitionOffset:
 
 def _store(flow: FlowConfig) -> PositionStore:
     admin = ClusterAdmin.for_cluster(flow, "target")
-    return PositionStore(admin, flow.source, replication_factor=flow.checkpoints_topic_replication_factor)
+    return PositionStore(admin, flow.source, replication_factor=flow.checkpoints_topic_replication_factor,
+                         connector=flow.connector_name)
 
 
 def _rows(flow: FlowConfig, positions: Mapping[TopicPartition, Position | None]) -> list[PartitionOffset]:

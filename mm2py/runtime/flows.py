@@ -36,13 +36,13 @@ if TYPE_CHECKING:
 __all__ = ["FlowRunnerBase", "TaskView", "controller_for", "ensure_internal_topics", "internal_topic_jobs"]
 
 
-def controller_for(flow: FlowConfig) -> Controller:
-    """The flow's controller, with admin clients for both clusters."""
+def controller_for(flow: FlowConfig, admins: tuple[ClusterAdmin, ClusterAdmin] | None = None) -> Controller:
+    """The flow's controller, with admin clients for both clusters (new ones unless given)."""
     timeout = flow.admin_timeout_ms / 1000
+    source, target = admins or (ClusterAdmin.for_cluster(flow, "source", timeout=timeout),
+                                ClusterAdmin.for_cluster(flow, "target", timeout=timeout))
     return Controller(
-        flow.source, flow.target,
-        ClusterAdmin.for_cluster(flow, "source", timeout=timeout),
-        ClusterAdmin.for_cluster(flow, "target", timeout=timeout),
+        flow.source, flow.target, source, target,
         topic_filter=flow.topic_filter(),
         policy=flow.replication_policy(),
         tasks_max=flow.tasks_max,
@@ -238,7 +238,8 @@ class FlowRunnerBase(Generic[T]):
         with self._lock:
             tasks = [_task_status(task_id, t) for task_id, t in sorted(self.tasks.items())]
             return {
-                "name": self.name, "state": self.state, "trace": self.trace,
+                "name": self.name, "source": self.flow.source, "target": self.flow.target,
+                "state": self.state, "trace": self.trace,
                 "topics": dict(self.last_plan.topics) if self.last_plan else {},
                 "tasks": tasks,
                 "checkpoints": self.checkpoints.status() if self.checkpoints else None,

@@ -155,7 +155,7 @@ class Worker(WorkerBase[FlowRunner]):
     ) -> None:
         self._init_steering(config, state_file)
         self.commit_interval = commit_interval
-        self.flows = {f.name: self._runner(f) for f in self.config.enabled_flows()}
+        self.flows = self._initial_runners()
         self._init_heartbeats(self.config)
 
     async def start(self) -> None:

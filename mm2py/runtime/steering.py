@@ -24,6 +24,7 @@ __all__ = [
     "FILTER_KEYS",
     "HALTED_STATES",
     "ClusterConflictError",
+    "FlowConflictError",
     "FlowExistsError",
     "FlowNotFoundError",
     "FlowStateError",
@@ -53,6 +54,10 @@ class FlowExistsError(SteeringError, ValueError):
 
 class ClusterConflictError(SteeringError, ValueError):
     """A cluster alias given again with other connection settings than the running ones."""
+
+
+class FlowConflictError(SteeringError, ValueError):
+    """Two flows of one pair would mirror the same source topic (the message names both)."""
 
 
 class FlowStateError(SteeringError):
@@ -122,7 +127,9 @@ class OverlayStore:
     """The overlay in a JSON file (written atomically), or nowhere when no path is given.
 
     Beside the ``keys``, the file keeps named ``sections`` that are not configuration: which flows
-    are stopped or paused (``states``) and the Kafka Connect facade's connectors (``connectors``).
+    are stopped or paused (``states``), the Kafka Connect facade's connectors (``connectors``), the
+    flows with names of their own (``flows``, :mod:`.named_flows`) and each flow's active topics
+    (``topics``). A section a file lacks (written by an older mm2py) reads as empty.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:

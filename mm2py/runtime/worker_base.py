@@ -9,22 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from connectors.heartbeat import HeartbeatEmitter
-from mm2py.config.models import FlowConfig, MirrorMakerConfig
-from mm2py.engine.scheduler import Scheduler
+from mm2py.config.models import FlowConfig, MirrorMakerConfig, check_flow_name, pair_name
+from mm2py.engine.flow_overlap import older_claim
 from mm2py.engine.task_api import TaskState
-from mm2py.errors import ClusterUnreachableError
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import ActiveTopics
 from mm2py.runtime.flow_offsets import PartitionOffset, Reset, reset_offsets
 from mm2py.runtime.flows import FlowRunnerBase
+from mm2py.runtime.named_flows import NamedFlows, check_overlap, pair_config
 from mm2py.runtime.steering import (
     FILTER_KEYS,
     HALTED_STATES,
+    FlowConflictError,
     FlowExistsError,
     FlowNotFoundError,
     FlowStateError,
@@ -33,6 +33,7 @@ from mm2py.runtime.steering import (
     flow_keys,
     layered,
 )
+from mm2py.runtime.worker_startup import WorkerStartup
 
 __all__ = ["WorkerBase"]
 
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 R = TypeVar("R", bound=FlowRunnerBase[Any])
 
 
-class WorkerBase(Generic[R]):
+class WorkerBase(WorkerStartup[R]):
     """What both runtimes' workers share: steering flows while running (add, change, restart,
     remove; REST), MM2's heartbeats, and the periodic status lines.
 
@@ -67,6 +68,8 @@ class WorkerBase(Generic[R]):
         #: each flow's active topics (KIP-558); kept in the state file
         self.active_topics = ActiveTopics(self.store.sections.setdefault("topics", {}),
                                           lambda: self.store.save(self.overlay))
+        #: the flows with names of their own (several per pair); kept in the state file
+        self.named = NamedFlows(self.store.sections.setdefault("flows", {}))
         self._steer_lock = asyncio.Lock()
         self._started = False
         return self.config
@@ -81,48 +84,52 @@ class WorkerBase(Generic[R]):
     def _new_runner(self, flow: FlowConfig) -> R:
         raise NotImplementedError
 
+    def _initial_runners(self) -> dict[str, R]:
+        """A runner for each enabled unnamed flow, then each named one (oldest first)."""
+        flows = self.config.enabled_flows()
+        if self.named.names():
+            flows += self.named.configs(pair_config(self.base_keys, self.overlay))
+        return {f.name: self._runner(f) for f in flows}
+
     def _runner(self, flow: FlowConfig) -> R:
-        """A new runner of ``flow`` that records the topics it writes to in :attr:`active_topics`."""
+        """A new runner of ``flow`` that records the topics it writes to in :attr:`active_topics`
+        and leaves a topic an older flow of its pair mirrors to that flow."""
         runner = self._new_runner(flow)
         runner.on_acknowledged = self.active_topics.record
+        runner.controller.claimed_by = self._claims(flow)
         return runner
+
+    def _siblings(self, flow: FlowConfig) -> list[tuple[str, Any]]:
+        """The other flows of ``flow``'s pair, oldest first: (name, their rule for a topic)."""
+        return [(r.flow.name, r.controller.selects) for r in self._sibling_runners(flow)]
+
+    def _sibling_runners(self, flow: FlowConfig) -> list[R]:
+        others = [r for n, r in list(self.flows.items()) if n != flow.name and r.flow.pair == flow.pair]
+        return sorted(others, key=lambda r: self.named.age(r.flow))
+
+    def _claims(self, flow: FlowConfig) -> Callable[[str], str | None]:
+        def claimed(topic: str) -> str | None:
+            age = self.named.age(flow)
+            older = [(r.flow.name, r.controller.selects) for r in self._sibling_runners(flow)
+                     if self.named.age(r.flow) < age]
+            return older_claim(topic, older)
+        return claimed
+
+    def resolve(self, source: str, target: str) -> str:
+        """The flow a pair-shaped address means: the pair's unnamed flow, else its only flow (a
+        pair with several is addressed by name: 409); the pair's name when none runs."""
+        pair = pair_name(source, target)
+        names = [n for n, r in self.flows.items() if r.flow.pair == pair]
+        if pair in self.flows or len(names) <= 1:
+            return pair if pair in self.flows or not names else names[0]
+        raise FlowConflictError(f"{pair} has {len(names)} flows ({', '.join(names)}): address one by "
+                                "its name, /flows/{name}")
 
     def reset_active_topics(self, name: str) -> None:
         """Forget flow ``name``'s active topics; each is recorded again when next written to."""
         self.active_topics.reset(name)
         if name in self.flows:
             self.flows[name].forget_acknowledged()
-
-    # -- heartbeats: like MM2, every cluster pair emits them unless told not to, enabled flow or not
-    def _init_heartbeats(self, config: MirrorMakerConfig) -> None:
-        self.heartbeats: dict[str, HeartbeatEmitter] = {}
-        for f in config.heartbeat_flows():
-            self._add_heartbeat(f)
-        self._beats_stop = asyncio.Event()  # also ends the start retries (_retry_start)
-        self._beats: dict[str, asyncio.Task[None]] = {}
-        self._retries: list[asyncio.Task[None]] = []
-
-    def _add_heartbeat(self, flow: FlowConfig) -> None:
-        if flow.emit_heartbeats_enabled and flow.emit_heartbeats_interval_seconds >= 0:
-            self.heartbeats.setdefault(flow.name, HeartbeatEmitter(flow))
-
-    def _start_heartbeats(self) -> None:
-        for name, h in self.heartbeats.items():
-            if name not in self._beats:
-                self._beats[name] = asyncio.create_task(h.run(self._beats_stop))
-
-    def _flow_added(self, flow: FlowConfig) -> None:
-        self._add_heartbeat(flow)
-        if self._started:
-            self._start_heartbeats()
-
-    def _sync_heartbeat(self, flow: FlowConfig) -> None:
-        """Start or stop the pair's heartbeats after ``emit.heartbeats.*`` changed."""
-        beat = self._beats.pop(flow.name, None)
-        if beat is not None:
-            beat.cancel()
-        self.heartbeats.pop(flow.name, None)
-        self._flow_added(flow)
 
     # -- status -----------------------------------------------------------------------------------
     def codec_operations(self) -> tuple[int, int]:
@@ -148,6 +155,10 @@ class WorkerBase(Generic[R]):
         return lines
 
     def flow(self, name: str) -> R:
+        """Flow ``name``; a pair's name (``east->west``) means its only flow when it has no
+        unnamed one (:meth:`resolve`)."""
+        if name not in self.flows and "->" in name:
+            name = self.resolve(*name.split("->", 1))
         try:
             return self.flows[name]
         except KeyError:
@@ -157,12 +168,15 @@ class WorkerBase(Generic[R]):
     async def add_flow(
         self, source: str, target: str, settings: Mapping[str, Any],
         clusters: Mapping[str, Mapping[str, str]] | None = None, *, drop: Callable[[str], bool] | None = None,
-        halted: str | None = None,
+        halted: str | None = None, name: str | None = None,
     ) -> R:
-        """Start ``source->target`` with ``settings`` (MM2 names); new clusters may come with it.
-        ``drop``: earlier HTTP-given settings of the pair it accepts are dropped first. ``halted``
-        (``PAUSED`` or ``STOPPED``): created so, no task started until resumed (KIP-980)."""
-        name = f"{source}->{target}"
+        """Start a flow of ``source->target`` with ``settings`` (MM2 names); new clusters may come
+        with it. ``name``: the flow's own (a pair may have several flows); none: the pair's unnamed
+        flow ``source->target``. ``drop``: earlier HTTP-given settings of the unnamed flow it
+        accepts are dropped first. ``halted`` (``PAUSED`` or ``STOPPED``): created so, no task
+        started until resumed (KIP-980). A flow that would mirror a topic another flow of the pair
+        mirrors is refused (``FlowConflictError``)."""
+        name = check_flow_name(name or pair_name(source, target), source, target)
         if halted is not None and halted not in HALTED_STATES:
             raise ValueError(f"a flow is halted as PAUSED or STOPPED, not {halted!r}")
         async with self._steer_lock:
@@ -170,10 +184,18 @@ class WorkerBase(Generic[R]):
                 raise FlowExistsError(f"flow {name!r} is already running")
             keys = cluster_keys(self.config, clusters or {})
             layered(self.base_keys, {**self.overlay, **keys}).flow(source, target)  # unknown cluster?
-            keys.update(flow_keys(name, {**settings, "enabled": True}))
-            overlay = {**_dropped(self.overlay, name, drop), **keys}
-            config = layered(self.base_keys, overlay)
-            runner = self._runner(config.flows[name])
+            own = {k[len(name) + 1:]: v for k, v in flow_keys(name, settings).items()}
+            if name == pair_name(source, target):
+                keys.update(flow_keys(name, {**settings, "enabled": True}))
+                overlay = {**_dropped(self.overlay, name, drop), **keys}
+                config = layered(self.base_keys, overlay)
+                flow = config.flows[name]
+            else:
+                overlay = {**self.overlay, **keys}
+                config = layered(self.base_keys, overlay) if keys else self.config
+                flow = pair_config(self.base_keys, overlay).flow(source, target).named(name, own)
+            runner = self._runner(flow)
+            await check_overlap(flow, runner.controller, self._siblings(flow))
             if halted is not None:
                 self.halted[name] = halted
                 runner.state = TaskState(halted)
@@ -183,6 +205,8 @@ class WorkerBase(Generic[R]):
                 except BaseException:
                     await runner.stop()
                     raise
+            if flow.label is not None:
+                self.named.put(name, source, target, own)
             self._commit_overlay(overlay, config)
             self.flows[name] = runner
             self._flow_added(runner.flow)
@@ -196,13 +220,16 @@ class WorkerBase(Generic[R]):
         whose name it accepts are dropped first (Kafka Connect's ``PUT .../config`` replaces)."""
         async with self._steer_lock:
             runner = self.flow(name)
-            overlay = {**_dropped(self.overlay, name, drop), **flow_keys(name, settings)}
-            config = layered(self.base_keys, overlay)
-            flow = config.flows[name]
+            name = runner.flow.name
+            overlay, config, flow, own = self._changed(runner.flow, settings, drop)
             changed = {k for k in set(flow.model_dump(by_alias=True)) if k != "enabled"
                        and getattr(flow, _field(k)) != getattr(runner.flow, _field(k))}
+            if changed & FILTER_KEYS:
+                await check_overlap(flow, runner.controller, self._siblings(flow))
+            if own is not None:
+                self.named.put(name, flow.source, flow.target, own)
             self._commit_overlay(overlay, config)
-            if changed & HEARTBEAT_KEYS:
+            if changed & HEARTBEAT_KEYS and flow.label is None:
                 self._sync_heartbeat(flow)
             if not changed - FILTER_KEYS - HEARTBEAT_KEYS:
                 runner.flow = flow
@@ -211,6 +238,20 @@ class WorkerBase(Generic[R]):
                     await runner.refresh()
                 return runner
             return await self._replace(runner, flow)
+
+    def _changed(self, old: FlowConfig, settings: Mapping[str, Any], drop: Callable[[str], bool] | None,
+                 ) -> tuple[dict[str, Any], MirrorMakerConfig, FlowConfig, dict[str, str] | None]:
+        """The overlay, configuration and flow after a change of flow ``old``'s settings, and a
+        named flow's own settings (None for an unnamed flow's, kept as overlay keys)."""
+        name = old.name
+        if old.label is None:
+            overlay = {**_dropped(self.overlay, name, drop), **flow_keys(name, settings)}
+            config = layered(self.base_keys, overlay)
+            return overlay, config, config.flows[name], None
+        own = {k: v for k, v in self.named.settings(name).items() if drop is None or not drop(k)}
+        own.update({k[len(name) + 1:]: v for k, v in flow_keys(name, settings).items()})
+        flow = self.named.config(name, pair_config(self.base_keys, self.overlay), own)
+        return dict(self.overlay), self.config, flow, own
 
     async def set_pair_settings(
         self, source: str, target: str, settings: Mapping[str, Any],
@@ -235,6 +276,7 @@ class WorkerBase(Generic[R]):
         A paused or stopped flow stays so (resume it instead)."""
         async with self._steer_lock:
             runner = self.flow(name)
+            name = runner.flow.name
             return await self._replace(runner, runner.flow)
 
     async def halt_flow(self, name: str, state: str = "STOPPED") -> R:
@@ -244,6 +286,7 @@ class WorkerBase(Generic[R]):
             raise ValueError(f"a flow is halted as PAUSED or STOPPED, not {state!r}")
         async with self._steer_lock:
             runner = self.flow(name)
+            name = runner.flow.name
             was_halted = name in self.halted
             self.halted[name] = state  # first: a runtime's tasks are fenced from here on
             if not was_halted:
@@ -256,6 +299,7 @@ class WorkerBase(Generic[R]):
         """Start a paused or stopped flow again, from its committed (or reset) positions."""
         async with self._steer_lock:
             runner = self.flow(name)
+            name = runner.flow.name
             if name not in self.halted:
                 return runner
             del self.halted[name]
@@ -272,29 +316,42 @@ class WorkerBase(Generic[R]):
         runtime whose tasks can outlive :meth:`_halt_tasks`)."""
 
     async def reset_offsets(
-        self, source: str, target: str, changes: Mapping[TopicPartition, Reset | None] | None,
+        self, name: str, changes: Mapping[TopicPartition, Reset | None] | None,
     ) -> list[PartitionOffset]:
-        """Move the flow's committed source positions (a partition mapped to ``None`` is forgotten,
-        ``changes=None`` forgets them all); only while the
-        flow is stopped or not running here, so that no task commits over the new positions."""
-        name = f"{source}->{target}"
+        """Move flow ``name``'s committed source positions (a partition mapped to ``None`` is
+        forgotten, ``changes=None`` forgets them all); only while the flow is stopped or (an
+        unnamed flow) not running here, so that no task commits over the new positions."""
         async with self._steer_lock:
+            name = self.flow_config(name).name
             runner = self.flows.get(name)
             if runner is not None and self.halted.get(name) != "STOPPED":
                 raise FlowStateError(
                     f"flow {name!r} is {runner.state}: its offsets can be changed only while it is "
                     "STOPPED (stop it first; it resumes from the new positions)")
             self._check_no_writers(name)
-            flow = runner.flow if runner is not None else self.config.flow(source, target)
-            return await reset_offsets(flow, changes)
+            return await reset_offsets(self.flow_config(name), changes)
+
+    def flow_config(self, name: str) -> FlowConfig:
+        """The configuration of flow ``name``: running (:meth:`flow`), or a configured pair's
+        unnamed flow."""
+        if name in self.flows or "->" not in name:
+            return self.flow(name).flow
+        source, target = name.split("->", 1)
+        resolved = self.resolve(source, target)
+        return self.flows[resolved].flow if resolved in self.flows else self.config.flow(source, target)
 
     async def remove_flow(self, name: str) -> None:
         """Stop the flow and disable it; its progress stays on the target for a later restart."""
         async with self._steer_lock:
             runner = self.flow(name)
-            keys = {f"{name}.enabled": "false"}
+            name = runner.flow.name
             was_halted = self.halted.pop(name, None) is not None
-            self._commit_overlay({**self.overlay, **keys}, layered(self.base_keys, {**self.overlay, **keys}))
+            if runner.flow.label is None:
+                overlay = {**self.overlay, f"{name}.enabled": "false"}
+                self._commit_overlay(overlay, layered(self.base_keys, overlay))
+            else:
+                self.named.remove(name)
+                self._commit_overlay(self.overlay, self.config)
             del self.flows[name]
             runner.on_acknowledged = None  # what its tasks settle while stopping is not recorded
             self.active_topics.reset(name)  # as Connect forgets a deleted connector's
@@ -312,51 +369,6 @@ class WorkerBase(Generic[R]):
         elif self._started:
             await fresh.start()
         return fresh
-
-    # -- start-up ---------------------------------------------------------------------------------
-    async def _start_flows(self, runners: Iterable[R] | None = None) -> None:
-        """Start every flow. A flow whose cluster cannot be reached is left FAILED (its status says
-        why) and started again in the background (a one-off job of the flow's scheduler: by
-        default 5 s later, then 10, 20, 40, 60, 60 ... s later; ``mm2py.start.retry.backoff.ms``
-        and ``.max.ms``) while the worker and its other flows run; any other start failure (a
-        configuration refused by a broker, say) stops the worker."""
-        runners = list(self.flows.values() if runners is None else runners)
-        outcomes = await asyncio.gather(*(r.start() for r in runners), return_exceptions=True)
-        for runner, outcome in zip(runners, outcomes, strict=True):
-            if isinstance(outcome, ClusterUnreachableError):
-                log.error("%s: not started: %s; trying again in the background", runner.flow.name, outcome)
-                self._retries.append(asyncio.create_task(self._retry_start(runner)))
-            elif isinstance(outcome, BaseException):
-                raise outcome
-
-    async def _retry_start(self, runner: R) -> None:
-        """The flow's start as a one-off job of its own scheduler, retried with back-off while its
-        cluster stays unreachable; any other failure gives up (the flow stays FAILED)."""
-        name = runner.flow.name
-
-        async def start() -> None:
-            if self.flows.get(name) is not runner:
-                return  # the flow was replaced or removed meanwhile
-            try:
-                await runner.start()
-            except ClusterUnreachableError:
-                raise  # the scheduler logs it and tries again later
-            except Exception as exc:
-                log.error("%s: start failed: %s", name, exc)
-                return
-            log.info("%s: started", name)
-
-        jobs = Scheduler(name, self._beats_stop)
-        first = runner.flow.start_retry_backoff_ms / 1000
-        longest = max(2 * first, runner.flow.start_retry_backoff_max_ms / 1000)
-        jobs.once("delayed start", start, delay=first, retry=2 * first, backoff=2.0, max_retry=longest)
-        await jobs.run()
-
-    async def _stop_retries(self) -> None:
-        for task in self._retries:
-            task.cancel()
-        await asyncio.gather(*self._retries, return_exceptions=True)
-        self._retries.clear()
 
     def _commit_overlay(self, overlay: dict[str, Any], config: MirrorMakerConfig) -> None:
         self.store.save(overlay)

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
 from mm2py.protocol.connect_offsets import (
+    CONNECTOR_NAME,
     MalformedOffsetRecordError,
     Position,
     encode_key,
@@ -28,7 +29,7 @@ from mm2py.stores.admin import ClusterAdmin
 log = logging.getLogger(__name__)
 
 class PositionStore:
-    """Loads and commits source positions (next offset to fetch) for one source cluster."""
+    """Loads and commits one flow's source positions (next offset to fetch) of one source cluster."""
 
     def __init__(
         self,
@@ -37,9 +38,12 @@ class PositionStore:
         *,
         replication_factor: int = -1,
         producer_overrides: Mapping[str, object] | None = None,
+        connector: str = CONNECTOR_NAME,
     ) -> None:
         self.admin = admin
         self.source_alias = source_alias
+        #: whose positions these are (the flow's connector name: its records' key)
+        self.connector = connector
         self.topic = progress_topic(source_alias)
         self.replication_factor = replication_factor
         self._producer_conf = admin.client_config(producer_overrides)  # the admin's security settings
@@ -83,7 +87,7 @@ class PositionStore:
                         continue
                     raise KafkaException(err)
                 try:
-                    fold(positions, self.source_alias, msg.key(), msg.value())
+                    fold(positions, self.source_alias, msg.key(), msg.value(), self.connector)
                 except MalformedOffsetRecordError as exc:
                     log.warning("%s: ignoring a malformed progress record: %s", self.topic, exc)
                 if (msg.offset() or 0) + 1 >= ends[msg.partition()]:
@@ -119,7 +123,7 @@ class PositionStore:
                 errors.append(str(err))
 
         for tp, value in values.items():
-            key = encode_key(self.source_alias, tp)
+            key = encode_key(self.source_alias, tp, self.connector)
             self._producer.produce(self.topic, value, key, on_delivery=on_delivery)
         left = self._producer.flush(timeout)
         if left or errors:

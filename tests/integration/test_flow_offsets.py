@@ -220,6 +220,8 @@ def test_cli_reads_and_resets_the_positions_of_a_flow_no_worker_runs(
     with BackgroundWorker(load_config(str(path))):
         _settled(west, remote, {0: 10})
     assert position() == (10, 10)
+    code, out, _ = cli("flow-offsets", "get", *flow, "--name", "mirror-other", "--json")
+    assert code == 0 and json.loads(out) == []  # a named flow of the pair: positions of its own
 
     code, out, err = cli("flow-offsets", "reset", *flow, "--partition", f"{topic}:0", "--to", "3")
     assert code == 0 and "dry run" in err and f"{topic}  0          3" in out

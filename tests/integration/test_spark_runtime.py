@@ -260,7 +260,8 @@ def test_an_executor_killed_mid_round_fails_the_job_and_the_next_round_resumes_e
 
 
 def test_rest_api_steers_the_spark_runtime(east: KafkaCluster, west: KafkaCluster, spark: Any) -> None:
-    """Flows created, widened and removed over HTTP while the Spark worker runs rounds."""
+    """Flows created, widened and removed over HTTP while the Spark worker runs rounds; a named
+    flow of the same pair beside the unnamed one, with positions of its own."""
     import asyncio
 
     import httpx
@@ -272,6 +273,8 @@ def test_rest_api_steers_the_spark_runtime(east: KafkaCluster, west: KafkaCluste
     b = create_topic(east.bootstrap, f"{prefix}-b", partitions=1)
     produce_records(east.bootstrap, a, make_records(300, tag="a"), compression="zstd")
     produce_records(east.bootstrap, b, make_records(200, tag="b"), compression="lz4")
+    c = create_topic(east.bootstrap, f"{prefix}-c", partitions=2)
+    produce_records(east.bootstrap, c, make_records(150, tag="c"), compression="lz4")
     config = mirror_config({"east": east.bootstrap, "west": west.bootstrap}, {})
     worker = SparkWorker(config, spark=spark, round_seconds=5, idle_seconds=0.2, commit_interval=0.5)
     assert worker.flows == {}
@@ -319,6 +322,21 @@ def test_rest_api_steers_the_spark_runtime(east: KafkaCluster, west: KafkaCluste
                        >= 500, 10, 0.2, "the leases' reports")
             status = http.get("/flows/east/west").json()
             assert sum(t["records"] for t in status["tasks"]) == 500
+            r = http.post("/flows", json={"source": "east", "target": "west", "name": "spark-named",
+                                         "topics": [c]})
+            assert r.status_code == 201 and r.json()["name"] == "spark-named", r.text
+            wait_until(lambda: _same(east, west, c), 60, 0.5, "the named flow mirrored by Spark leases")
+
+            def positions() -> dict[str, int]:  # the named flow's committed positions, per topic
+                rows = http.get("/flows/spark-named/offsets").json()["offsets"]
+                out: dict[str, int] = {}
+                for o in rows:
+                    out[o["topic"]] = out.get(o["topic"], 0) + o["position"]
+                return out
+
+            wait_until(lambda: positions() == {c: 150}, 30, 0.2, "the named flow's own positions committed")
+            assert http.get("/flows/east/west").json()["name"] == "east->west"  # the unnamed one
+            assert http.delete("/flows/spark-named").status_code == 204
             assert http.delete("/flows/east/west").status_code == 204
             assert http.get("/flows").json() == {"flows": []}
     finally:
@@ -326,6 +344,7 @@ def test_rest_api_steers_the_spark_runtime(east: KafkaCluster, west: KafkaCluste
         thread.join(60)
     assert not errors, errors
     assert _assert_identical(east, west, a) == 300 and _assert_identical(east, west, b) == 200
+    assert _assert_identical(east, west, c) == 150
 
 
 def test_leases_hand_over_under_live_traffic_exactly_with_positions_carried_over(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_flows import fake_controller
 
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
@@ -20,6 +21,7 @@ BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstr
 class FakeRunner:
     def __init__(self, flow: FlowConfig) -> None:
         self.flow = flow
+        self.controller = fake_controller(flow)
         self.state = "UNASSIGNED"
         self.calls: list[str] = []
 
@@ -94,10 +96,10 @@ def test_offsets_change_only_while_stopped_and_a_halted_flow_is_removed_without_
         worker = FakeWorker()
         await worker.start()
         with pytest.raises(FlowStateError, match=r"RUNNING.*only while it is STOPPED"):
-            await worker.reset_offsets("east", "west", None)
+            await worker.reset_offsets("east->west", None)
         await worker.halt_flow("east->west", "PAUSED")
         with pytest.raises(FlowStateError, match="PAUSED"):
-            await worker.reset_offsets("east", "west", None)
+            await worker.reset_offsets("east->west", None)
         runner = worker.flows["east->west"]
         await worker.remove_flow("east->west")
         assert runner.calls == ["start", "stop"] and worker.halted == {} and "east->west" not in worker.flows

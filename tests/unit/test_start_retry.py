@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from fake_flows import fake_controller
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.errors import ClusterUnreachableError
@@ -25,6 +26,7 @@ class FlakyRunner:
 
     def __init__(self, flow: FlowConfig, failures: list[Exception]) -> None:
         self.flow = flow
+        self.controller = fake_controller(flow)
         self.failures = list(failures)
         self.attempts: list[float] = []
         self.state = "UNASSIGNED"

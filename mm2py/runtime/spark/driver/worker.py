@@ -72,13 +72,13 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         self.leases: LeaseScheduler | None = None
         self.round_seconds = round_seconds
         self.commit_interval = commit_interval
-        self.flows = {f.name: self._runner(f) for f in config.enabled_flows()}
+        self.flows = self._initial_runners()
         self._init_heartbeats(config)
         if master is None and spark is None:
             import os
 
             if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
-                tasks = sum(f.tasks_max for f in config.enabled_flows())
+                tasks = sum(r.flow.tasks_max for r in self.flows.values())
                 # leases: a slot for each task's lease and one for its successor
                 master = default_master(2 * tasks if mode == "leases" else tasks)
         self.master = master
