@@ -91,9 +91,16 @@ def _lifecycle_routes(router: APIRouter, facade: Facade) -> None:
         return JSONResponse(facade.status(name, worker_id(request)), status_code=202)
 
     @router.post("/connectors/{name}/tasks/{task}/restart", status_code=204)
-    async def restart_task(name: str, task: int) -> Response:
-        """A task restarts with its flow (tasks share the flow's controller)."""
-        await worker.restart_flow(facade.source_flow(name, "a task restart"))
+    async def restart_task(name: str, task: int, request: Request) -> Response:
+        """A task restarts with its flow (tasks share the flow's controller). As Connect answers:
+        409 while the connector is stopped (no worker runs its tasks), 404 for a task it does not have."""
+        flow = facade.source_flow(name, "a task restart")
+        status = facade.status(name, worker_id(request))
+        if status["connector"]["state"] == "STOPPED":
+            raise ConnectError(409, f"connector {name!r} is stopped: it has no task to restart")
+        if not any(t["id"] == task for t in status["tasks"]):
+            raise ConnectError(404, f"unknown task {task} of connector {name!r}")
+        await worker.restart_flow(flow)
         return Response(status_code=204)
 
 
