@@ -32,6 +32,7 @@ from rest_api.connect_config import (
     released_settings,
 )
 from rest_api.connect_errors import ConnectError, ConnectRoute
+from rest_api.connect_states import AuxStates
 from rest_api.connect_validate import problems
 
 __all__ = ["Facade", "connect_router", "worker_id"]
@@ -70,6 +71,8 @@ class Facade:
 
     def __init__(self, worker: AnyWorker) -> None:
         self.worker = worker
+        #: paused and stopped checkpoint and heartbeat connectors
+        self.aux = AuxStates(worker)
         #: checkpoint and heartbeat connectors' emitted counts when their topics were last reset
         self._topic_marks: dict[str, tuple[int, int]] = {}
 
@@ -108,7 +111,9 @@ class Facade:
         kind, flow, _ = self.lookup(name)
         runner = self.worker.flows.get(flow)
         state, trace, tasks = "UNASSIGNED", None, [{"id": 0, "state": "RUNNING"}]
-        if kind == "heartbeat":
+        if kind != "source" and (halted := self.aux.get(name)) is not None:
+            state = halted
+        elif kind == "heartbeat":
             state = "RUNNING" if flow in self.worker.heartbeats else "UNASSIGNED"
         elif runner is not None:
             st = runner.status()
@@ -119,7 +124,7 @@ class Facade:
             elif st.get("checkpoints") is None and state == "RUNNING":
                 state = "UNASSIGNED"
         if state in ("PAUSED", "FAILED") and kind != "source":
-            tasks = [{"id": 0, "state": state}]
+            tasks = [{"id": 0, "state": state}] if self.aux.has_tasks(name) else []
         elif state == "PAUSED":
             tasks = [{**t, "state": "PAUSED"} for t in tasks]
         elif state in ("STOPPED", "UNASSIGNED"):
@@ -163,9 +168,6 @@ class Facade:
         if exists and create_only:
             raise ConnectError(409, f"connector {name!r} already exists")
         kind = connector_kind(raw)
-        if initial_state in ("PAUSED", "STOPPED") and kind != "source":
-            raise ConnectError(400, f"initial_state {initial_state} applies to a MirrorSourceConnector; "
-                                    f"a {CLASSES[kind]} follows its pair's flow")
         pair = f"{raw.get('source.cluster.alias')}->{raw.get('target.cluster.alias')}"
         plan = plan_connector(raw, has_checkpoint=self._registered("checkpoint", pair) is not None,
                               has_heartbeat=self._registered("heartbeat", pair) is not None)
@@ -180,8 +182,12 @@ class Facade:
         if other is not None and other != name:
             raise ConnectError(409, f"{plan.flow} has a {CLASSES[kind]} already: {other!r}")
         halted = initial_state if initial_state in ("PAUSED", "STOPPED") else None
-        await self._apply(name, kind, plan, exists, halted)
+        if exists:
+            halted = self.aux.get(name) if kind != "source" else None
+        await self._apply(name, kind, plan, exists, halted, as_text(raw))
         self.worker.connectors[name] = as_text(raw)
+        if kind != "source":
+            self.aux.record(name, halted, created=not exists)
         self.worker.store.save(self.worker.overlay)
         return not exists
 
@@ -195,7 +201,8 @@ class Facade:
                 config[key] = value
         await self.put(name, config, create_only=False)
 
-    async def _apply(self, name: str, kind: Kind, plan: Any, exists: bool, halted: str | None) -> None:
+    async def _apply(self, name: str, kind: Kind, plan: Any, exists: bool, halted: str | None,
+                     config: dict[str, str]) -> None:
         w, flow = self.worker, plan.flow
         if kind == "source":
             keep: set[str] = set()  # the settings of the pair's checkpoint and heartbeat connectors
@@ -210,14 +217,11 @@ class Facade:
             else:
                 await w.add_flow(plan.source, plan.target, plan.settings, plan.clusters,
                                  drop=lambda k: k not in keep, halted=halted)
-        elif kind == "checkpoint":
-            if flow not in w.flows:
-                raise ConnectError(400, f"a MirrorCheckpointConnector needs its pair's flow: create "
-                                        f"the MirrorSourceConnector of {flow} first")
-            await w.update_flow(flow, plan.settings, drop=owned_keys(kind).__contains__)
-        else:
-            await w.set_pair_settings(plan.source, plan.target, plan.settings, plan.clusters,
-                                      drop=owned_keys(kind).__contains__)
+        elif kind == "checkpoint" and flow not in w.flows:
+            raise ConnectError(400, f"a MirrorCheckpointConnector needs its pair's flow: create "
+                                    f"the MirrorSourceConnector of {flow} first")
+        else:  # a halted checkpoint or heartbeat connector's job stays off (Connect keeps its state)
+            await self.aux.apply(kind, config, halted=halted is not None)
 
     async def delete(self, name: str) -> None:
         kind, flow, _ = self.lookup(name)
@@ -231,8 +235,32 @@ class Facade:
             await w.set_pair_settings(source, target, released_settings(kind),
                                       drop=owned_keys(kind).__contains__)
         self._topic_marks.pop(name, None)
+        self.aux.record(name, None)
         if w.connectors.pop(name, None) is not None:
             w.store.save(w.overlay)
+
+    async def halt(self, name: str, state: str) -> None:
+        """Pause or stop a connector (a MirrorSourceConnector: its flow)."""
+        kind, flow, config = self.lookup(name)
+        if kind == "source":
+            await self.worker.halt_flow(flow, state)
+        else:
+            await self.aux.halt(name, kind, config, state)
+
+    async def resume(self, name: str) -> None:
+        kind, flow, config = self.lookup(name)
+        if kind == "source":
+            await self.worker.resume_flow(flow)
+        else:
+            await self.aux.resume(name, kind, config)
+
+    async def restart(self, name: str) -> None:
+        """Restart a connector and its tasks (a halted one stays halted)."""
+        kind, flow, config = self.lookup(name)
+        if kind == "source":
+            await self.worker.restart_flow(flow)
+        elif self.aux.get(name) is None:
+            await self.aux.restart(kind, config)
 
     def source_flow(self, name: str, what: str) -> str:
         """The flow of a MirrorSourceConnector; a 409 naming ``what`` for the other kinds."""

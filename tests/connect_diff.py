@@ -106,6 +106,7 @@ class Exchange:
     connect_body: Any
     mm2py_body: Any
     keyed: bool = False
+    seconds: float = 0.0  # how long both answers took (polls included)
     #: the sides whose answer never showed what the call waited for
     waited_out: list[str] = field(default_factory=list)
     found: list[str] = field(default_factory=list)  # every difference
@@ -135,11 +136,11 @@ def _cut(body: Any, width: int = 160) -> str:
 def table(exchanges: list[Exchange]) -> str:
     """Every call with both statuses and its verdict; differences (allowed ones with their
     reason, unexplained ones with both bodies) under it."""
-    lines = [f"{'#':>3}  {'call':<44} {'request':<62} Connect mm2py  verdict"]
+    lines = [f"{'#':>3}  {'call':<44} {'request':<62} Connect mm2py  {'s':>5}  verdict"]
     for i, ex in enumerate(exchanges, 1):
         verdict = "DIFFERS" if ex.unexplained else ("allowed" if ex.allowed else "same")
         lines.append(f"{i:>3}  {ex.label:<44} {ex.request:<62} {ex.connect_status:>7} {ex.mm2py_status:>5}"
-                     f"  {verdict}")
+                     f"  {ex.seconds:5.1f}  {verdict}")
         for diff, allowance in ex.allowed:
             lines.append(f"       allowed: {diff} ({allowance.why})")
         for diff in ex.unexplained:

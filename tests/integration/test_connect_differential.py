@@ -37,7 +37,7 @@ MIRROR = "org.apache.kafka.connect.mirror."
 #: how long one call is repeated until both sides show the state it waits for
 POLL_SECONDS = 60.0
 #: how long a call is tried again while Connect answers that its group is rebalancing
-REBALANCE_SECONDS = 10.0
+REBALANCE_SECONDS = 5.0
 
 #: Differences that are acceptable, each with its reason; everything else must agree.
 ALLOWED = [
@@ -48,11 +48,6 @@ ALLOWED = [
               "BadRequestException for a missing connector.class), mm2py with a 400"),
     Allowance(r".*tasks(: list)?", r"\$\[\]\.config: keys only in Connect: task\.",
               "Connect adds its own keys to each task's config (task.class, the task's partitions)"),
-    # mm2py's design, not on the issue's list of acceptable differences (the lead decides): a
-    # checkpoint or heartbeat connector follows its pair's flow, so pausing, resuming or stopping
-    # one is a 409 (README's Connect section lists it)
-    Allowance(r"(pause|resume) heartbeat connector", r"status: Connect 202, mm2py 409",
-              "mm2py's checkpoint and heartbeat connectors follow their MirrorSourceConnector's state"),
     # until issue23-flows lands: mm2py refuses a second MirrorSourceConnector for the same pair
     Allowance(r"second source connector.*", r"status: Connect 20[14], mm2py (409|404)",
               "mm2py runs one MirrorSourceConnector per cluster pair (issue23-flows lifts it)"),
@@ -145,6 +140,11 @@ def _state(*states: str, tasks: bool = True) -> Callable[[httpx.Response], bool]
             return body["tasks"] == []
         return bool(body["tasks"]) and all(t["state"] == body["connector"]["state"] for t in body["tasks"])
     return shows
+
+
+def _connector(state: str) -> Callable[[httpx.Response], bool]:
+    """A status answer whose connector (tasks aside) is in ``state``."""
+    return lambda r: r.status_code == 200 and (_json(r) or {}).get("connector", {}).get("state") == state
 
 
 def _answered(status: int = 200) -> Callable[[httpx.Response], bool]:
@@ -307,8 +307,23 @@ def _companions(s: Side) -> list[Call]:
         Call("heartbeat topics", "GET", "/connectors/hb/topics", until=_non_empty("hb", "topics")),
         Call("heartbeat topics reset", "PUT", "/connectors/hb/topics/reset"),
         Call("pause heartbeat connector", "PUT", "/connectors/hb/pause"),
+        Call("heartbeat status: paused", "GET", "/connectors/hb/status", until=_state("PAUSED")),
         Call("resume heartbeat connector", "PUT", "/connectors/hb/resume"),
-        Call("heartbeat status, resumed", "GET", "/connectors/hb/status", until=_state("RUNNING")),
+        Call("heartbeat status: resumed", "GET", "/connectors/hb/status", until=_state("RUNNING")),
+        Call("restart heartbeat connector", "POST", "/connectors/hb/restart"),
+        Call("restart heartbeat task", "POST", "/connectors/hb/tasks/0/restart"),
+        Call("heartbeat status: restarted", "GET", "/connectors/hb/status", until=_state("RUNNING")),
+        Call("stop checkpoint connector", "PUT", "/connectors/cp/stop"),
+        Call("checkpoint status: stopped", "GET", "/connectors/cp/status",
+             until=_state("STOPPED", tasks=False)),
+        Call("resume checkpoint connector", "PUT", "/connectors/cp/resume"),
+        Call("checkpoint status: resumed", "GET", "/connectors/cp/status", until=_connector("RUNNING")),
+        Call("create heartbeat connector paused (KIP-980)", "POST", "/connectors",
+             {"name": "hb2", "config": s.other_config("MirrorHeartbeatConnector", **{
+                 "source.cluster.alias": s.other_source, "heartbeats.topic.replication.factor": "1"}),
+              "initial_state": "PAUSED"}),
+        Call("status: heartbeat created paused", "GET", "/connectors/hb2/status", until=_connector("PAUSED")),
+        Call("delete heartbeat connector created paused", "DELETE", "/connectors/hb2"),
         Call("second source connector for the pair", "POST", "/connectors",
              {"name": "src2", "config": s.source_config()}),
         Call("second source connector deleted", "DELETE", "/connectors/src2"),
@@ -407,11 +422,12 @@ def test_the_connect_calls_get_connect_answers(
         mm2py = Side("mm2py", m, f"pe{tag}", f"pw{tag}", f"pf{tag}", logger="mm2py.engine", **common)
         exchanges = []
         for on_connect, on_mm2py in zip(script(connect), script(mm2py), strict=True):
+            started = time.monotonic()
             (rc, shown_c), (rm, shown_m) = on_connect.send(c), on_mm2py.send(m)
             exchange = Exchange(on_connect.label, f"{on_connect.method} {rc.request.url.raw_path.decode()}",
                                 rc.status_code, rm.status_code, _json(rc), _json(rm), keyed=on_connect.keyed,
                                 waited_out=[n for n, shown in (("Connect", shown_c), ("mm2py", shown_m))
-                                            if not shown])
+                                            if not shown], seconds=time.monotonic() - started)
             exchange.judge(ALLOWED)
             exchanges.append(exchange)
     report = table(exchanges)
