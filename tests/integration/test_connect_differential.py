@@ -37,7 +37,7 @@ MIRROR = "org.apache.kafka.connect.mirror."
 #: how long one call is repeated until both sides show the state it waits for
 POLL_SECONDS = 60.0
 #: how long a call is tried again while Connect answers that its group is rebalancing
-REBALANCE_SECONDS = 5.0
+REBALANCE_SECONDS = 30.0
 
 #: Differences that are acceptable, each with its reason; everything else must agree.
 ALLOWED = [
@@ -48,6 +48,10 @@ ALLOWED = [
               "BadRequestException for a missing connector.class), mm2py with a 400"),
     Allowance(r".*tasks(: list)?", r"\$\[\]\.config: keys only in Connect: task\.",
               "Connect adds its own keys to each task's config (task.class, the task's partitions)"),
+    Allowance(r"restart only failed", r"\.version: Connect null(\|string)?, mm2py string",
+              "Connect's answer can show statuses its previous restart rewrote, which carry no version "
+              "yet (a moment after that restart, its status showed every version); mm2py's restart is over "
+              "when it answers"),
     # until issue23-flows lands: mm2py refuses a second MirrorSourceConnector for the same pair
     Allowance(r"second source connector.*", r"status: Connect 20[14], mm2py (409|404)",
               "mm2py runs one MirrorSourceConnector per cluster pair (issue23-flows lifts it)"),
@@ -94,11 +98,12 @@ class Call:
     raw: str | None = None  # a body sent as it is (not JSON-encoded)
     until: Callable[[httpx.Response], bool] | None = None
     keyed: bool = False  # the answer is a map keyed by names that differ between the two sides
+    rebalance_seconds: float = REBALANCE_SECONDS
 
     def send(self, http: httpx.Client) -> tuple[httpx.Response, bool]:
         """The answer, and whether it shows what the call waits for (if anything)."""
         deadline = time.monotonic() + POLL_SECONDS
-        settled = time.monotonic() + REBALANCE_SECONDS
+        settled = time.monotonic() + self.rebalance_seconds
         while True:
             if self.raw is not None:
                 r = http.request(self.method, self.path, params=self.params, content=self.raw,
@@ -277,7 +282,9 @@ def _state_changes(s: Side) -> list[Call]:
         Call("status: stopped", "GET", status, until=_state("STOPPED", tasks=False)),
         Call("task status: stopped", "GET", "/connectors/src/tasks/0/status"),
         Call("tasks: stopped", "GET", "/connectors/src/tasks"),
-        Call("restart a task: stopped", "POST", "/connectors/src/tasks/0/restart"),
+        # Connect's answer here is always its 409 "no known leader URL, likely because a rebalance
+        # was underway" (no worker owns the task of a stopped connector): not tried again
+        Call("restart a task: stopped", "POST", "/connectors/src/tasks/0/restart", rebalance_seconds=0),
         Call("offsets: stopped", "GET", "/connectors/src/offsets", until=_non_empty("offsets")),
         Call("offsets: alter", "PATCH", "/connectors/src/offsets", _offsets(s, 3)),
         Call("offsets: altered", "GET", "/connectors/src/offsets"),
