@@ -34,6 +34,7 @@ from rest_api.connect_config import (
     released_settings,
 )
 from rest_api.connect_errors import ConnectError, ConnectRoute
+from rest_api.connect_states import AuxStates
 from rest_api.connect_validate import problems
 
 __all__ = ["Facade", "connect_router", "worker_id"]
@@ -72,6 +73,8 @@ class Facade:
 
     def __init__(self, worker: AnyWorker) -> None:
         self.worker = worker
+        #: paused and stopped checkpoint and heartbeat connectors
+        self.aux = AuxStates(worker)
         #: checkpoint and heartbeat connectors' emitted counts when their topics were last reset
         self._topic_marks: dict[str, tuple[int, int]] = {}
 
@@ -125,7 +128,9 @@ class Facade:
         kind, flow, _ = self.lookup(name)
         runner = self._runner_of(kind, flow)
         state, trace, tasks = "UNASSIGNED", None, [{"id": 0, "state": "RUNNING"}]
-        if kind == "heartbeat":
+        if kind != "source" and (halted := self.aux.get(name)) is not None:
+            state = halted
+        elif kind == "heartbeat":
             state = "RUNNING" if flow in self.worker.heartbeats else "UNASSIGNED"
         elif runner is not None:
             st = runner.status()
@@ -136,7 +141,7 @@ class Facade:
             elif st.get("checkpoints") is None and state == "RUNNING":
                 state = "UNASSIGNED"
         if state in ("PAUSED", "FAILED") and kind != "source":
-            tasks = [{"id": 0, "state": state}]
+            tasks = [{"id": 0, "state": state}] if self.aux.has_tasks(name) else []
         elif state == "PAUSED":
             tasks = [{**t, "state": "PAUSED"} for t in tasks]
         elif state in ("STOPPED", "UNASSIGNED"):
@@ -187,9 +192,6 @@ class Facade:
         if exists and create_only:
             raise ConnectError(409, f"connector {name!r} already exists")
         kind = connector_kind(raw)
-        if initial_state in ("PAUSED", "STOPPED") and kind != "source":
-            raise ConnectError(400, f"initial_state {initial_state} applies to a MirrorSourceConnector; "
-                                    f"a {CLASSES[kind]} follows its pair's flow")
         pair = f"{raw.get('source.cluster.alias')}->{raw.get('target.cluster.alias')}"
         checkpoint = self._registered("checkpoint", pair)
         plan = plan_connector(raw, has_checkpoint=checkpoint is not None,
@@ -206,11 +208,16 @@ class Facade:
         if other is not None and other != name:
             raise ConnectError(409, f"{plan.flow} has a {CLASSES[kind]} already: {other!r}")
         if kind == "source" and checkpoint is not None:  # that connector's settings apply to it too
-            checkpointing = plan_connector(self.worker.connectors[checkpoint]).settings
+            checkpointing = (released_settings("checkpoint") if self.aux.get(checkpoint) is not None
+                             else plan_connector(self.worker.connectors[checkpoint]).settings)
             plan = replace(plan, settings={**plan.settings, **checkpointing})
         halted = initial_state if initial_state in ("PAUSED", "STOPPED") else None
-        await self._apply(flow, kind, plan, exists, halted)
+        if exists:
+            halted = self.aux.get(name) if kind != "source" else None
+        await self._apply(flow, kind, plan, exists, halted, as_text(raw))
         self.worker.connectors[name] = as_text(raw)
+        if kind != "source":
+            self.aux.record(name, halted, created=not exists)
         self.worker.store.save(self.worker.overlay)
         return not exists
 
@@ -224,7 +231,8 @@ class Facade:
                 config[key] = value
         await self.put(name, config, create_only=False)
 
-    async def _apply(self, flow: str, kind: Kind, plan: Any, exists: bool, halted: str | None) -> None:
+    async def _apply(self, flow: str, kind: Kind, plan: Any, exists: bool, halted: str | None,
+                     config: dict[str, str]) -> None:
         """``flow``: the source connector's own flow; the pair's name for the other kinds."""
         w = self.worker
         if kind == "source":
@@ -240,16 +248,11 @@ class Facade:
             else:
                 await w.add_flow(plan.source, plan.target, plan.settings, plan.clusters,
                                  drop=lambda k: k not in keep, halted=halted, name=flow)
-        elif kind == "checkpoint":
-            flows = self.pair_flows(flow)
-            if not flows:
-                raise ConnectError(400, f"a MirrorCheckpointConnector needs its pair's flow: create "
-                                        f"a MirrorSourceConnector of {flow} first")
-            for each in flows:
-                await w.update_flow(each, plan.settings, drop=owned_keys(kind).__contains__)
-        else:
-            await w.set_pair_settings(plan.source, plan.target, plan.settings, plan.clusters,
-                                      drop=owned_keys(kind).__contains__)
+        elif kind == "checkpoint" and not self.pair_flows(flow):
+            raise ConnectError(400, f"a MirrorCheckpointConnector needs its pair's flow: create "
+                                    f"a MirrorSourceConnector of {flow} first")
+        else:  # a halted checkpoint or heartbeat connector's job stays off (Connect keeps its state)
+            await self.aux.apply(kind, config, halted=halted is not None)
 
     async def delete(self, name: str) -> None:
         kind, flow, _ = self.lookup(name)
@@ -264,8 +267,32 @@ class Facade:
             await w.set_pair_settings(source, target, released_settings(kind),
                                       drop=owned_keys(kind).__contains__)
         self._topic_marks.pop(name, None)
+        self.aux.record(name, None)
         if w.connectors.pop(name, None) is not None:
             w.store.save(w.overlay)
+
+    async def halt(self, name: str, state: str) -> None:
+        """Pause or stop a connector (a MirrorSourceConnector: its flow)."""
+        kind, flow, config = self.lookup(name)
+        if kind == "source":
+            await self.worker.halt_flow(flow, state)
+        else:
+            await self.aux.halt(name, kind, config, state)
+
+    async def resume(self, name: str) -> None:
+        kind, flow, config = self.lookup(name)
+        if kind == "source":
+            await self.worker.resume_flow(flow)
+        else:
+            await self.aux.resume(name, kind, config)
+
+    async def restart(self, name: str) -> None:
+        """Restart a connector and its tasks (a halted one stays halted)."""
+        kind, flow, config = self.lookup(name)
+        if kind == "source":
+            await self.worker.restart_flow(flow)
+        elif self.aux.get(name) is None:
+            await self.aux.restart(kind, config)
 
     def source_flow(self, name: str, what: str) -> str:
         """The flow of a MirrorSourceConnector; a 409 naming ``what`` for the other kinds."""

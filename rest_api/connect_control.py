@@ -3,8 +3,9 @@
 ``PUT /connectors/{name}/pause``, ``/resume`` (202) and ``/stop`` (204, as Connect 4.1 answers),
 ``POST .../restart`` and ``.../tasks/{n}/restart``; KIP-875's ``GET``/``PATCH``/``DELETE
 .../offsets`` of a MirrorSourceConnector; KIP-558's ``GET .../topics`` and ``PUT .../topics/reset``.
-Pause, stop, restart and offset changes apply to a MirrorSourceConnector's flow (the checkpoint and
-heartbeat connectors follow it: 409 on them).
+Pause, stop, resume and restart apply to a MirrorSourceConnector's flow, and to a checkpoint or
+heartbeat connector's job (:mod:`rest_api.connect_states`); offset changes to a MirrorSourceConnector
+(409 on the others).
 """
 
 from __future__ import annotations
@@ -59,41 +60,46 @@ def control_router(facade: Facade) -> APIRouter:
 
 
 def _lifecycle_routes(router: APIRouter, facade: Facade) -> None:
-    worker = facade.worker
-
     @router.put("/connectors/{name}/pause", status_code=202)
     async def pause(name: str) -> Response:
-        await worker.halt_flow(facade.source_flow(name, "pause"), "PAUSED")
+        await facade.halt(name, "PAUSED")
         return Response(status_code=202)
 
     @router.put("/connectors/{name}/stop", status_code=204)
     async def stop(name: str) -> Response:
-        await worker.halt_flow(facade.source_flow(name, "stop"), "STOPPED")
+        await facade.halt(name, "STOPPED")
         return Response(status_code=204)
 
     @router.put("/connectors/{name}/resume", status_code=202)
     async def resume(name: str) -> Response:
-        await worker.resume_flow(facade.source_flow(name, "resume"))
+        await facade.resume(name)
         return Response(status_code=202)
 
     @router.post("/connectors/{name}/restart")
     async def restart(name: str, request: Request, includeTasks: bool = False,
                       onlyFailed: bool = False) -> Response:
-        """The flow restarts (connector and tasks are one here); ``onlyFailed``: only if something failed."""
-        flow = facade.source_flow(name, "restart")
+        """The connector restarts with its tasks (a flow's are one); ``onlyFailed``: only if
+        something failed."""
         before = facade.status(name, worker_id(request))
         failed = before["connector"]["state"] == "FAILED" or any(
             t["state"] == "FAILED" for t in before["tasks"])
         if failed or not onlyFailed:
-            await worker.restart_flow(flow)
+            await facade.restart(name)
         if not (includeTasks or onlyFailed):
             return Response(status_code=204)
         return JSONResponse(facade.status(name, worker_id(request)), status_code=202)
 
     @router.post("/connectors/{name}/tasks/{task}/restart", status_code=204)
-    async def restart_task(name: str, task: int) -> Response:
-        """A task restarts with its flow (tasks share the flow's controller)."""
-        await worker.restart_flow(facade.source_flow(name, "a task restart"))
+    async def restart_task(name: str, task: int, request: Request) -> Response:
+        """A task restarts with its connector (a flow's tasks share its controller). As Connect
+        answers: 409 while the connector is stopped (no worker runs its tasks), 404 for a task it
+        does not have."""
+        status = facade.status(name, worker_id(request))
+        if status["connector"]["state"] == "STOPPED":
+            raise ConnectError(409, f"connector {name!r} is stopped: it has no task to restart")
+        if not any(t["id"] == task for t in status["tasks"]):
+            raise ConnectError(404, f"unknown task {task} of connector {name!r}")
+        await facade.restart(name)
         return Response(status_code=204)
 
 

@@ -34,3 +34,6 @@ PYTHONDONTWRITEBYTECODE= "$PY" -m compileall -q mm2py connectors rest_api
 # brokers with KIP-405 remote storage (tests/integration/test_tiered_storage.py) also need the
 # LocalTieredStorage of kafka-storage's test artifact
 "$PY" -c 'from mm2py.kafka_local import resolve_jars; print("tiered:", resolve_jars(profile="tiered"))'
+# Kafka Connect's runtime and the Mirror connectors: the MirrorMaker 2 benchmarks' peer, and the
+# Connect worker of tests/integration/test_connect_differential.py
+"$PY" -c 'from mm2py.kafka_local import resolve_jars; print("connect:", resolve_jars(profile="mirrormaker"))'

@@ -220,10 +220,32 @@ def test_a_connector_created_paused_runs_no_task_until_resumed(
         wait_until(lambda: total(west.bootstrap, remote) == 5, 60, 0.2, "mirrored after resume")
         assert http.get("/connectors/p/status").json()["connector"]["state"] == "RUNNING"
 
-        heartbeat = {**_source(alias, east, west), "connector.class": "MirrorHeartbeatConnector"}
+        # a heartbeat connector has a state of its own, as in Connect: no heartbeat while halted
+        heartbeat = {**_source(alias, east, west), "connector.class": "MirrorHeartbeatConnector",
+                     "emit.heartbeats.interval.seconds": "1"}
         r = http.post("/connectors", json={"name": "h", "config": heartbeat, "initial_state": "STOPPED"})
-        assert "MirrorSourceConnector" in _connect_error(r, 400)
-        assert "h" not in http.get("/connectors").json()
+        assert r.status_code == 201, r.text
+        status = http.get("/connectors/h/status").json()
+        assert (status["connector"]["state"], status["tasks"]) == ("STOPPED", [])
+        assert http.put("/connectors/h/resume").status_code == 202
+        assert http.get("/connectors/h/status").json()["connector"]["state"] == "RUNNING"
+        wait_until(lambda: http.get("/connectors/h/topics").json()["h"]["topics"] == ["heartbeats"], 30, 0.2,
+                   "heartbeats once resumed")
+        assert http.put("/connectors/h/pause").status_code == 202
+        status = http.get("/connectors/h/status").json()
+        assert [status["connector"]["state"]] + [t["state"] for t in status["tasks"]] == ["PAUSED", "PAUSED"]
+        assert http.put("/connectors/h/topics/reset").status_code == 202
+        time.sleep(2.5)  # two heartbeat intervals: a heartbeat emitted anyway would be recorded
+        assert http.get("/connectors/h/topics").json()["h"]["topics"] == []
+        r = http.put("/connectors/h/config", json=heartbeat)  # a new config leaves it paused
+        assert r.status_code == 200, r.text
+        assert http.get("/connectors/h/status").json()["connector"]["state"] == "PAUSED"
+        assert http.post("/connectors/h/restart").status_code == 204
+        assert http.put("/connectors/h/resume").status_code == 202
+        wait_until(lambda: http.get("/connectors/h/topics").json()["h"]["topics"] == ["heartbeats"], 30, 0.2,
+                   "heartbeats again once resumed")
+        assert http.post("/connectors/h/tasks/0/restart").status_code == 204
+        assert http.get("/connectors/h/status").json()["connector"]["state"] == "RUNNING"
         running = _source(unique("run"), east, west, topics="nothing")
         r = http.post("/connectors", json={"name": "r", "config": running, "initial_state": "RUNNING"})
         assert r.status_code == 201, r.text

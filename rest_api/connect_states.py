@@ -1,0 +1,76 @@
+"""Pause, stop, resume and restart of the facade's MirrorCheckpointConnectors and MirrorHeartbeatConnectors.
+
+In Kafka Connect each of MirrorMaker 2's connectors has a target state of its own; in mm2py the
+checkpoint and heartbeat connectors are settings of their pair (:mod:`rest_api.connect_config`).
+Pausing or stopping one turns its job off (the switches it owns set to ``false``, as when it is
+deleted) and records its state; resuming it applies its config again; restarting it turns its job
+off and on. The states are kept in the state file (section ``connector_states``), and a halted
+connector whose config is replaced stays halted, as in Connect. One created halted (KIP-980) has no
+task until first resumed, as in Connect, where its tasks are not generated before it starts. A
+MirrorSourceConnector's state is its flow's (the worker's ``halt_flow``/``resume_flow``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mm2py.runtime.worker_base import WorkerBase
+from rest_api.connect_config import Kind, owned_keys, plan_connector, released_settings
+
+__all__ = ["AuxStates"]
+
+HALTED = ("PAUSED", "STOPPED")
+
+
+class AuxStates:
+    """The target states of the checkpoint and heartbeat connectors that are not running."""
+
+    def __init__(self, worker: WorkerBase[Any]) -> None:
+        self.worker = worker
+        #: connector name -> {"state": PAUSED or STOPPED, "tasks": whether it ever ran its task}
+        self.states: dict[str, dict[str, Any]] = worker.store.sections.setdefault("connector_states", {})
+
+    def get(self, name: str) -> str | None:
+        found = self.states.get(name)
+        return None if found is None else str(found["state"])
+
+    def has_tasks(self, name: str) -> bool:
+        """False for a connector created halted and not resumed since."""
+        return bool(self.states.get(name, {}).get("tasks", True))
+
+    async def apply(self, kind: Kind, config: dict[str, str], halted: bool, clusters: bool = True) -> None:
+        """The pair's settings for a checkpoint or heartbeat connector: its own, or, ``halted``, its
+        job turned off."""
+        plan = plan_connector(config)
+        settings = released_settings(kind) if halted else plan.settings
+        drop = owned_keys(kind).__contains__
+        if kind == "checkpoint":  # it applies to every flow of its pair
+            for name in [n for n, r in self.worker.flows.items() if r.flow.pair == plan.flow]:
+                await self.worker.update_flow(name, settings, drop=drop)
+        else:
+            await self.worker.set_pair_settings(plan.source, plan.target, settings,
+                                                plan.clusters if clusters else None, drop=drop)
+
+    async def halt(self, name: str, kind: Kind, config: dict[str, str], state: str) -> None:
+        await self.apply(kind, config, halted=True, clusters=False)
+        self.record(name, state)
+
+    async def resume(self, name: str, kind: Kind, config: dict[str, str]) -> None:
+        if name in self.states:
+            await self.apply(kind, config, halted=False, clusters=False)
+            self.record(name, None)
+
+    async def restart(self, kind: Kind, config: dict[str, str]) -> None:
+        """Off and on again (a halted connector stays halted, as Connect restarts nothing then)."""
+        await self.apply(kind, config, halted=True, clusters=False)
+        await self.apply(kind, config, halted=False, clusters=False)
+
+    def record(self, name: str, state: str | None, created: bool = False) -> None:
+        """``name``'s state (None: running, or deleted; ``created``: halted as it is created),
+        saved in the state file."""
+        if state is None:
+            if self.states.pop(name, None) is None:
+                return
+        else:
+            self.states[name] = {"state": state, "tasks": self.has_tasks(name) and not created}
+        self.worker.store.save(self.worker.overlay)
