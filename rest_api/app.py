@@ -40,9 +40,10 @@ from mm2py.runtime.steering import (
 )
 from mm2py.runtime.worker_base import WorkerBase
 from rest_api import connect_errors
-from rest_api.connect import Facade, connect_router
+from rest_api.connect import Facade
 from rest_api.connect_control import control_router
 from rest_api.connect_plugins import plugins_router
+from rest_api.connect_routes import connect_router
 from rest_api.flow_control import flow_control_router
 from rest_api.flow_paths import PairPaths
 from rest_api.loggers import loggers_router

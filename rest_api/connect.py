@@ -2,24 +2,22 @@
 
 Tooling built for Kafka Connect (scripts, dashboards, ``kcctl``-style clients) can create, inspect,
 pause, resume, stop, restart and delete MirrorMaker 2's connectors here (this module: the
-:class:`Facade` and the config and status routes; :mod:`rest_api.connect_control`: the state
-changes, KIP-875 offsets and KIP-558 topics; :mod:`rest_api.connect_plugins`: ``/``, the plugins
-and validation; :mod:`rest_api.loggers`: ``/admin/loggers``). How connector configs map onto flows
-is :mod:`rest_api.connect_config`'s (a MirrorSourceConnector is a flow named as the connector, so
-a pair may have several); every flow not created as a connector is listed under its own name
-(``east->west``, ``mirror-east-west-fast``) as a MirrorSourceConnector. Errors have Connect's body,
-``{"error_code": <status>, "message": "..."}``.
+:class:`Facade`; :mod:`rest_api.connect_routes`: the config and status routes;
+:mod:`rest_api.connect_control`: the state changes, KIP-875 offsets and KIP-558 topics;
+:mod:`rest_api.connect_plugins`: ``/``, the plugins and validation; :mod:`rest_api.loggers`:
+``/admin/loggers``). How connector configs map onto flows is :mod:`rest_api.connect_config`'s (a
+MirrorSourceConnector is a flow named as the connector, so a pair may have several); every flow not
+created as a connector is listed under its own name (``east->west``, ``mirror-east-west-fast``) as a
+MirrorSourceConnector. Errors have Connect's body, ``{"error_code": <status>, "message": "..."}``.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Annotated, Any, Literal
-from urllib.parse import quote
+from typing import Any
 
-from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, BeforeValidator, Field
+from fastapi import Request
 
 from mm2py import __version__
 from mm2py.runtime.worker_base import WorkerBase
@@ -33,28 +31,18 @@ from rest_api.connect_config import (
     plan_connector,
     released_settings,
 )
-from rest_api.connect_errors import ConnectError, ConnectRoute
+from rest_api.connect_errors import ConnectError
 from rest_api.connect_states import AuxStates
 from rest_api.connect_validate import problems
 
-__all__ = ["Facade", "connect_router", "worker_id"]
+__all__ = ["Facade", "redacted", "worker_id"]
 
 AnyWorker = WorkerBase[Any]
 _SECRET = re.compile(r"password|secret|jaas|token|credential|keystore\.key", re.IGNORECASE)
 #: the version a connector and its tasks report in their status (Connect 4.1 shows the plugin's)
 VERSION = __version__
 
-InitialState = Annotated[Literal["RUNNING", "PAUSED", "STOPPED"],
-                         BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)]
-
-
-class NewConnector(BaseModel):
-    name: str = Field(min_length=1, max_length=200)
-    config: dict[str, Any]
-    initial_state: InitialState | None = None  # KIP-980
-
-
-def _redacted(config: dict[str, str]) -> dict[str, str]:
+def redacted(config: dict[str, str]) -> dict[str, str]:
     return {k: "[hidden]" if _SECRET.search(k) else v for k, v in config.items()}
 
 
@@ -121,7 +109,7 @@ class Facade:
     def info(self, name: str) -> dict[str, Any]:
         config = self.lookup(name)[2]
         ids = [t["id"] for t in self.status(name, "")["tasks"]]
-        return {"name": name, "config": _redacted(config), "type": "source",
+        return {"name": name, "config": redacted(config), "type": "source",
                 "tasks": [{"connector": name, "task": i} for i in ids]}
 
     def status(self, name: str, worker: str) -> dict[str, Any]:
@@ -339,76 +327,3 @@ class Facade:
             self.worker.reset_active_topics(flow)
         elif (emitted := self._emitted(kind, flow)) is not None:
             self._topic_marks[name] = emitted[:2]
-
-
-def connect_router(facade: Facade) -> APIRouter:
-    """The ``/connectors`` routes that create, read, change and delete connectors."""
-    router = APIRouter(route_class=ConnectRoute, tags=["Kafka Connect facade"])
-    _read_routes(router, facade)
-    _change_routes(router, facade)
-    return router
-
-
-def _read_routes(router: APIRouter, facade: Facade) -> None:
-    @router.get("/connectors")
-    async def list_connectors(request: Request, expand: Annotated[list[str] | None, Query()] = None) -> Any:
-        names = facade.names()
-        if expand is None:
-            return names
-        out: dict[str, dict[str, Any]] = {}
-        for name in names:
-            out[name] = {}
-            if "status" in expand:
-                out[name]["status"] = facade.status(name, worker_id(request))
-            if "info" in expand:
-                out[name]["info"] = facade.info(name)
-        return out
-
-    @router.get("/connectors/{name}")
-    async def get_connector(name: str) -> dict[str, Any]:
-        return facade.info(name)
-
-    @router.get("/connectors/{name}/config")
-    async def get_config(name: str) -> dict[str, str]:
-        return _redacted(facade.lookup(name)[2])
-
-    @router.get("/connectors/{name}/status")
-    async def get_status(name: str, request: Request) -> dict[str, Any]:
-        return facade.status(name, worker_id(request))
-
-    @router.get("/connectors/{name}/tasks")
-    async def get_tasks(name: str) -> list[dict[str, Any]]:
-        info = facade.info(name)
-        return [{"id": t, "config": info["config"]} for t in info["tasks"]]
-
-    @router.get("/connectors/{name}/tasks/{task}/status")
-    async def get_task_status(name: str, task: int, request: Request) -> dict[str, Any]:
-        return facade.task_status(name, task, worker_id(request))
-
-
-def _change_routes(router: APIRouter, facade: Facade) -> None:
-    @router.post("/connectors", status_code=201)
-    async def create_connector(body: NewConnector, response: Response) -> dict[str, Any]:
-        name = body.name.strip()
-        await facade.put(name, body.config, create_only=True, initial_state=body.initial_state)
-        response.headers["Location"] = f"/connectors/{quote(name, safe='')}"
-        return facade.info(name)
-
-    @router.put("/connectors/{name}/config")
-    async def put_config(name: str, config: dict[str, Any], response: Response) -> dict[str, Any]:
-        created = await facade.put(name, config, create_only=False)
-        response.status_code = 201 if created else 200
-        if created:
-            response.headers["Location"] = f"/connectors/{quote(name, safe='')}"
-        return facade.info(name)
-
-    @router.patch("/connectors/{name}/config")
-    async def patch_config(name: str, changes: dict[str, Any]) -> dict[str, Any]:
-        """KIP-477: merge into the config (a null value removes the key); 200 with the info."""
-        await facade.patch(name, changes)
-        return facade.info(name)
-
-    @router.delete("/connectors/{name}", status_code=204)
-    async def delete(name: str) -> Response:
-        await facade.delete(name)
-        return Response(status_code=204)
