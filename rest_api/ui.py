@@ -54,21 +54,26 @@ def _partition_row(tp: TopicPartition, p: PartitionNow) -> list[Any]:
             finite(p.records_per_s, 1), finite(p.p50, 4), finite(p.p99, 4)]
 
 
-def _flow_state(worker: AnyWorker, runner: FlowRunnerBase[Any], sampler: Sampler) -> dict[str, Any]:
-    name = runner.name
-    status = runner.status()
-    tasks = [{**{k: v for k, v in t.items() if k != "partitions"}, "partitions": len(t["partitions"])}
-             for t in status["tasks"]]
+def _task_row(task_id: int, task: Any) -> dict[str, Any]:
+    m = task.metrics
+    return {"id": task_id, "state": str(task.state), "trace": task.trace, "partitions": len(task.partitions),
+            "records": m.records, "bytes": m.bytes, "lag": sum(m.lag.values()), "restarts": m.restarts}
+
+
+def _flow_state(worker: AnyWorker, name: str, runner: FlowRunnerBase[Any], sampler: Sampler
+                ) -> dict[str, Any]:
+    """A flow as the page shows it (``/flows``' status without the tasks' partition lists, which
+    the partition rows carry with their figures), keyed by its name in the worker."""
     flow = runner.flow.model_dump(by_alias=True, include={"topics", "topics_exclude", "groups",
                                                            "groups_exclude"})
     now = sampler.now.get(name, {})
     parts = sampler.partitions_now.get(name, {})
     return {
         "name": name, "source": runner.flow.source, "target": runner.flow.target,
-        "path": flow_path(runner), "state": str(status["state"]), "trace": status["trace"],
+        "path": flow_path(runner), "state": str(runner.state), "trace": runner.trace,
         "runtime": _runtime(worker), "filters": {k: list(flow.get(k, ())) for k in _FILTERS},
-        "topics": len(status["topics"]),
-        "tasks": [{**t, "state": str(t["state"])} for t in tasks],
+        "topics": len(runner.last_plan.topics) if runner.last_plan else 0,
+        "tasks": [_task_row(i, t) for i, t in sorted(list(runner.tasks.items()))],
         "now": {k: finite(v) for k, v in now.items()},
         "series": series_json(sampler.flow_series.get(name, {})),
         "partition_columns": ["topic", "partition", "task", "lag_records", "lag_seconds",
@@ -86,7 +91,7 @@ def ui_state(worker: AnyWorker, sampler: Sampler, read_only: bool) -> dict[str, 
         "sample_seconds": sampler.interval, "window_seconds": sampler.window,
         "clusters": sorted(worker.config.clusters),
         "times": [round(t, 3) for t in sampler.times.values()],
-        "flows": [_flow_state(worker, r, sampler) for r in list(worker.flows.values())],
+        "flows": [_flow_state(worker, name, r, sampler) for name, r in list(worker.flows.items())],
     }
 
 

@@ -30,6 +30,7 @@ function bytes(v) {
 }
 function secs(v) {
   if (v === null || v === undefined) return "–";
+  if (v === 0) return "0 s";
   if (v > 300) return "> 5 min";  // latency above the histograms' last bucket
   if (v < 1) return (v * 1000).toFixed(v < 0.01 ? 1 : 0) + " ms";
   if (v < 120) return v.toFixed(1) + " s";
@@ -140,6 +141,7 @@ function chart(box, title, times, lines, fmt, windowSeconds) {
 function makeCard(f) {
   const el = $("#flow-template").content.firstElementChild.cloneNode(true);
   el.dataset.flow = f.name;
+  el.id = cardId(f.name);
   $(".flow-name", el).textContent = f.name;
   const card = {el, flow: f, selected: null};
   el.querySelectorAll("[data-action]").forEach((b) => b.addEventListener("click", () => action(card, b.dataset.action)));
@@ -292,6 +294,35 @@ async function partitionChart(card) {
   }
 }
 
+// -- the flows at a glance: the ones in trouble first ---------------------------------------------------
+function sparkline(values) {
+  const W = 140, H = 22;
+  let max = 0;
+  for (const v of values) if (v !== null && v > max) max = v;
+  const pts = [];
+  values.forEach((v, i) => {
+    if (v !== null) pts.push(`${(i / Math.max(1, values.length - 1) * W).toFixed(1)},${(H - 1 - (max ? v / max : 0) * (H - 2)).toFixed(1)}`);
+  });
+  return `<svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none"><polyline points="${pts.join(" ")}"/></svg>`;
+}
+
+function renderOverview(state) {
+  const box = $("#overview");
+  box.hidden = state.flows.length < 2;
+  if (box.hidden) return;
+  const trouble = (f) => (f.state === "FAILED" || f.tasks.some((t) => t.state === "FAILED") ? 2 : f.state === "RUNNING" ? 0 : 1);
+  const flows = state.flows.slice().sort((a, b) => trouble(b) - trouble(a) || (b.now.lag_seconds ?? 0) - (a.now.lag_seconds ?? 0) ||
+    (b.now.lag_records ?? 0) - (a.now.lag_records ?? 0) || (a.name < b.name ? -1 : 1));
+  $("tbody", box).innerHTML = flows.map((f) => {
+    const failed = trouble(f) === 2 ? "bad" : "";
+    return `<tr><td><a href="#${cardId(f.name)}">${esc(f.name)}</a></td><td class="${failed}">${esc(f.state)}</td>` +
+      `<td>${num(f.now.records_per_s, 1)}</td><td>${num(f.now.lag_records)}</td><td>${secs(f.now.lag_seconds)}</td>` +
+      `<td>${secs(f.now.p99)}</td><td>${sparkline(f.series.lag_seconds || [])}</td></tr>`;
+  }).join("");
+}
+
+const cardId = (name) => "flow-" + name.replace(/[^A-Za-z0-9_.-]/g, "_");
+
 // -- the whole page ------------------------------------------------------------------------------------
 function renderCreate(state) {
   const form = $("#create-form");
@@ -319,6 +350,7 @@ function render(state) {
   }
   for (const [name, card] of cards) if (!seen.has(name)) { card.el.remove(); cards.delete(name); }
   $("#no-flows").hidden = state.flows.length > 0;
+  renderOverview(state);
   const parts = state.flows.reduce((n, f) => n + f.partitions.length, 0);
   const failing = state.flows.filter((f) => f.state === "FAILED" || f.tasks.some((t) => t.state === "FAILED")).length;
   $("#summary").textContent = `${state.flows.length} flows · ${parts} partitions` + (failing ? ` · ${failing} failing` : "") +
