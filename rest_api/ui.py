@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
-from rest_api.ui_samples import PartitionNow, Sampler, finite, series_json
+from rest_api.ui_samples import FlowNow, Sampler, finite, series_json
 
 AnyWorker = WorkerBase[Any]
 
@@ -49,9 +49,20 @@ def _runtime(worker: AnyWorker) -> str:
     return "spark" if type(worker).__module__.startswith("mm2py.runtime.spark") else "inprocess"
 
 
-def _partition_row(tp: TopicPartition, p: PartitionNow) -> list[Any]:
-    return [tp.topic, tp.partition, p.task, int(p.lag_records), finite(p.lag_seconds),
-            finite(p.records_per_s, 1), finite(p.p50, 4), finite(p.p99, 4)]
+def _partition_rows(now: FlowNow | None) -> list[list[Any]]:
+    """``[topic, partition, task, lag_records, lag_seconds, records_per_s, p50, p99]`` each, in
+    partition order."""
+    if now is None:
+        return []
+    columns = [now.tasks.tolist(), now.lag_records.tolist(), now.lag_seconds.tolist(),
+               now.records_per_s.tolist(), now.p50.tolist(), now.p99.tolist()]
+    rows = []
+    for i in sorted(range(len(now.partitions)), key=now.partitions.__getitem__):
+        tp = now.partitions[i]
+        task, lag, lag_s, rate, p50, p99 = (c[i] for c in columns)
+        rows.append([tp.topic, tp.partition, task, int(lag), finite(lag_s), finite(rate, 1),
+                     finite(p50, 4), finite(p99, 4)])
+    return rows
 
 
 def _task_row(task_id: int, task: Any) -> dict[str, Any]:
@@ -67,7 +78,6 @@ def _flow_state(worker: AnyWorker, name: str, runner: FlowRunnerBase[Any], sampl
     flow = runner.flow.model_dump(by_alias=True, include={"topics", "topics_exclude", "groups",
                                                            "groups_exclude"})
     now = sampler.now.get(name, {})
-    parts = sampler.partitions_now.get(name, {})
     return {
         "name": name, "source": runner.flow.source, "target": runner.flow.target,
         "path": flow_path(runner), "state": str(runner.state), "trace": runner.trace,
@@ -75,10 +85,10 @@ def _flow_state(worker: AnyWorker, name: str, runner: FlowRunnerBase[Any], sampl
         "topics": len(runner.last_plan.topics) if runner.last_plan else 0,
         "tasks": [_task_row(i, t) for i, t in sorted(list(runner.tasks.items()))],
         "now": {k: finite(v) for k, v in now.items()},
-        "series": series_json(sampler.flow_series.get(name, {})),
+        "series": series_json({k: r.values() for k, r in sampler.flow_series.get(name, {}).items()}),
         "partition_columns": ["topic", "partition", "task", "lag_records", "lag_seconds",
                               "records_per_s", "p50", "p99"],
-        "partitions": [_partition_row(tp, p) for tp, p in sorted(parts.items())],
+        "partitions": _partition_rows(sampler.partitions_now.get(name)),
     }
 
 
@@ -121,12 +131,13 @@ def ui_router(worker: AnyWorker, sampler: Sampler, read_only: bool) -> APIRouter
     @router.get("/ui/partition")
     async def partition(flow: str, topic: str, partition: int) -> JSONResponse:
         """One partition's series (``GET /ui/partition?flow=east->west&topic=orders&partition=0``)."""
-        rings = sampler.partition_series.get(flow, {}).get(TopicPartition(topic, partition))
-        if rings is None:
+        table = sampler.partition_series.get(flow)
+        series = table.series(TopicPartition(topic, partition)) if table is not None else None
+        if series is None:
             return JSONResponse({"error": f"no figures of {topic}-{partition} in flow {flow!r}"}, 404)
         return JSONResponse({"flow": flow, "topic": topic, "partition": partition,
                              "times": [round(t, 3) for t in sampler.times.values()],
-                             "series": series_json(rings)})
+                             "series": series_json(series)})
 
     return router
 

@@ -2,13 +2,17 @@
 
 A :class:`Sampler` reads what the worker already keeps (each task's counters, its partitions' lag
 and latency histograms, the in-process runtime's acknowledged positions) at every sample, on the
-event loop, between the tasks' steps: nothing is added to the mirror's data path. Each figure is a
-:class:`Ring` of ``window / interval`` samples (15 min at 5 s: 180) of 4-byte floats, NaN where it
-had no value (a flow paused, a partition not yet assigned): **720 bytes per series** at the
-defaults. A flow has :data:`FLOW_SERIES` (6 series, 4.3 KB), a partition :data:`PARTITION_SERIES`
-(4 series, 2.9 KB: 5.8 MB for 2,000 partitions); a series with no value left in its window (a
-removed flow, a partition no longer mirrored for 15 min) is dropped, so memory stays bounded by
-what ran in the window.
+event loop, between the tasks' steps: nothing is added to the mirror's data path. The arithmetic
+of a sample is done on arrays (numpy), a flow's partitions at once, so that a sample of 2,000
+partitions stays a few milliseconds of the loop.
+
+Each figure is kept for ``window / interval`` samples (15 min at 5 s: 180) as 4-byte floats, NaN
+where it had no value (a flow paused, a partition not yet assigned): **720 bytes per series** at
+the defaults. A flow has :data:`FLOW_SERIES` (6 series, 4.3 KB; a :class:`Ring` each), a partition
+:data:`PARTITION_SERIES` (4 series, 2.9 KB: 5.8 MB for 2,000 partitions; a flow's partitions share
+one ring of frames, :class:`PartitionRings`). What has no value left in the window (a removed
+flow, a partition not mirrored for 15 minutes) is dropped, so memory stays bounded by what ran
+in the window.
 
 Rates are per second between two samples (a counter that went down — a restarted flow's fresh
 tasks — counts from zero). Latency quantiles are those of the batches acknowledged between two
@@ -23,15 +27,17 @@ import contextlib
 import math
 import time
 from array import array
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from mm2py.engine.latency import LATENCY_BUCKETS, Histogram
+import numpy as np
+
+from mm2py.engine.latency import LATENCY_BUCKETS
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flows import FlowRunnerBase
 
-__all__ = ["BEYOND", "FLOW_SERIES", "PARTITION_SERIES", "PartitionNow", "Ring", "Sampler"]
+__all__ = ["BEYOND", "FLOW_SERIES", "PARTITION_SERIES", "FlowNow", "PartitionRings", "Ring", "Sampler"]
 
 NAN = float("nan")
 #: a flow's series: records and bytes per second, lag (sum of records, the largest in seconds),
@@ -39,10 +45,11 @@ NAN = float("nan")
 FLOW_SERIES = ("records_per_s", "bytes_per_s", "lag_records", "lag_seconds", "p50", "p99")
 #: a partition's series (records per second: acknowledged source offsets, where the runtime tells)
 PARTITION_SERIES = ("lag_records", "lag_seconds", "records_per_s", "p99")
-_BUCKETS = len(LATENCY_BUCKETS) + 1
 #: a latency quantile above the last bucket's bound (300 s) reads as twice that bound (the page
 #: shows "> 5 min")
 BEYOND = 2 * LATENCY_BUCKETS[-1]
+_BOUNDS = np.array([*LATENCY_BUCKETS, BEYOND])
+_NO_COUNTS = [0] * (len(LATENCY_BUCKETS) + 1)
 
 
 class Ring:
@@ -54,10 +61,6 @@ class Ring:
         """``count``: samples taken before this series existed (they read as NaN)."""
         self._values = array(typecode, [NAN]) * capacity
         self._count = count
-
-    @property
-    def capacity(self) -> int:
-        return len(self._values)
 
     @property
     def nbytes(self) -> int:
@@ -75,35 +78,81 @@ class Ring:
         cut = n % cap
         return (self._values[cut:] + self._values[:cut]).tolist()
 
-    def latest(self) -> float:
-        return self._values[(self._count - 1) % len(self._values)] if self._count else NAN
-
     def empty(self) -> bool:
         """No value in the window (every slot NaN)."""
         return all(v != v for v in self._values)
 
 
+class PartitionRings:
+    """The series of a flow's partitions: one ring of frames (series x partitions, float32)."""
+
+    def __init__(self, capacity: int, count: int = 0) -> None:
+        self.index: dict[TopicPartition, int] = {}
+        self.frames = np.full((capacity, len(PARTITION_SERIES), 0), np.nan, dtype=np.float32)
+        self.count = count
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.frames.nbytes)
+
+    def append(self, partitions: Sequence[TopicPartition], values: np.ndarray) -> None:
+        """``values``: one row per series of :data:`PARTITION_SERIES`, a column per partition."""
+        new = [tp for tp in partitions if tp not in self.index]
+        if new:
+            for tp in new:
+                self.index[tp] = len(self.index)
+            grown = np.full((*self.frames.shape[:2], len(new)), np.nan, dtype=np.float32)
+            self.frames = np.concatenate([self.frames, grown], axis=2)
+        frame = np.full(self.frames.shape[1:], np.nan, dtype=np.float32)
+        if partitions:
+            frame[:, [self.index[tp] for tp in partitions]] = values
+        self.frames[self.count % len(self.frames)] = frame
+        self.count += 1
+        if len(partitions) < len(self.index):
+            self._forget()
+
+    def _forget(self) -> None:
+        """Drop the partitions without a value left in the window."""
+        alive = ~np.asarray(np.isnan(self.frames).all(axis=(0, 1)), dtype=bool)
+        if alive.all():
+            return
+        kept = [tp for tp, column in sorted(self.index.items(), key=lambda kv: kv[1]) if alive[column]]
+        self.frames = self.frames[:, :, alive]
+        self.index = {tp: i for i, tp in enumerate(kept)}
+
+    def series(self, tp: TopicPartition) -> dict[str, list[float]] | None:
+        """One partition's series, oldest first (None: none of it in the window)."""
+        column = self.index.get(tp)
+        if column is None:
+            return None
+        cap = len(self.frames)
+        rows = np.arange(self.count - min(self.count, cap), self.count) % cap
+        data = self.frames[rows, :, column]
+        return {name: data[:, k].tolist() for k, name in enumerate(PARTITION_SERIES)}
+
+
 @dataclass
-class PartitionNow:
-    """A partition's figures at the latest sample."""
+class FlowNow:
+    """A flow's partitions at the latest sample: arrays in the order of ``partitions``."""
 
-    task: int
-    lag_records: float
-    lag_seconds: float
-    records_per_s: float
-    p50: float
-    p99: float
+    partitions: list[TopicPartition]
+    tasks: np.ndarray
+    lag_records: np.ndarray
+    lag_seconds: np.ndarray
+    records_per_s: np.ndarray
+    p50: np.ndarray
+    p99: np.ndarray
 
 
 @dataclass
-class _Previous:
-    """What the previous sample read, to turn counters into rates and histograms into intervals."""
+class _Reading:
+    """What one sample read of a flow (the next sample's "before")."""
 
-    records: float = 0.0
-    bytes: float = 0.0
-    latency: list[int] = field(default_factory=lambda: [0] * _BUCKETS)
-    positions: dict[TopicPartition, int] = field(default_factory=dict)
-    partition_latency: dict[TopicPartition, list[int]] = field(default_factory=dict)
+    records: float
+    bytes: float
+    partitions: list[TopicPartition]
+    counts: np.ndarray  # latency histogram counts, a row per partition
+    positions: np.ndarray  # acknowledged positions (-1: unknown)
 
 
 def _increase(now: float, before: float) -> float:
@@ -111,15 +160,30 @@ def _increase(now: float, before: float) -> float:
     return now - before if now >= before else now
 
 
-def _quantiles(now: list[int], before: list[int] | None) -> tuple[float, float]:
-    """p50 and p99 of the observations between two readings of a histogram (NaN: none)."""
-    delta = now if before is None else [a - b for a, b in zip(now, before, strict=True)]
-    if any(d < 0 for d in delta):
-        delta = now  # the histogram was reset (fresh tasks)
-    h = Histogram(list(delta))
-    if h.count == 0:
-        return NAN, NAN
-    return min(h.quantile(0.5), BEYOND), min(h.quantile(0.99), BEYOND)
+def quantiles(counts: np.ndarray, q: float) -> np.ndarray:
+    """The ``q`` quantile of each row of histogram counts: the upper bound of the bucket holding
+    it (as ``Histogram.quantile``; :data:`BEYOND` past the last bound), NaN for an empty row."""
+    running = counts.cumsum(axis=1)
+    total = running[:, -1]
+    hit = (running >= (q * total)[:, None]) & (running > 0)
+    out = _BOUNDS[hit.argmax(axis=1)].astype(np.float64)
+    out[total == 0] = np.nan
+    return out
+
+
+def _aligned(before: _Reading, partitions: list[TopicPartition]) -> tuple[np.ndarray, np.ndarray]:
+    """The previous reading's counts and positions in the order of ``partitions`` (zeros and -1
+    for a partition it did not have)."""
+    if before.partitions == partitions:
+        return before.counts, before.positions
+    where = {tp: i for i, tp in enumerate(before.partitions)}
+    counts = np.zeros((len(partitions), len(_NO_COUNTS)), dtype=np.int64)
+    positions = np.full(len(partitions), -1, dtype=np.int64)
+    for i, tp in enumerate(partitions):
+        j = where.get(tp)
+        if j is not None:
+            counts[i], positions[i] = before.counts[j], before.positions[j]
+    return counts, positions
 
 
 class Sampler:
@@ -134,10 +198,10 @@ class Sampler:
         self.count = 0
         self.times = Ring(self.capacity, typecode="d")  # seconds since the epoch
         self.flow_series: dict[str, dict[str, Ring]] = {}
-        self.partition_series: dict[str, dict[TopicPartition, dict[str, Ring]]] = {}
+        self.partition_series: dict[str, PartitionRings] = {}
         self.now: dict[str, dict[str, float]] = {}
-        self.partitions_now: dict[str, dict[TopicPartition, PartitionNow]] = {}
-        self._previous: dict[str, _Previous] = {}
+        self.partitions_now: dict[str, FlowNow] = {}
+        self._before: dict[str, _Reading] = {}
         self._last: float | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -175,95 +239,81 @@ class Sampler:
         self.times.append(now)
         self.count += 1
 
-    def _series(self, store: dict[Any, dict[str, Ring]], key: Any, names: Iterable[str]) -> dict[str, Ring]:
-        rings = store.get(key)
-        if rings is None:
-            rings = store[key] = {n: Ring(self.capacity, self.count) for n in names}
-        return rings
-
     def _absent(self, name: str) -> None:
         """A flow gone from the worker: its series run on as NaN until the window forgets it."""
         self.now.pop(name, None)
         self.partitions_now.pop(name, None)
-        self._previous.pop(name, None)
+        self._before.pop(name, None)
         for ring in self.flow_series[name].values():
             ring.append(NAN)
-        for rings in self.partition_series.get(name, {}).values():
-            for ring in rings.values():
-                ring.append(NAN)
+        self.partition_series[name].append([], np.empty((len(PARTITION_SERIES), 0)))
         if all(r.empty() for r in self.flow_series[name].values()):
-            del self.flow_series[name]
-            self.partition_series.pop(name, None)
+            del self.flow_series[name], self.partition_series[name]
 
-    def _sample_flow(self, name: str, runner: FlowRunnerBase[Any], elapsed: float | None) -> None:
-        before = self._previous.get(name)
-        current = _Previous()
-        parts: dict[TopicPartition, PartitionNow] = {}
-        latency = [0] * _BUCKETS
+    def _read(self, runner: FlowRunnerBase[Any]) -> tuple[_Reading, list[int], list[float], list[float]]:
+        """One pass over the flow's tasks: counters, and per partition its task, lag, lag in time,
+        latency counts and acknowledged position."""
+        partitions: list[TopicPartition] = []
+        owners: list[int] = []
+        lags: list[float] = []
+        lag_seconds: list[float] = []
+        counts: list[list[int]] = []
+        positions: list[int] = []
+        records = size = 0.0
         for task_id, task in list(runner.tasks.items()):
             m = task.metrics
-            current.records += m.records
-            current.bytes += m.bytes
-            positions = getattr(task, "positions", None)  # the in-process TaskRunner's; Spark: none
-            if callable(positions):
-                current.positions.update(positions())
+            records += m.records
+            size += m.bytes
+            read = getattr(task, "positions", None)  # the in-process TaskRunner's; Spark's: none
+            acked = read() if callable(read) else {}
             for tp in task.partitions:
-                parts[tp] = PartitionNow(task_id, float(m.lag.get(tp, 0)), 0.0, NAN, NAN, NAN)
-            for tp, times in list(m.times.items()):
-                counts = current.partition_latency.get(tp)
-                current.partition_latency[tp] = (list(times.replication.counts) if counts is None
-                                                 else [a + b for a, b in zip(counts, times.replication.counts,
-                                                                             strict=True)])
-                if tp in parts:
-                    parts[tp].lag_seconds = times.lag_seconds
-        for tp, p in parts.items():
-            counts = current.partition_latency.get(tp)
-            if counts is not None:
-                latency = [a + b for a, b in zip(latency, counts, strict=True)]
-                if before is not None:
-                    p.p50, p.p99 = _quantiles(counts, before.partition_latency.get(tp))
-            if before is not None and elapsed is not None and tp in current.positions:
-                was = before.positions.get(tp)
-                if was is not None:
-                    p.records_per_s = max(0, current.positions[tp] - was) / elapsed
-        self._previous[name] = current
-        self.partitions_now[name] = parts
-        figures = self._flow_figures(current, before, elapsed, parts, latency)
-        self.now[name] = figures
-        for key, ring in self._series(self.flow_series, name, FLOW_SERIES).items():
-            ring.append(figures[key])
-        self._sample_partitions(name, parts)
+                times = m.times.get(tp)
+                partitions.append(tp)
+                owners.append(task_id)
+                lags.append(m.lag.get(tp, 0))
+                lag_seconds.append(times.lag_seconds if times is not None else 0.0)
+                counts.append(times.replication.counts if times is not None else _NO_COUNTS)
+                positions.append(acked.get(tp, -1))
+        reading = _Reading(records, size, partitions,
+                           np.array(counts, dtype=np.int64).reshape(len(partitions), len(_NO_COUNTS)),
+                           np.array(positions, dtype=np.int64))
+        return reading, owners, lags, lag_seconds
 
-    def _flow_figures(self, current: _Previous, before: _Previous | None, elapsed: float | None,
-                      parts: Mapping[TopicPartition, PartitionNow], latency: list[int]) -> dict[str, float]:
-        rate_records = rate_bytes = NAN
-        p50 = p99 = NAN
+    def _sample_flow(self, name: str, runner: FlowRunnerBase[Any], elapsed: float | None) -> None:
+        reading, owners, lags, lag_seconds = self._read(runner)
+        before = self._before.get(name)
+        n = len(reading.partitions)
+        rates = np.full(n, np.nan)
+        p50 = p99 = np.full(n, np.nan)
+        figures = {"records_per_s": NAN, "bytes_per_s": NAN, "p50": NAN, "p99": NAN}
         if before is not None and elapsed is not None:
-            rate_records = _increase(current.records, before.records) / elapsed
-            rate_bytes = _increase(current.bytes, before.bytes) / elapsed
-            p50, p99 = _quantiles(latency, before.latency)
-        current.latency = latency
-        return {
-            "records_per_s": rate_records, "bytes_per_s": rate_bytes,
-            "lag_records": float(sum(p.lag_records for p in parts.values())),
-            "lag_seconds": max((p.lag_seconds for p in parts.values()), default=0.0),
-            "p50": p50, "p99": p99,
-        }
-
-    def _sample_partitions(self, name: str, parts: Mapping[TopicPartition, PartitionNow]) -> None:
-        store = self.partition_series.setdefault(name, {})
-        for tp, p in parts.items():
-            rings = self._series(store, tp, PARTITION_SERIES)
-            rings["lag_records"].append(p.lag_records)
-            rings["lag_seconds"].append(p.lag_seconds)
-            rings["records_per_s"].append(p.records_per_s)
-            rings["p99"].append(p.p99)
-        for tp in [tp for tp in store if tp not in parts]:
-            rings = store[tp]
-            for ring in rings.values():
-                ring.append(NAN)
-            if all(r.empty() for r in rings.values()):
-                del store[tp]
+            counts, positions = _aligned(before, reading.partitions)
+            delta = reading.counts - counts
+            reset = (delta < 0).any(axis=1)
+            delta[reset] = reading.counts[reset]  # fresh tasks: their histograms start again
+            p50, p99 = quantiles(delta, 0.5), quantiles(delta, 0.99)
+            known = (positions >= 0) & (reading.positions >= 0)
+            rates[known] = np.maximum(reading.positions[known] - positions[known], 0) / elapsed
+            flow = delta.sum(axis=0, keepdims=True)
+            figures = {"records_per_s": _increase(reading.records, before.records) / elapsed,
+                       "bytes_per_s": _increase(reading.bytes, before.bytes) / elapsed,
+                       "p50": float(quantiles(flow, 0.5)[0]), "p99": float(quantiles(flow, 0.99)[0])}
+        self._before[name] = reading
+        current = FlowNow(reading.partitions, np.array(owners), np.array(lags, dtype=np.float64),
+                          np.array(lag_seconds, dtype=np.float64), rates, p50, p99)
+        self.partitions_now[name] = current
+        figures["lag_records"] = float(current.lag_records.sum())
+        figures["lag_seconds"] = float(current.lag_seconds.max()) if n else 0.0
+        self.now[name] = figures
+        rings = self.flow_series.get(name)
+        if rings is None:
+            rings = self.flow_series[name] = {k: Ring(self.capacity, self.count) for k in FLOW_SERIES}
+        for key, ring in rings.items():
+            ring.append(figures[key])
+        table = self.partition_series.get(name)
+        if table is None:
+            table = self.partition_series[name] = PartitionRings(self.capacity, self.count)
+        table.append(reading.partitions, np.vstack([current.lag_records, current.lag_seconds, rates, p99]))
 
 
 def finite(value: float, digits: int = 3) -> float | None:
@@ -271,6 +321,6 @@ def finite(value: float, digits: int = 3) -> float | None:
     return round(value, digits) if math.isfinite(value) else None
 
 
-def series_json(rings: Mapping[str, Ring], digits: int = 3) -> dict[str, list[float | None]]:
-    return {name: [round(v, digits) if v == v and not math.isinf(v) else None for v in ring.values()]
-            for name, ring in rings.items()}
+def series_json(series: Mapping[str, Sequence[float]], digits: int = 3) -> dict[str, list[float | None]]:
+    return {name: [round(v, digits) if math.isfinite(v) else None for v in values]
+            for name, values in series.items()}

@@ -138,12 +138,22 @@ function chart(box, title, times, lines, fmt, windowSeconds) {
 }
 
 // -- one flow's card -----------------------------------------------------------------------------------
+const onScreen = new IntersectionObserver((entries) => {
+  for (const entry of entries) {
+    const card = cards.get(entry.target.dataset.flow);
+    if (!card) continue;
+    card.visible = entry.isIntersecting;
+    if (card.visible && card.stale && card.state) renderDetails(card);
+  }
+}, {rootMargin: "300px"});
+
 function makeCard(f) {
   const el = $("#flow-template").content.firstElementChild.cloneNode(true);
   el.dataset.flow = f.name;
   el.id = cardId(f.name);
   $(".flow-name", el).textContent = f.name;
-  const card = {el, flow: f, selected: null};
+  const card = {el, flow: f, selected: null, visible: cards.size < 2, stale: true, state: null};
+  onScreen.observe(el);
   el.querySelectorAll("[data-action]").forEach((b) => b.addEventListener("click", () => action(card, b.dataset.action)));
   const filters = $(".filters-form", el);
   filters.querySelectorAll("input").forEach((i) => i.addEventListener("input", () => { i.dataset.dirty = "1"; }));
@@ -235,10 +245,20 @@ function renderCard(card, f, state) {
     [num(n.lag_records), "lag (records)"], [secs(n.lag_seconds), "lag (time)"],
     [secs(n.p50), "latency p50"], [secs(n.p99), "latency p99"],
   ].map(([v, label]) => `<div class="figure"><b>${esc(v)}</b><span>${label}</span></div>`).join("");
+  card.state = state;
+  card.stale = true;
+  if (card.visible) renderDetails(card);
+}
+
+// Charts and tables of a card on the screen (or near it); the others wait until scrolled to.
+function renderDetails(card) {
+  const el = card.el, f = card.flow, state = card.state;
+  card.stale = false;
   renderCharts(card, f, state);
   for (const name of FILTERS) {
     const input = $(`.filters-form [name="${name}"]`, el);
     if (document.activeElement !== input && !input.dataset.dirty) input.value = (f.filters[name] || []).join(", ");
+    input.readOnly = state.read_only;
   }
   $(".tasks tbody", el).innerHTML = f.tasks.map((t) => `<tr><td>${t.id}</td><td class="${t.state === "FAILED" ? "bad" : ""}">${esc(t.state)}</td>` +
     `<td>${t.partitions}</td><td>${num(t.records)}</td><td>${num(t.lag)}</td><td>${t.restarts}</td></tr>`).join("");
@@ -348,7 +368,7 @@ function render(state) {
     if (!card) { card = makeCard(f); cards.set(f.name, card); list.appendChild(card.el); }
     renderCard(card, f, state);
   }
-  for (const [name, card] of cards) if (!seen.has(name)) { card.el.remove(); cards.delete(name); }
+  for (const [name, card] of cards) if (!seen.has(name)) { onScreen.unobserve(card.el); card.el.remove(); cards.delete(name); }
   $("#no-flows").hidden = state.flows.length > 0;
   renderOverview(state);
   const parts = state.flows.reduce((n, f) => n + f.partitions.length, 0);
@@ -362,7 +382,10 @@ async function refresh() {
   clearTimeout(timer);
   try {
     const state = await api("GET", "/ui/state");
+    const fetched = performance.now();
     render(state);
+    document.body.dataset.renderMs = (performance.now() - fetched).toFixed(1);
+    document.body.dataset.fetchMs = (fetched - started).toFixed(1);
     $("#load-error").textContent = "";
     // since the navigation started: the page's load time, its files and first state included
     if (!document.body.dataset.loadedMs) document.body.dataset.loadedMs = performance.now().toFixed(1);

@@ -11,7 +11,7 @@ import pytest
 from mm2py.engine.latency import PartitionTimes
 from mm2py.engine.task_api import TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
-from rest_api.ui_samples import BEYOND, FLOW_SERIES, PARTITION_SERIES, Ring, Sampler
+from rest_api.ui_samples import BEYOND, FLOW_SERIES, PARTITION_SERIES, PartitionRings, Ring, Sampler
 
 TP0, TP1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
 
@@ -49,14 +49,31 @@ def nan_or(values: list[float]) -> list[float | None]:
 
 def test_a_ring_keeps_the_last_values_oldest_first_and_its_size_is_fixed() -> None:
     ring = Ring(4)
-    assert ring.values() == [] and ring.nbytes == 16 and math.isnan(ring.latest())
+    assert ring.values() == [] and ring.nbytes == 16
     for v in range(1, 7):
         ring.append(float(v))
-    assert ring.values() == [3.0, 4.0, 5.0, 6.0] and ring.latest() == 6.0 and ring.nbytes == 16
+    assert ring.values() == [3.0, 4.0, 5.0, 6.0] and ring.nbytes == 16
     late = Ring(4, count=2)  # a series born after two samples: those read as NaN
     late.append(1.0)
     assert nan_or(late.values()) == [None, None, 1.0]
     assert not late.empty() and Ring(3).empty()
+
+
+def test_partition_rings_keep_each_partitions_window_and_forget_one_gone_for_all_of_it() -> None:
+    import numpy as np
+
+    table = PartitionRings(3)
+    for v in range(4):  # 0, 1, 2, 3: the window keeps the last three
+        table.append([TP0, TP1], np.array([[v, 10 + v]] * len(PARTITION_SERIES), dtype=float))
+    assert table.series(TP0)["lag_records"] == [1.0, 2.0, 3.0]  # type: ignore[index]
+    assert table.series(TP1)["p99"] == [11.0, 12.0, 13.0]  # type: ignore[index]
+    assert table.nbytes == 3 * len(PARTITION_SERIES) * 2 * 4
+    table.append([TP0], np.array([[4.0]] * len(PARTITION_SERIES)))
+    assert nan_or(table.series(TP1)["lag_records"]) == [12.0, 13.0, None]  # type: ignore[index]
+    table.append([TP0], np.array([[5.0]] * len(PARTITION_SERIES)))
+    table.append([TP0], np.array([[6.0]] * len(PARTITION_SERIES)))
+    assert table.series(TP1) is None and table.frames.shape[2] == 1  # forgotten: memory back
+    assert table.series(TP0)["lag_records"] == [4.0, 5.0, 6.0]  # type: ignore[index]
 
 
 def test_a_sampler_keeps_15_minutes_of_every_series_and_no_more() -> None:
@@ -70,7 +87,8 @@ def test_a_sampler_keeps_15_minutes_of_every_series_and_no_more() -> None:
         sampler.sample()
     assert len(sampler.times.values()) == 180 and sampler.times.values()[-1] == clock.now
     assert set(sampler.flow_series["east->west"]) == set(FLOW_SERIES)
-    assert set(sampler.partition_series["east->west"][TP0]) == set(PARTITION_SERIES)
+    assert set(sampler.partition_series["east->west"].series(TP0) or ()) == set(PARTITION_SERIES)
+    assert sampler.partition_series["east->west"].nbytes == 720 * len(PARTITION_SERIES)
     assert all(len(r.values()) == 180 and r.nbytes == 720 for r in sampler.flow_series["east->west"].values())
     # a removed flow runs on as NaN, then is forgotten once its window holds no value of it
     del flows["east->west"]
@@ -106,10 +124,11 @@ def test_rates_lags_and_latency_quantiles_between_two_samples() -> None:
     assert (now["records_per_s"], now["bytes_per_s"]) == (200.0, 2000.0)
     assert (now["lag_records"], now["lag_seconds"]) == (12.0, 2.5)
     assert (now["p50"], now["p99"]) == (0.005, 0.25)
-    p0 = sampler.partitions_now["f"][TP0]
-    assert (p0.task, p0.lag_records, p0.lag_seconds, p0.records_per_s) == (3, 7.0, 2.5, 200.0)
-    assert (p0.p50, p0.p99) == (0.005, 0.25)
-    assert math.isnan(sampler.partitions_now["f"][TP1].p99)  # nothing acknowledged there
+    p = sampler.partitions_now["f"]
+    assert p.partitions == [TP0, TP1]
+    assert (p.tasks[0], p.lag_records[0], p.lag_seconds[0], p.records_per_s[0]) == (3, 7.0, 2.5, 200.0)
+    assert (p.p50[0], p.p99[0]) == (0.005, 0.25)
+    assert math.isnan(p.p99[1])  # nothing acknowledged there
 
     # the next interval: only what was acknowledged since counts; a reset counter counts from zero
     clock.now += 1

@@ -91,6 +91,16 @@ def test_the_state_has_every_flow_its_filters_tasks_partitions_and_series(worker
     assert missing.status_code == 404 and "nope-0" in missing.json()["error"]
 
 
+def test_a_failed_task_shows_its_last_error_with_its_trace(worker: Worker) -> None:
+    from mm2py.engine.task_api import TaskState
+
+    http, _ = _client(worker)
+    trace = "Traceback (most recent call last):\n  ...\nClusterUnreachableError: west: no broker answered"
+    worker.flows["east->west"].tasks[1] = Task((TP1,), state=TaskState.FAILED, trace=trace)  # type: ignore[assignment]
+    (task,) = http.get("/ui/state").json()["flows"][0]["tasks"]
+    assert (task["id"], task["state"], task["trace"]) == (1, "FAILED", trace)
+
+
 def test_the_first_state_samples_at_once(worker: Worker) -> None:
     http, sampler = _client(worker)
     assert sampler.count == 0
@@ -113,3 +123,11 @@ def test_read_only_refuses_every_change_of_the_api_and_the_page_is_told(worker: 
     # a check that changes nothing stays open (Connect's config validation)
     r = http.put("/connector-plugins/MirrorSourceConnector/config/validate", json={})
     assert r.status_code != 403
+
+
+def test_mm2py_run_takes_rest_read_only() -> None:
+    from mm2py.cli import build_parser
+
+    args = build_parser().parse_args(["run", "-c", "mm2.properties", "--rest-read-only"])
+    assert args.rest_read_only is True
+    assert build_parser().parse_args(["run", "--config", "mm2.properties"]).rest_read_only is False
