@@ -26,7 +26,7 @@ from rest_api.ui_samples import FlowNow, Sampler, finite, series_json
 
 AnyWorker = WorkerBase[Any]
 
-__all__ = ["STATIC", "read_only_guard", "ui_router", "ui_state"]
+__all__ = ["STATIC", "StateCache", "read_only_guard", "ui_router", "ui_state"]
 
 #: the page's files, served as they are
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
@@ -71,38 +71,73 @@ def _task_row(task_id: int, task: Any) -> dict[str, Any]:
             "records": m.records, "bytes": m.bytes, "lag": sum(m.lag.values()), "restarts": m.restarts}
 
 
-def _flow_state(worker: AnyWorker, name: str, runner: FlowRunnerBase[Any], sampler: Sampler
-                ) -> dict[str, Any]:
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+class StateCache:
+    """Each flow's sampled part of the state (figures, series, partition rows), encoded once per
+    sample: refreshes between two samples, and several open pages, share it."""
+
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler
+        self._count = -1
+        self._flows: dict[str, str] = {}
+        self._times = ""
+
+    def times(self) -> str:
+        self._check()
+        if not self._times:
+            self._times = _dumps([round(t, 3) for t in self.sampler.times.values()])
+        return self._times
+
+    def flow(self, name: str) -> str:
+        """``"now":{...},"series":{...},"partition_columns":[...],"partitions":[...]``"""
+        self._check()
+        text = self._flows.get(name)
+        if text is None:
+            s = self.sampler
+            text = self._flows[name] = _dumps({
+                "now": {k: finite(v) for k, v in s.now.get(name, {}).items()},
+                "series": series_json({k: r.values() for k, r in s.flow_series.get(name, {}).items()}),
+                "partition_columns": ["topic", "partition", "task", "lag_records", "lag_seconds",
+                                      "records_per_s", "p50", "p99"],
+                "partitions": _partition_rows(s.partitions_now.get(name)),
+            })[1:-1]
+        return text
+
+    def _check(self) -> None:
+        if self._count != self.sampler.count:
+            self._count, self._flows, self._times = self.sampler.count, {}, ""
+
+
+def _flow_state(worker: AnyWorker, name: str, runner: FlowRunnerBase[Any], cache: StateCache) -> str:
     """A flow as the page shows it (``/flows``' status without the tasks' partition lists, which
-    the partition rows carry with their figures), keyed by its name in the worker."""
+    the partition rows carry with their figures), keyed by its name in the worker; as JSON."""
     flow = runner.flow.model_dump(by_alias=True, include={"topics", "topics_exclude", "groups",
                                                            "groups_exclude"})
-    now = sampler.now.get(name, {})
-    return {
+    live = _dumps({
         "name": name, "source": runner.flow.source, "target": runner.flow.target,
         "path": flow_path(runner), "state": str(runner.state), "trace": runner.trace,
         "runtime": _runtime(worker), "filters": {k: list(flow.get(k, ())) for k in _FILTERS},
         "topics": len(runner.last_plan.topics) if runner.last_plan else 0,
         "tasks": [_task_row(i, t) for i, t in sorted(list(runner.tasks.items()))],
-        "now": {k: finite(v) for k, v in now.items()},
-        "series": series_json({k: r.values() for k, r in sampler.flow_series.get(name, {}).items()}),
-        "partition_columns": ["topic", "partition", "task", "lag_records", "lag_seconds",
-                              "records_per_s", "p50", "p99"],
-        "partitions": _partition_rows(sampler.partitions_now.get(name)),
-    }
+    })
+    return f"{live[:-1]},{cache.flow(name)}}}"
 
 
-def ui_state(worker: AnyWorker, sampler: Sampler, read_only: bool) -> dict[str, Any]:
-    """Everything the page shows, in one answer."""
-    if sampler.count == 0:
-        sampler.sample()  # the first page load before the first sample
-    return {
+def ui_state(worker: AnyWorker, cache: StateCache, read_only: bool) -> str:
+    """Everything the page shows, in one answer (JSON): the flows' states and tasks as they are
+    now, their figures as of the latest sample."""
+    if cache.sampler.count == 0:
+        cache.sampler.sample()  # the first page load before the first sample
+    head = _dumps({
         "read_only": read_only, "runtime": _runtime(worker),
-        "sample_seconds": sampler.interval, "window_seconds": sampler.window,
+        "sample_seconds": cache.sampler.interval, "window_seconds": cache.sampler.window,
         "clusters": sorted(worker.config.clusters),
-        "times": [round(t, 3) for t in sampler.times.values()],
-        "flows": [_flow_state(worker, name, r, sampler) for name, r in list(worker.flows.items())],
-    }
+    })
+    flows = ",".join(_flow_state(worker, name, r, cache) for name, r in list(worker.flows.items()))
+    return f'{head[:-1]},"times":{cache.times()},"flows":[{flows}]}}'
 
 
 def ui_router(worker: AnyWorker, sampler: Sampler, read_only: bool) -> APIRouter:
@@ -123,9 +158,11 @@ def ui_router(worker: AnyWorker, sampler: Sampler, read_only: bool) -> APIRouter
     async def style() -> Response:
         return page("style.css")
 
+    cache = StateCache(sampler)
+
     @router.get("/ui/state")
     async def state() -> Response:
-        body = json.dumps(ui_state(worker, sampler, read_only), separators=(",", ":"), allow_nan=False)
+        body = ui_state(worker, cache, read_only)
         return Response(body, media_type="application/json", headers={"cache-control": "no-store"})
 
     @router.get("/ui/partition")
