@@ -68,8 +68,7 @@ function fieldOf(err, form) {
   const candidates = [];
   if (err.body && err.body.key) candidates.push(err.body.key, err.body.key.replace(/^.*?->[^.]*\./, ""));
   for (const d of (err.body && err.body.details) || []) {
-    const loc = (d.loc || []).filter((p) => p !== "body");
-    candidates.push(loc[loc.length - 1], loc[0]);
+    candidates.push(...(d.loc || []).filter((p) => p !== "body").reverse());  // the innermost name first
   }
   return candidates.find((c) => names.has(c)) || null;
 }

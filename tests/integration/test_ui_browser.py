@@ -204,6 +204,39 @@ def test_the_page_shows_a_live_flow_creates_one_pauses_one_and_shows_the_apis_er
         browser.find_element("css selector", f"{card} [data-action=resume]").click()
         _until(browser, lambda: _text(browser, f"{card} .state") == "RUNNING", "RUNNING again")
         wait_until(lambda: total(west.bootstrap, f"east.{a}") == before + 50, 60, what="resumed where it was")
+
+        # a stopped flow's offsets: read, a bad move gets the API's message beside the field, a move
+        browser.find_element("css selector", f"{card} [data-action=stop]").click()
+        _until(browser, lambda: _text(browser, f"{card} .state") == "STOPPED", "STOPPED on the page")
+        offsets = f"{card} .offsets"
+        browser.find_element("css selector", f"{offsets} summary").click()
+        browser.find_element("css selector", f"{offsets} .offsets-read").click()
+        rows = f"return document.querySelectorAll('{offsets} .offsets-table tbody tr').length"
+        _until(browser, lambda: _js(browser, rows) == 3, "the stopped flow's offsets")
+        field = browser.find_element("css selector", f"{offsets} [name=partition]")
+        field.send_keys(f"{a}-0")
+        to = browser.find_element("css selector", f"{offsets} [name=offset]")
+        to.send_keys("soon")
+        browser.find_element("css selector", f"{offsets} .offsets-form button[type=submit]").click()
+        beside_offset = f'{offsets} [data-for="offset"]'
+        _until(browser, lambda: "'offsets.0.offset.constrained-int'" in _text(browser, beside_offset),
+               "the API's 422 beside the offset field")
+        to.clear()
+        to.send_keys("earliest")
+        browser.find_element("css selector", f"{offsets} .offsets-form button[type=submit]").click()
+        _until(browser, lambda: _text(browser, f"{offsets} .form-ok") == "moved", "the move")
+        moved = http.get("/flows/east/west/offsets").json()["offsets"]
+        assert {(o["topic"], o["partition"]): o["position"] for o in moved}[(a, 0)] == 0
+
+        # consumer-group failover: a dry run of a group the source does not have gets the API's 404
+        groups = f"{card} .groups"
+        browser.find_element("css selector", f"{groups} summary").click()
+        browser.find_element("css selector", f"{groups} [name=group]").send_keys("no-such-group")
+        browser.find_element("css selector", f"{groups} button[type=submit]").click()
+        expected = http.get("/flows/east/west/groups/no-such-group/offsets")
+        assert expected.status_code == 404
+        _until(browser, lambda: _text(browser, f"{groups} .form-error") == expected.json()["error"],
+               "the API's 404 in the failover form")
         http.close()
 
 
