@@ -53,7 +53,7 @@ from rest_api.models import (
     OffsetsRequest,
     TranslatedOffset,
 )
-from rest_api.ui import read_only_guard, ui_router
+from rest_api.ui import page_address, read_only_guard, ui_router
 from rest_api.ui_samples import Sampler
 
 #: a worker of any runtime (the in-process ``Worker``, the ``SparkWorker``) and its flow runners
@@ -135,6 +135,7 @@ def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds:
     sampler = Sampler(lambda: worker.flows, interval=ui_sample_seconds)
     app.state.ui_sampler = sampler
     app.include_router(ui_router(worker, sampler, read_only))
+    page_address(app)
     if read_only:
         read_only_guard(app)
     return app

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flows import FlowRunnerBase
@@ -26,7 +26,7 @@ from rest_api.ui_samples import FlowNow, Sampler, finite, series_json
 
 AnyWorker = WorkerBase[Any]
 
-__all__ = ["STATIC", "StateCache", "read_only_guard", "ui_router", "ui_state"]
+__all__ = ["STATIC", "StateCache", "page_address", "read_only_guard", "ui_router", "ui_state"]
 
 #: the page's files, served as they are
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
@@ -192,3 +192,17 @@ def read_only_guard(app: FastAPI) -> None:
         if path.split("/")[1:2] and path.split("/")[1] in {"connectors", "connector-plugins", "admin"}:
             return JSONResponse({"error_code": 403, "message": message}, 403)
         return JSONResponse({"error": message}, 403)
+
+
+def page_address(app: FastAPI) -> None:
+    """``/ui/`` is sent to ``/ui`` (relatively: behind a path prefix too), where the page's own
+    relative addresses (``ui/app.js``) resolve; the API serves other paths with a trailing slash
+    as without it, which would make them ``/ui/ui/app.js`` here. Added after the API's trailing
+    slash rule, so it sees the path as asked."""
+
+    @app.middleware("http")
+    async def to_the_page(request: Request, call_next: Any) -> Response:
+        if request.url.path == "/ui/":
+            return RedirectResponse("../ui", status_code=308)
+        response: Response = await call_next(request)
+        return response

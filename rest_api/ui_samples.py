@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 from array import array
@@ -38,6 +39,8 @@ from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flows import FlowRunnerBase
 
 __all__ = ["BEYOND", "FLOW_SERIES", "PARTITION_SERIES", "FlowNow", "PartitionRings", "Ring", "Sampler"]
+
+log = logging.getLogger(__name__)
 
 NAN = float("nan")
 #: a flow's series: records and bytes per second, lag (sum of records, the largest in seconds),
@@ -220,7 +223,10 @@ class Sampler:
 
     async def _run(self) -> None:
         while True:
-            self.sample()
+            try:
+                self.sample()
+            except Exception:  # a figure read amiss must not end the page's history
+                log.exception("operator page: a sample failed; sampling goes on")
             await asyncio.sleep(self.interval)
 
     # -- one sample -----------------------------------------------------------------------------

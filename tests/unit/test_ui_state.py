@@ -44,6 +44,10 @@ def test_the_page_and_its_files_are_served_from_the_package(worker: Worker) -> N
     assert http.get("/ui/app.js").headers["content-type"].startswith("text/javascript")
     assert "polyline" in http.get("/ui/app.js").text  # the charts are its own SVG
     assert http.get("/ui/style.css").status_code == 200
+    # with a trailing slash the page's relative addresses would miss: sent to /ui, relatively
+    slash = http.get("/ui/", follow_redirects=False)
+    assert slash.status_code == 308 and slash.headers["location"] == "../ui"
+    assert http.get("/ui/").url.path == "/ui"
 
 
 def test_the_pages_files_are_package_data_so_a_wheel_ships_them() -> None:
