@@ -1,7 +1,7 @@
 # The two commands of README.md: `make demo` (main job) and `make test` (the whole suite).
 PYTHON ?= python3
 
-.PHONY: install demo test lint unit integration down bench wheel compose-check
+.PHONY: install demo test lint unit integration down bench wheel compose-check ui-screenshots
 
 install:
 	./scripts/install.sh
@@ -36,3 +36,7 @@ wheel: install
 # SIGKILL of the worker, exactly once); needs only a Docker engine, says "skipped" without one
 compose-check:
 	./scripts/compose-check.sh
+
+# the operator page's screenshots in docs/ (README), taken by its browser test on live brokers
+ui-screenshots:
+	MM2PY_UI_SCREENSHOTS=docs $(PYTHON) -m pytest -q -p no:cacheprovider tests/integration/test_ui_browser.py

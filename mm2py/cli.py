@@ -164,7 +164,7 @@ async def _serve_worker(
     if args.rest_port:
         from rest_api.server import RestServer
 
-        rest = RestServer(worker, args.rest_host, args.rest_port)
+        rest = RestServer(worker, args.rest_host, args.rest_port, read_only=args.rest_read_only)
     from mm2py.runtime.loop_watch import LoopWatch, freeze_start_up_heap
 
     watch = LoopWatch()  # a stalled event loop delays every partition at once: say when, and where
@@ -172,7 +172,7 @@ async def _serve_worker(
         _serve_metrics(args, worker, watch)
     if rest is not None:
         await rest.start()
-        print(f"REST API: {rest.url} (try {rest.url}/flows)", flush=True)
+        print(f"REST API: {rest.url} (try {rest.url}/flows; the operator page: {rest.url}/ui)", flush=True)
     print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
     freeze_start_up_heap()
     watch.start()
@@ -220,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rest-port", type=int, default=0,
                      help="serve the REST API (create/change/remove flows) on this port (default: off)")
     run.add_argument("--rest-host", default="127.0.0.1", help="address for --rest-port")
+    run.add_argument("--rest-read-only", action="store_true",
+                     help="the REST API refuses every change (403) and its page at /ui shows no actions")
     run.add_argument("--state-file", default=None,
                      help="keep flows created or changed over REST in this JSON file across restarts")
     run.add_argument("--runtime", choices=["inprocess", "spark"], default="inprocess",

@@ -58,6 +58,8 @@ from rest_api.models import (
     OffsetsRequest,
     TranslatedOffset,
 )
+from rest_api.ui import page_address, read_only_guard, ui_router
+from rest_api.ui_samples import Sampler
 
 #: a worker of any runtime (the in-process ``Worker``, the ``SparkWorker``) and its flow runners
 AnyWorker = WorkerBase[Any]
@@ -117,7 +119,10 @@ def _redacted(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def create_app(worker: AnyWorker) -> FastAPI:
+def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds: float = 5.0) -> FastAPI:
+    """The worker's API. ``read_only``: every change is refused (403) and the page at ``/ui`` shows
+    no actions; ``app.state.ui_sampler`` keeps the page's 15 minutes of figures once started
+    (:class:`rest_api.server.RestServer` starts and stops it with the server)."""
     app = FastAPI(
         title="mm2py",
         summary="Raw-batch Kafka mirroring: steer the mirror flows of a running worker",
@@ -134,6 +139,12 @@ def create_app(worker: AnyWorker) -> FastAPI:
     app.add_middleware(PairPaths)
     connect_errors.install(app)
     _metrics_route(app, worker)
+    sampler = Sampler(lambda: worker.flows, interval=ui_sample_seconds)
+    app.state.ui_sampler = sampler
+    app.include_router(ui_router(worker, sampler, read_only))
+    page_address(app)
+    if read_only:
+        read_only_guard(app)
     return app
 
 

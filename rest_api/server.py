@@ -25,7 +25,8 @@ class _Server(uvicorn.Server):
 class RestServer:
     """The API of ``worker`` on ``host:port`` (port 0 picks a free one; see ``.port``)."""
 
-    def __init__(self, worker: AnyWorker, host: str = "127.0.0.1", port: int = 8083) -> None:
+    def __init__(self, worker: AnyWorker, host: str = "127.0.0.1", port: int = 8083, *,
+                 read_only: bool = False, ui_sample_seconds: float = 5.0) -> None:
         # bind now: a port in use is an OSError for the caller, not a SystemExit inside uvicorn
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
@@ -37,7 +38,8 @@ class RestServer:
             raise OSError(exc.errno, f"REST API cannot listen on {host}:{port}: {exc.strerror}") from None
         self.host = host
         self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(create_app(worker), log_level="warning", access_log=False, lifespan="off")
+        self.app = create_app(worker, read_only=read_only, ui_sample_seconds=ui_sample_seconds)
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None
 
@@ -47,6 +49,7 @@ class RestServer:
         return f"http://{host}:{self.port}"
 
     async def start(self) -> None:
+        self.app.state.ui_sampler.start()  # the operator page's figures (GET /ui)
         self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
         while not self._server.started:
             if self._task.done():
@@ -55,6 +58,7 @@ class RestServer:
             await asyncio.sleep(0.02)
 
     async def stop(self) -> None:
+        await self.app.state.ui_sampler.stop()
         self._server.should_exit = True
         if self._task is not None:
             with contextlib.suppress(Exception):

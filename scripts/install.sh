@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything mm2py needs on a fresh Debian/Ubuntu machine: Java 17 + Maven, a C compiler
-# and the headers of Python and liblz4 for the compiled hot path (apt, only if missing), the Python
+# and the headers of Python and liblz4 for the compiled hot path, chromium and its driver for the
+# operator page's browser test (apt, only if missing), the Python
 # packages (pip, editable, with the dev and spark extras; builds mm2py.protocol._native), and the
 # pinned Kafka jars (Maven).
 set -euo pipefail
@@ -14,6 +15,9 @@ command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 [ -f /usr/include/lz4frame.h ] || need_apt+=(liblz4-dev)
+# the operator page's browser test (tests/integration/test_ui_browser.py): Debian's chromium and chromedriver
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 PY="${PYTHON:-python3}"
 "$PY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("include"), "Python.h")))' \
   || need_apt+=(python3-dev)
