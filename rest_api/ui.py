@@ -42,7 +42,7 @@ def _static(name: str) -> bytes:
 
 def flow_path(runner: FlowRunnerBase[Any]) -> str:
     """The flow's address under the REST API (what the page's actions are sent to)."""
-    return f"/flows/{quote(runner.flow.source, safe='')}/{quote(runner.flow.target, safe='')}"
+    return f"/flows/{quote(runner.name, safe='')}"
 
 
 def _runtime(worker: AnyWorker) -> str:

@@ -57,16 +57,20 @@ async function api(method, path, body) {
   return data;
 }
 
-function flowPath(f) {  // from what the API lists: its path, or the pair's address
-  return f.path || `/flows/${encodeURIComponent(f.source)}/${encodeURIComponent(f.target)}`;
+function flowPath(f) {  // from what the API lists: its path, or its name
+  return f.path || `/flows/${encodeURIComponent(f.name)}`;
 }
 
-// The field an error is about: the API's "key" (an MM2 setting, "east->west.topics") or a
+// The field an error is about: the API's "key" (an MM2 setting, "east->west.topics",
+// "fast.topics.exclude") or a
 // validation error's location; the form-wide message otherwise.
 function fieldOf(err, form) {
   const names = new Set([...form.querySelectorAll("[name]")].map((i) => i.name));
   const candidates = [];
-  if (err.body && err.body.key) candidates.push(err.body.key, err.body.key.replace(/^.*?->[^.]*\./, ""));
+  if (err.body && err.body.key) {  // the key, then every suffix after a dot (the flow's name first)
+    const parts = err.body.key.split(".");
+    parts.forEach((_, i) => candidates.push(parts.slice(i).join(".")));
+  }
   for (const d of (err.body && err.body.details) || []) {
     candidates.push(...(d.loc || []).filter((p) => p !== "body").reverse());  // the innermost name first
   }
@@ -209,7 +213,9 @@ function groupsPanel(card) {
   const run = (execute) => {
     const group = form.elements.group.value.trim(), regex = form.elements.topic_regex.value.trim();
     if (!group) { clearErrors(form); $('[data-for="group"]', form).textContent = "a consumer group of the source"; return; }
-    const path = `${flowPath(card.flow)}/groups/${encodeURIComponent(group)}/offsets`;
+    // group offsets are the pair's (every flow of the pair syncs into its one checkpoints topic)
+    const pair = `/flows/${encodeURIComponent(card.flow.source)}/${encodeURIComponent(card.flow.target)}`;
+    const path = `${pair}/groups/${encodeURIComponent(group)}/offsets`;
     const call = execute ? () => api("POST", path, {execute: true, topic_regex: regex || null})
       : () => api("GET", path + (regex ? `?topic_regex=${encodeURIComponent(regex)}` : ""));
     submit(form, async () => {

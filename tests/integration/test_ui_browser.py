@@ -107,7 +107,13 @@ def _text(driver: Any, css: str) -> str:
 
 
 def _until(driver: Any, predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    wait_until(predicate, timeout, interval=0.2, what=what)
+    try:
+        wait_until(predicate, timeout, interval=0.2, what=what)
+    except AssertionError as exc:  # what the page shows, to tell why
+        shown = driver.execute_script(
+            "return [...document.querySelectorAll('.field-error, .form-error, .form-ok')]"
+            ".filter(e => e.textContent).map(e => (e.dataset.for || e.className) + ': ' + e.textContent)")
+        raise AssertionError(f"{exc}; messages on the page: {shown}") from None
 
 
 def _trickle(bootstrap: str, topic: str, stop: threading.Event) -> threading.Thread:

@@ -80,7 +80,7 @@ def test_the_state_has_every_flow_its_filters_tasks_partitions_and_series(worker
     assert state["times"] == [1000.0, 1005.0]
     (flow,) = state["flows"]
     assert (flow["name"], flow["path"], flow["source"], flow["target"]) == (
-        "east->west", "/flows/east/west", "east", "west")
+        "east->west", "/flows/east-%3Ewest", "east", "west")
     assert flow["state"] == "UNASSIGNED" and flow["filters"]["topics"] == ["orders", "payments"]
     assert flow["tasks"][0]["partitions"] == 2 and flow["tasks"][0]["records"] == 50
     assert flow["now"]["records_per_s"] == 10.0 and flow["now"]["lag_seconds"] == 3.0
