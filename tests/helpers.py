@@ -6,7 +6,8 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -437,3 +438,23 @@ def without_producer_state(b: RecordBatch) -> bytes:
     """Attributes onward, minus producerId/epoch/baseSequence (stripped for the target broker)."""
     raw = bytes(b)
     return raw[21:43] + raw[57:]
+
+
+@contextmanager
+def served_worker(config: object, **worker_options: Any) -> Iterator[str]:
+    """An in-process worker on ``config`` (a :class:`BackgroundWorker`) with its REST API on a
+    free loopback port; yields the API's base URL."""
+    from rest_api.server import RestServer
+
+    with BackgroundWorker(config, **worker_options) as bg:
+
+        async def start() -> Any:
+            server = RestServer(bg.worker, "127.0.0.1", 0)
+            await server.start()
+            return server
+
+        server: Any = bg.call(start)
+        try:
+            yield str(server.url)
+        finally:
+            bg.call(server.stop)

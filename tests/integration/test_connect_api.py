@@ -14,17 +14,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from helpers import (
-    BackgroundWorker,
     admin,
     create_topic,
     make_records,
     mirror_config,
     produce_records,
+    served_worker,
     topic_names,
     total,
     unique,
@@ -42,24 +41,12 @@ SOURCE = "org.apache.kafka.connect.mirror.MirrorSourceConnector"
 @contextmanager
 def serving(east: KafkaCluster, west: KafkaCluster, alias: str) -> Iterator[httpx.Client]:
     """A worker knowing ``alias`` (the east cluster, configured first) and west, no flow yet."""
-    from rest_api.server import RestServer
-
     config = mirror_config({alias: east.bootstrap, "west": west.bootstrap}, {},
                            **{"refresh.topics.interval.seconds": 300, "emit.checkpoints.enabled": False,
                               "emit.heartbeats.enabled": False})
-    with BackgroundWorker(config) as bg:
-
-        async def start() -> Any:
-            server = RestServer(bg.worker, "127.0.0.1", 0)
-            await server.start()
-            return server
-
-        server: Any = bg.call(start)
-        try:
-            with httpx.Client(base_url=server.url, timeout=120, follow_redirects=False) as http:
-                yield http
-        finally:
-            bg.call(server.stop)
+    with served_worker(config) as url, \
+            httpx.Client(base_url=url, timeout=120, follow_redirects=False) as http:
+        yield http
 
 
 def _source(alias: str, east: KafkaCluster, west: KafkaCluster, **extra: str) -> dict[str, str]:

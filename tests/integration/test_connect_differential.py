@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 from connect_diff import Allowance, Exchange, table
-from helpers import BackgroundWorker, create_topic, make_records, mirror_config, produce_records, unique
+from helpers import create_topic, make_records, mirror_config, produce_records, served_worker, unique
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.kafka_local.connect_worker import ConnectWorker
@@ -392,25 +392,15 @@ def connect_worker(east: KafkaCluster, west: KafkaCluster) -> Iterator[ConnectWo
 @pytest.fixture
 def mm2py_url(east: KafkaCluster, west: KafkaCluster) -> Iterator[str]:
     """An in-process mm2py worker with its REST API (no flow yet), the log levels it changes put back."""
-    from rest_api.server import RestServer
-
     levels = {n: logging.getLogger(n).level for n in ["mm2py", *logging.root.manager.loggerDict]
               if n.startswith("mm2py")}
     config = mirror_config({"west": west.bootstrap, "east": east.bootstrap}, {},
                            **{"emit.checkpoints.enabled": False, "emit.heartbeats.enabled": False})
-    with BackgroundWorker(config) as bg:
-
-        async def start() -> Any:
-            server = RestServer(bg.worker, "127.0.0.1", 0)
-            await server.start()
-            return server
-
-        server: Any = bg.call(start)
-        try:
-            yield server.url
-        finally:
-            bg.call(server.stop)
-            for name, level in levels.items():
+    try:
+        with served_worker(config) as url:
+            yield url
+    finally:
+        for name, level in levels.items():
                 logging.getLogger(name).setLevel(level)
 
 

@@ -23,6 +23,7 @@ from helpers import (
     mirror_config,
     produce_records,
     read_all,
+    served_worker,
     unique,
     wait_until,
 )
@@ -35,23 +36,10 @@ pytestmark = pytest.mark.timeout(300)
 @contextmanager
 def serving(east: KafkaCluster, west: KafkaCluster, alias: str) -> Iterator[httpx.Client]:
     """A worker knowing ``alias`` (the east cluster) and west, no flow yet, with its REST API."""
-    from rest_api.server import RestServer
-
     config = mirror_config({alias: east.bootstrap, "west": west.bootstrap}, {},
                            **{"refresh.topics.interval.seconds": 300, "emit.checkpoints.enabled": False})
-    with BackgroundWorker(config) as bg:
-
-        async def start() -> Any:
-            server = RestServer(bg.worker, "127.0.0.1", 0)
-            await server.start()
-            return server
-
-        server: Any = bg.call(start)
-        try:
-            with httpx.Client(base_url=server.url, timeout=120) as http:
-                yield http
-        finally:
-            bg.call(server.stop)
+    with served_worker(config) as url, httpx.Client(base_url=url, timeout=120) as http:
+        yield http
 
 
 def _settled(west: KafkaCluster, topic: str, counts: dict[int, int]) -> None:

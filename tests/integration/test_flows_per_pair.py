@@ -16,13 +16,13 @@ from urllib.parse import quote
 import httpx
 import pytest
 from helpers import (
-    BackgroundWorker,
     by_partition,
     create_topic,
     make_records,
     mirror_config,
     produce_records,
     read_all,
+    served_worker,
     total,
     unique,
     wait_until,
@@ -35,21 +35,9 @@ pytestmark = pytest.mark.timeout(300)
 
 @contextmanager
 def serving(config: Any, state_file: Path) -> Iterator[httpx.Client]:
-    from rest_api.server import RestServer
-
-    with BackgroundWorker(config, state_file=str(state_file)) as bg:
-
-        async def start() -> Any:
-            server = RestServer(bg.worker, "127.0.0.1", 0)
-            await server.start()
-            return server
-
-        server: Any = bg.call(start)
-        try:
-            with httpx.Client(base_url=server.url, timeout=120) as http:
-                yield http
-        finally:
-            bg.call(server.stop)
+    with served_worker(config, state_file=str(state_file)) as url, \
+            httpx.Client(base_url=url, timeout=120) as http:
+        yield http
 
 
 def _exact(east: KafkaCluster, west: KafkaCluster, topic: str, remote: str) -> bool:
