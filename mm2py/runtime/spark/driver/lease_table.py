@@ -260,10 +260,12 @@ class LeaseTable:
     def _lose(self, lease: Lease) -> None:
         held = lease.state in (LeaseState.RUNNING, LeaseState.STOPPING)
         lease.state = LeaseState.LOST
-        why = ("Spark re-ran it" if lease.rerun else "its Spark job ended" if lease.job_done
-               else "its executor's connection closed")
-        self.lost.append((lease, why + ("" if lease.connected else ", connection closed")
-                          if lease.rerun or lease.job_done else why))
+        if lease.rerun or lease.job_done:  # FENCING: and closed, or silent for two fence intervals
+            why = "Spark re-ran it" if lease.rerun else "its Spark job ended"
+            why += ", connection closed" if not lease.connected else ", silent"
+        else:
+            why = "its executor's connection closed"
+        self.lost.append((lease, why))
         if held:
             for tp in lease.partitions:
                 self._let_go(lease, tp, None)
