@@ -338,7 +338,13 @@ def test_a_worker_killed_mid_copy_loses_nothing_and_duplicates_nothing(
             copying[:] = filter(None, [_copying_on(cluster, app, west, topic)])
             return bool(copying)
 
-        wait_until(copying_on_a_worker, 90, 0.05, "both partitions copied, one by a task on a worker")
+        try:  # the executors' JVMs and Python daemons start first: a minute on a loaded 2-core host
+            wait_until(copying_on_a_worker, 180, 0.05, "both partitions copied, one by a task on a worker")
+        except AssertionError as exc:
+            tasks = {w.name: _task_log(cluster, app, w.name) for w in cluster.workers}
+            raise AssertionError(f"{exc}: Spark tasks (started, finished) {tasks}, target ends "
+                                 f"{_target_ends(west, topic)}, the driver's log ends with "
+                                 f"{driver.log.read_text(errors='replace')[-3000:]}") from None
         victim = copying[0]
         survivor = next(w.name for w in cluster.workers if w.name != victim)
         killed = cluster.kill_worker(victim)

@@ -218,11 +218,17 @@ def test_the_page_shows_a_live_flow_creates_one_pauses_one_and_shows_the_apis_er
         browser.find_element("css selector", f"{offsets} summary").click()
         rows = f"return document.querySelectorAll('{offsets} .offsets-table tbody tr').length"
 
-        def three_rows() -> bool:  # read again until the stop's last commits are read back
+        def three_rows() -> bool:
+            """Read again, once the page's last read came back, until the stop's commits are
+            read back (one read at a time: each reads the progress topic with its own consumer)."""
             if _js(browser, rows) == 3:
                 return True
-            browser.find_element("css selector", f"{offsets} .offsets-read").click()
+            answered = f"{offsets} .offsets-form .form-ok, {offsets} .offsets-form .form-error"
+            if any(e.text for e in browser.find_elements("css selector", answered)):
+                browser.find_element("css selector", f"{offsets} .offsets-read").click()
             return False
+
+        browser.find_element("css selector", f"{offsets} .offsets-read").click()
 
         _until(browser, three_rows, "the stopped flow's offsets")
         field = browser.find_element("css selector", f"{offsets} [name=partition]")
