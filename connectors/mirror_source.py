@@ -37,7 +37,7 @@ class Linger:
     ``seconds``, or ``per_partition`` seconds for each partition fetched if that is longer: trickling
     traffic moves in fewer, fuller requests. The per-partition part bounds the source broker's
     work, which reads every partition of a fetch session for each fetch, data or not (at 2,000
-    partitions and the default 100 µs: at most five such reads of all of them a second)."""
+    partitions and the default 25 µs: at most twenty such reads of all of them a second)."""
 
     seconds: float = 0.0
     bytes: int = 0

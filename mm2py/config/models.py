@@ -132,7 +132,7 @@ class FlowSettings(BaseModel):
     #: ... or this much per partition fetched, if longer (a broker reads every partition of a
     #: fetch session for each fetch: thousands of idle partitions are not read hundreds of times
     #: a second)
-    fetch_linger_partition_us: float = Field(100.0, alias="mm2py.fetch.linger.partition.us", ge=0,
+    fetch_linger_partition_us: float = Field(25.0, alias="mm2py.fetch.linger.partition.us", ge=0,
                                              le=10_000)
     #: incremental fetch sessions (KIP-227) with the source brokers; false: every fetch names every
     #: partition (for a broker that misbehaves with sessions)

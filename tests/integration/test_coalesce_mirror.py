@@ -60,6 +60,7 @@ def _small_batch_backlog(bootstrap: str, topic: str, n: int, transactions: bool 
             tx.begin_transaction()
             for i in range(6):
                 tx.produce(topic, f"tx-{abort}-{i}".encode(), partition=part)
+            tx.flush(30)  # on the broker before the abort (librdkafka drops what it still holds)
             if abort:
                 tx.abort_transaction(30)
             else:

@@ -57,37 +57,43 @@ def test_three_broker_cluster_survives_losing_a_partition_leader(trio: KafkaClus
 
 
 class Stream:
-    """Produces ``batches`` lz4 batches of 500 records, spread over the partitions, ~0.1 s apart."""
+    """Produces lz4 batches of 500 records, spread over the partitions, ~0.1 s apart, until
+    :attr:`stop` is set (a stream that cannot run out before the test's event)."""
 
-    def __init__(self, bootstrap: str, topic: str, batches: int = 40) -> None:
-        self.bootstrap, self.topic, self.batches = bootstrap, topic, batches
-        self.total = batches * 500
-        self.done = threading.Event()
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        #: batches produced and acknowledged so far
+        self.sent = 0
+        self.stop = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def total(self) -> int:
+        return self.sent * 500
 
     def _run(self) -> None:
         try:
             producer = Producer({"bootstrap.servers": self.bootstrap, "compression.type": "lz4",
                                  "linger.ms": 5, "enable.idempotence": True, "acks": "all"})
-            for i in range(self.batches):
-                records = make_records(500, partition=i % PARTITIONS, tag=f"s{i}")
+            while not self.stop.is_set():
+                records = make_records(500, partition=self.sent % PARTITIONS, tag=f"s{self.sent}")
                 for r in records:
                     headers = list(r.headers) if r.headers else None
                     producer.produce(self.topic, r.value, r.key, partition=r.partition,
                                      timestamp=r.timestamp, headers=headers)
                 assert producer.flush(60) == 0, "the stream's records were not all acknowledged"
+                self.sent += 1
                 time.sleep(0.1)
         except BaseException as exc:
             self.error = exc
-        finally:
-            self.done.set()
 
     def __enter__(self) -> Stream:
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stop.set()
         self.thread.join(120)
         if self.error is not None:
             raise self.error
@@ -110,11 +116,16 @@ def _mirror_through_a_leader_kill(
     config = mirror_config(names, {"src->dst": {"topics": topic, "tasks.max": 2, "admin.timeout.ms": 10_000}},
                            **settings)
     with BackgroundWorker(config) as bg, Stream(src.bootstrap, topic) as stream:
-        wait_until(lambda: total(dst.bootstrap, target) >= stream.total // 4, 90, 0.1, "mirroring")
+        wait_until(lambda: total(dst.bootstrap, target) >= 10 * 500, 90, 0.1, "mirroring")
         killed = _leader(trio.bootstrap, *watched)
         trio.kill_node(killed)
-        assert not stream.done.is_set(), "the stream ended before the leader was killed"
+        at_kill = stream.sent
+        # as many batches again after the kill, all through the new leader's election
+        wait_until(lambda: stream.sent >= at_kill + 10 or stream.error is not None, 120, 0.1,
+                   "the stream going on after the kill")
+        stream.stop.set()
         stream.thread.join(120)
+        assert stream.error is None, stream.error
         wait_until(lambda: total(dst.bootstrap, target) >= stream.total, 120, 0.2, "all mirrored")
         assert _leader(trio.bootstrap, *watched) not in (killed, -1)
         tasks = bg.worker.flows["src->dst"].tasks.values()
