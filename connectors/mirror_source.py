@@ -67,7 +67,7 @@ class MirrorSource:
         self.corrupt_retries = corrupt_retries
         self.reset_to_earliest = reset_to_earliest
         self.corrupt_batches_seen = 0
-        self.unavailable_rounds = 0
+        self.unavailable_fetches = 0
         self.error_backoff = error_backoff
         #: partitions whose last fetch failed: (time to fetch again, current delay)
         self._failing: dict[TopicPartition, tuple[float, float]] = {}
@@ -99,7 +99,8 @@ class MirrorSource:
     async def _poll(
         self, positions: Mapping[TopicPartition, int], now: float, sessions: bool
     ) -> dict[TopicPartition, Polled]:
-        ready = {tp: o for tp, o in positions.items() if self._failing.get(tp, (now, 0.0))[0] <= now}
+        ready = positions if not self._failing else {
+            tp: o for tp, o in positions.items() if self._failing.get(tp, (now, 0.0))[0] <= now}
         if positions and not ready:  # every partition waits after an error: wait for the first
             await asyncio.sleep(min(self._failing[tp][0] for tp in positions) - now)
             return {}
@@ -107,14 +108,14 @@ class MirrorSource:
         while True:
             try:
                 fetched = await self.fetcher.fetch(ready, sessions=sessions)
-                self.unavailable_rounds = 0
+                self.unavailable_fetches = 0
                 break
             except (ClientError, BrokerError) as exc:
                 # source unreachable or leaderless beyond the client's own retries: report nothing
-                # this round and try again; positions are unchanged, so nothing is skipped
-                self.unavailable_rounds += 1
+                # this fetch and try again; positions are unchanged, so nothing is skipped
+                self.unavailable_fetches += 1
                 log.warning("fetch from the source failed (%s); retrying", exc)
-                await asyncio.sleep(min(5.0, 0.5 * self.unavailable_rounds))
+                await asyncio.sleep(min(5.0, 0.5 * self.unavailable_fetches))
                 return {}
             except CorruptBatchError as exc:
                 attempt += 1

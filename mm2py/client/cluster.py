@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from mm2py.client.connection import BrokerConnection, ConnectionConfig, ConnectionFactory
 from mm2py.client.errors import ClientError, ConnectionLostError, NoLeaderError, is_retriable_error
+from mm2py.client.routes import LeaderRoutes
 from mm2py.protocol.api import (
     ApiKey,
     BrokerMetadata,
@@ -128,6 +129,8 @@ class ClusterClient:
         self._metadata_lock = asyncio.Lock()
         self.brokers: dict[int, BrokerMetadata] = {}
         self.topics: dict[str, TopicMetadata] = {}
+        self.generation = 0  # counts the changes of the metadata; guards :attr:`routes`
+        self.routes = LeaderRoutes(self.leader_of)
         self.cluster_id: str | None = None
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -222,6 +225,7 @@ class ClusterClient:
         return resp
 
     def _apply_metadata(self, resp: MetadataResponse, wanted: list[str] | None) -> None:
+        self.generation += 1
         if resp.brokers:
             self.brokers = dict(resp.brokers)
         self.cluster_id = resp.cluster_id
@@ -244,7 +248,8 @@ class ClusterClient:
 
     def invalidate(self, topics: Iterable[str]) -> None:
         for t in topics:
-            self.topics.pop(t, None)
+            if self.topics.pop(t, None) is not None:
+                self.generation += 1
 
     async def ensure_topics(self, topics: Iterable[str]) -> None:
         missing = [t for t in set(topics) if t not in self.topics]
@@ -262,9 +267,7 @@ class ClusterClient:
     def leader_of(self, tp: TopicPartition) -> int | None:
         meta = self.topics.get(tp.topic)
         part = None if meta is None else meta.partitions.get(tp.partition)
-        if part is None or part.leader_id < 0:
-            return None
-        return part.leader_id
+        return None if part is None or part.leader_id < 0 else part.leader_id
 
     def leader_epoch_of(self, tp: TopicPartition) -> int:
         meta = self.topics.get(tp.topic)
@@ -298,9 +301,9 @@ class ClusterClient:
         backoff = self._backoff(timeout)
         while remaining:
             attempt = await self._send_once(remaining, send, error_of, results, quiet_absent)
-            remaining = {tp: x for tp, x in remaining.items() if tp in attempt.retry}
-            if not remaining:
+            if not attempt.retry:
                 break
+            remaining = {tp: x for tp, x in remaining.items() if tp in attempt.retry}
             if backoff.expired:
                 if partial or all(tp in results for tp in remaining):
                     break
@@ -323,15 +326,13 @@ class ClusterClient:
         quiet_absent: bool = False,
     ) -> _Attempt:
         """One pass of ``for_leaders``: results go into ``results``; says what to retry and why."""
-        await self.ensure_topics(tp.topic for tp in items)
+        groups, leaderless = self.routes.group(items, self.generation)
+        if leaderless:  # topics not in the metadata yet, or partitions without a leader
+            await self.ensure_topics({tp.topic for tp in leaderless})
+            groups, leaderless = self.routes.group(items, self.generation)
         attempt = _Attempt()
-        groups: dict[int, dict[TopicPartition, X]] = {}
-        for tp, x in items.items():
-            leader = self.leader_of(tp)
-            if leader is None:
-                attempt.retry_later(tp, NoLeaderError(f"no leader known for {tp}"), stale=True)
-            else:
-                groups.setdefault(leader, {})[tp] = x
+        for tp in leaderless:
+            attempt.retry_later(tp, NoLeaderError(f"no leader known for {tp}"), stale=True)
 
         async def to_leader(node: int, batch: dict[TopicPartition, X]) -> dict[TopicPartition, R]:
             return await send(await self.connection(node), batch)

@@ -19,7 +19,7 @@ Per partition the fetcher (all per batch, never per record on the common path):
   Without that rotation a partition behind others that always have data could wait forever.
   Within an incremental fetch session (``FetcherConfig.sessions``, KIP-227) the broker reads the
   partitions in the session's order and moves each partition it served behind the others; a
-  partition left waiting :data:`REORDER_AFTER_ROUNDS` rounds in a row makes the next request a
+  partition left waiting :data:`REORDER_AFTER_FETCHES` fetches in a row makes the next request a
   full one, naming it first.
 """
 
@@ -29,8 +29,9 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from mm2py.client.cluster import ClusterClient, topic_namer
 from mm2py.client.connection import BrokerConnection
@@ -65,6 +66,9 @@ PROTOCOL_MIN_FETCH_VERSION = 4
 FIRST_SESSION_VERSION = 7
 
 log = logging.getLogger(__name__)
+
+#: a TopicPartition's topic, as a C-level function (maps over thousands of partitions per fetch)
+_topic = itemgetter(0)
 
 
 @dataclass(frozen=True)
@@ -201,36 +205,36 @@ def process_partition(
 
 class WaitingPartitions:
     """The order of partitions in a fetch request: those left without data (stalled or starved)
-    for the most consecutive rounds first, ties and the rest in the caller's order. A partition
+    for the most consecutive fetches first, ties and the rest in the caller's order. A partition
     served is back to the end, so partitions waiting together take turns at the front."""
 
     def __init__(self) -> None:
-        self.rounds: dict[TopicPartition, int] = {}
+        #: partition -> fetches in a row that left it without data
+        self.waited: dict[TopicPartition, int] = {}
 
     def order(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
-        return sorted(partitions, key=lambda tp: -self.rounds.get(tp, 0))
+        return sorted(partitions, key=lambda tp: -self.waited.get(tp, 0))
 
-    def longest(self, partitions: Iterable[TopicPartition]) -> int:
-        """The most rounds in a row any of ``partitions`` has waited."""
-        rounds = self.rounds
-        return max((rounds.get(tp, 0) for tp in partitions), default=0) if rounds else 0
+    def longest(self, partitions: Container[TopicPartition]) -> int:
+        """The most fetches in a row any of ``partitions`` has waited (few wait: it walks those)."""
+        return max((n for tp, n in self.waited.items() if tp in partitions), default=0)
 
     def note(self, fetched: FetchedPartition) -> None:
         if fetched.stalled or fetched.starved:
-            self.rounds[fetched.tp] = self.rounds.get(fetched.tp, 0) + 1
+            self.waited[fetched.tp] = self.waited.get(fetched.tp, 0) + 1
         else:
-            self.rounds.pop(fetched.tp, None)
+            self.waited.pop(fetched.tp, None)
 
 
-#: a partition left without data for this many rounds in a row makes the next request of its fetch
+#: a partition left without data for this many fetches in a row makes the next request of its fetch
 #: session a full one, naming it first (an incremental request cannot change the order in which the
 #: broker reads the partitions; the broker itself moves partitions it served behind the others)
-REORDER_AFTER_ROUNDS = 3
+REORDER_AFTER_FETCHES = 3
 
 
 class RawFetcher:
-    """Fetch rounds for a set of positions. With ``config.sessions``, one incremental fetch session
-    (KIP-227) per source broker: a round's request names only the partitions whose position moved,
+    """Fetches for a set of positions. With ``config.sessions``, one incremental fetch session
+    (KIP-227) per source broker: a fetch's request names only the partitions whose position moved,
     and its response only the partitions with news; a partition absent from the result has none."""
 
     def __init__(self, cluster: ClusterClient, config: FetcherConfig | None = None) -> None:
@@ -239,6 +243,8 @@ class RawFetcher:
         self._waiting = WaitingPartitions()
         #: one fetch session per broker (node id); guards the broker's view of our positions
         self.sessions: dict[int, FetchSession] = {}
+        #: per broker: (metadata generation, positions, parameters) of the last request (_wanted)
+        self._last: dict[int, tuple[int, dict[TopicPartition, int], dict[TopicPartition, Params]]] = {}
 
     async def fetch(
         self,
@@ -247,7 +253,7 @@ class RawFetcher:
         partition_max_bytes: Mapping[TopicPartition, int] | None = None,
         sessions: bool = True,
     ) -> dict[TopicPartition, FetchedPartition]:
-        """One fetch round for ``positions`` ({tp: next offset}); one request per leader.
+        """One fetch for ``positions`` ({tp: next offset}); one request per leader.
         ``sessions=False``: sessionless requests this time (a one-off read of a few partitions
         would otherwise make the session forget all the others)."""
         cfg = self.config
@@ -257,7 +263,7 @@ class RawFetcher:
         async def send(
             conn: BrokerConnection, batch: dict[TopicPartition, int]
         ) -> dict[TopicPartition, FetchedPartition]:
-            ids = {t: self.cluster.topic_id(t) for t in {tp.topic for tp in batch}}
+            ids = {t: self.cluster.topic_id(t) for t in set(map(_topic, batch))}
             cap = None if all(ids.values()) else FIRST_TOPIC_ID_VERSION - 1
             version = self.cluster.version_for(conn, ApiKey.FETCH, cap)
             session = self._session(conn.node_id, version) if incremental else None
@@ -269,8 +275,8 @@ class RawFetcher:
                 resp = await self._request(conn, version, body)
                 return self._results(resp, ids, batch)
             for _ in range(2):  # a session error makes the next request a full one: send it now
-                wanted = {tp: self._params(tp, o, limits) for tp, o in batch.items()}
-                full = self._waiting.longest(batch) >= REORDER_AFTER_ROUNDS
+                wanted = self._wanted(conn.node_id, batch, limits)
+                full = self._waiting.longest(batch) >= REORDER_AFTER_FETCHES
                 if full or session.epoch == INITIAL_EPOCH:
                     wanted = {tp: wanted[tp] for tp in self._waiting.order(batch)}
                 req = session.request(wanted, ids, by_id=version >= FIRST_TOPIC_ID_VERSION, full=full)
@@ -285,7 +291,7 @@ class RawFetcher:
                     return self._results(resp, ids, batch)
                 log.info("fetch session with broker %d: %s; starting a new one",
                          conn.node_id, error_name(resp.error_code))
-            return {}  # twice refused: nothing this round, the next round starts afresh
+            return {}  # twice refused: nothing this time, the next fetch starts afresh
 
         return await self.cluster.for_leaders(
             positions, send, lambda r: r.error_code, timeout=cfg.retry_timeout_s,
@@ -299,6 +305,25 @@ class RawFetcher:
         if session is None:
             session = self.sessions[node_id] = FetchSession()
         return None if session.busy else session  # one request of a session at a time
+
+    def _wanted(
+        self, node: int, batch: dict[TopicPartition, int], limits: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, Params]:
+        """Each partition's fetch parameters. Between two requests to a broker only a few positions
+        move: the last request's parameters are kept, and while the partitions and the metadata
+        (the leader epochs) are the same, only the moved ones are computed again."""
+        kept = self._last.get(node)
+        generation = self.cluster.generation
+        if limits or kept is None or kept[0] != generation or kept[1].keys() != batch.keys():
+            params = {tp: self._params(tp, o, limits) for tp, o in batch.items()}
+        else:
+            params = dict(kept[2])
+            size = self.config.partition_max_bytes
+            for tp, offset in batch.items() - kept[1].items():
+                params[tp] = (offset, size, params[tp][2])
+        if not limits:
+            self._last[node] = (generation, dict(batch), params)
+        return params
 
     def _params(self, tp: TopicPartition, offset: int, limits: Mapping[TopicPartition, int]) -> Params:
         return (offset, limits.get(tp, self.config.partition_max_bytes), self.cluster.leader_epoch_of(tp))

@@ -117,7 +117,9 @@ class FetchSession:
             req = SessionRequest(self.session_id, INITIAL_EPOCH, list(wanted.items()), [])
         else:
             held = self.held
-            send = [(tp, p) for tp, p in wanted.items() if held.get(tp) != p]
+            # the changed partitions, found by a set difference (C speed: thousands of partitions
+            # per request, a few changed), named in order for a deterministic request
+            send = sorted(wanted.items() - held.items())
             added = sum(1 for tp, _ in send if tp not in held)
             # some held partition is not wanted any more exactly when there are more than wanted
             forget = [tp for tp in held if tp not in wanted] if len(held) + added > len(wanted) else []

@@ -29,14 +29,14 @@ PARTITIONS = 4
 
 
 class Reader:
-    """Fetch rounds over some partitions, recording every offset each round returns."""
+    """Fetches over some partitions, recording every offset each one returns."""
 
     def __init__(self, client: ClusterClient, tps: list[TopicPartition]) -> None:
         self.fetcher = RawFetcher(client, FetcherConfig(sessions=True, max_wait_ms=50))
         self.pos = {tp: 0 for tp in tps}
         self.seen: dict[TopicPartition, list[int]] = {tp: [] for tp in tps}
 
-    async def rounds(self, n: int, only: Iterable[TopicPartition] | None = None) -> None:
+    async def fetches(self, n: int, only: Iterable[TopicPartition] | None = None) -> None:
         wanted = list(self.pos if only is None else only)
         for _ in range(n):
             got = await self.fetcher.fetch({tp: self.pos[tp] for tp in wanted})
@@ -50,7 +50,7 @@ class Reader:
         for _ in range(200):
             if all(self.pos[tp] >= e for tp, e in ends.items()):
                 return
-            await self.rounds(1)
+            await self.fetches(1)
         raise AssertionError(f"not caught up: at {self.pos}, ends {ends}")
 
     def session(self) -> tuple[int, int, int, int]:
@@ -88,13 +88,13 @@ async def test_every_offset_once_through_session_changes_losses_and_a_restart(sc
         reader = Reader(client, tps)
         produce(scarce, topic, 30, "a")
         await reader.catch_up(ends_of(scarce, topic))
-        await reader.rounds(3)  # nothing new: incremental requests with nothing to say
+        await reader.fetches(3)  # nothing new: incremental requests with nothing to say
         sid, full, incremental, resets = reader.session()
         assert sid != 0 and full == 1 and incremental >= 3 and resets == 0
 
         # partitions leave the session and come back, with records written meanwhile
         produce(scarce, topic, 20, "b")
-        await reader.rounds(4, only=tps[:2])
+        await reader.fetches(4, only=tps[:2])
         assert reader.pos[tps[2]] == 30 and reader.pos[tps[0]] == 50
         await reader.catch_up(ends_of(scarce, topic))
         assert reader.session()[:2] == (sid, 1)  # still the first session, never a full request
@@ -102,7 +102,7 @@ async def test_every_offset_once_through_session_changes_losses_and_a_restart(sc
         # every slot is taken: another fetcher gets no session and reads with full requests
         fillers = [Reader(client2, tps[:1]) for _ in range(7)]
         for f in fillers:
-            await f.rounds(1)
+            await f.fetches(1)
             assert f.session()[0] != 0
         other = Reader(client2, tps)
         await other.catch_up(ends_of(scarce, topic))

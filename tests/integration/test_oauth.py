@@ -4,8 +4,9 @@ The module starts an identity provider on loopback (:class:`LocalIdentityProvide
 endpoint over HTTPS with a CA of its own, and a JWKS) and two one-node clusters, ``oauth-east`` and
 ``oauth-west``, whose SASL listeners (SASL_SSL and SASL_PLAINTEXT) take PLAIN and OAUTHBEARER
 tokens signed by that provider (Kafka's ``OAuthBearerValidatorCallbackHandler`` reading the JWKS),
-with ``connections.max.reauth.ms=10000``. Tokens last 20 s, so every connection re-authenticates
-every 8.5-9.5 s, and more often near a token's expiry. Kafka's unsecured tokens are tried on the
+with ``connections.max.reauth.ms=4000``. Tokens last 8 s, so every connection re-authenticates
+every 3.4-3.8 s, and more often near a token's expiry; the tests wait for re-authentications to
+be counted, not for a time. Kafka's unsecured tokens are tried on the
 session's ``secured`` cluster.
 """
 
@@ -55,7 +56,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
 CLIENT, SECRET = "mirror", "mirror-oidc-secret"
-REAUTH_MS = 10_000
+REAUTH_MS = 4_000
 
 
 class OAuthSetup:
@@ -82,7 +83,7 @@ class OAuthSetup:
 @pytest.fixture(scope="module")
 def oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthSetup]:
     base = tmp_path_factory.mktemp("oauth")
-    idp = LocalIdentityProvider(base / "idp", {CLIENT: SECRET}, token_lifetime_s=20).start()
+    idp = LocalIdentityProvider(base / "idp", {CLIENT: SECRET}, token_lifetime_s=8).start()
     security = BrokerSecurity(listeners=("SASL_SSL", "SASL_PLAINTEXT"), oauth_jwks_url=idp.jwks_url(),
                               reauth_ms=REAUTH_MS, scram_users={})
     clusters = in_parallel(lambda n: KafkaCluster.create(n, base / n, security=security),
@@ -190,7 +191,7 @@ async def test_unsecured_tokens_for_development(secured: KafkaCluster) -> None:
 async def test_connections_reauthenticate_without_a_request_lost(
     oauth: OAuthSetup, mechanism: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A produce and fetch loop for 25 s on the same connections across re-authentications."""
+    """A produce and fetch loop on the same connections until each re-authenticated twice."""
     east = oauth.east
     topic = create_topic(east.bootstrap, unique(f"reauth-{mechanism.lower()}"))
     alias = f"oauth-east-{mechanism.lower()}"
@@ -214,8 +215,13 @@ async def test_connections_reauthenticate_without_a_request_lost(
     async with raw_client(east.bootstrap_for("SASL_SSL"), props, alias) as client:
         producer = RawProducer(client, ProducerConfig(idempotent=True))
         fetcher = RawFetcher(client, FetcherConfig())
-        position, produced, deadline = 0, 0, time.monotonic() + 25
-        while time.monotonic() < deadline:
+        position, produced, deadline = 0, 0, time.monotonic() + 90
+
+        def sessions() -> Any:
+            return SASL_SESSIONS.snapshot().get(alias)
+
+        while (now := sessions()) is None or now.reauthentications < 4:  # two connections, twice each
+            assert time.monotonic() < deadline, f"too few re-authentications in 90 s: {now}"
             batch = build_batch([Record(i, 0, b"k", f"v{produced + i}".encode()) for i in range(5)],
                                 base_timestamp=int(time.time() * 1000))
             await producer.produce([(tp, RecordBatch(bytes(batch)))])
@@ -281,8 +287,9 @@ def _flow_security(alias: str, props: dict[str, str]) -> dict[str, str]:
 
 
 def test_mirror_flows_over_oauthbearer_and_plain_across_reauthentications(oauth: OAuthSetup) -> None:
-    """Two flows for 90 s of live traffic, every connection re-authenticating every ~9 s: one between
-    the clusters' OAUTHBEARER listeners (signed 20 s tokens), one between their PLAIN listeners."""
+    """Two flows under live traffic until every cluster's connections re-authenticated eight times
+    and four tokens were taken: one between the clusters' OAUTHBEARER listeners (signed 8 s
+    tokens), one between their PLAIN listeners."""
     east, west = oauth.east, oauth.west
     plain = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
              "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
@@ -302,7 +309,18 @@ def test_mirror_flows_over_oauthbearer_and_plain_across_reauthentications(oauth:
     with BackgroundWorker(config) as bg:
         for p in producers.values():
             p.__enter__()
-        time.sleep(90)
+
+        def samples() -> dict[tuple[str, str | None], float]:
+            return {(s.name, s.labels.get("cluster") or s.labels.get("flow")): s.value
+                    for family in WorkerCollector(bg.worker).collect() for s in family.samples}
+
+        def reauthenticated() -> bool:
+            now = samples()
+            return (all(now.get(("mm2py_sasl_reauthentications_total", c), 0) >= 8
+                        for c in ("oe", "ow", "pe", "pw"))
+                    and now.get(("mm2py_oauth_tokens_total", "oe"), 0) >= 4)
+
+        wait_until(reauthenticated, 180, 0.5, "eight re-authentications on every cluster, four tokens")
         produced = {alias: p.stop() for alias, p in producers.items()}
         mirrored = {alias: f"{alias}.{topic}" for alias, topic in topics.items()}
 
@@ -310,21 +328,19 @@ def test_mirror_flows_over_oauthbearer_and_plain_across_reauthentications(oauth:
             return all(total(west.bootstrap, mirrored[a]) >= produced[a] for a in topics)
 
         wait_until(caught_up, timeout=60, what="both flows caught up")
-        samples = {(s.name, s.labels.get("cluster") or s.labels.get("flow")): s.value
-                   for family in WorkerCollector(bg.worker).collect() for s in family.samples}
+        seen = samples()
     for alias in topics:
         got = read_all(west.bootstrap, mirrored[alias], expect=produced[alias])
         for partition in (0, 1):
             values = [r.value for r in got if r.partition == partition]
             assert values == [f"live-{i}".encode() for i in range(partition, produced[alias], 2)], alias
     for cluster in ("oe", "ow", "pe", "pw"):
-        assert samples[("mm2py_sasl_reauthentications_total", cluster)] >= 8, (cluster, samples)
-        assert samples[("mm2py_sasl_reauthentication_failures_total", cluster)] == 0
-        assert samples[("mm2py_sasl_expired_closes_total", cluster)] == 0
-    assert samples[("mm2py_oauth_tokens_total", "oe")] >= 4  # 20 s tokens refreshed for 90 s
+        assert seen[("mm2py_sasl_reauthentications_total", cluster)] >= 8, (cluster, seen)
+        assert seen[("mm2py_sasl_reauthentication_failures_total", cluster)] == 0
+        assert seen[("mm2py_sasl_expired_closes_total", cluster)] == 0
     for flow in ("oe->ow", "pe->pw"):
-        assert samples[("mm2py_task_sink_failures_total", flow)] == 0, samples
-        assert samples[("mm2py_task_restarts_total", flow)] == 0, samples
+        assert seen[("mm2py_task_sink_failures_total", flow)] == 0, seen
+        assert seen[("mm2py_task_restarts_total", flow)] == 0, seen
     for cluster in (east, west):
         log = "".join(p.read_text(errors="replace") for p in cluster.log_files)
         assert "Disconnecting expired channel" not in log
