@@ -56,6 +56,7 @@ from mm2py.protocol.fetch_session import (
     FetchSession,
     Params,
     SessionRequest,
+    changed_keys,
 )
 from mm2py.protocol.native import CONTROL_SEEN, OUT_OF_ORDER
 from mm2py.protocol.records import RecordBatch, split_checked, split_record_set
@@ -314,13 +315,16 @@ class RawFetcher:
         (the leader epochs) are the same, only the moved ones are computed again."""
         kept = self._last.get(node)
         generation = self.cluster.generation
-        if limits or kept is None or kept[0] != generation or kept[1].keys() != batch.keys():
+        moved = None
+        if kept is not None and not limits and kept[0] == generation:
+            moved = changed_keys(batch, kept[1])
+        if kept is None or moved is None:
             params = {tp: self._params(tp, o, limits) for tp, o in batch.items()}
         else:
             params = dict(kept[2])
             size = self.config.partition_max_bytes
-            for tp, offset in batch.items() - kept[1].items():
-                params[tp] = (offset, size, params[tp][2])
+            for tp in moved:
+                params[tp] = (batch[tp], size, params[tp][2])
         if not limits:
             self._last[node] = (generation, dict(batch), params)
         return params

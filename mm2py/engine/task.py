@@ -105,8 +105,7 @@ class TaskRunner:
     @property
     def assignment(self) -> tuple[TopicPartition, ...]:
         """The partitions this task is to mirror (an assignment not yet taken included)."""
-        pending = self._pending_assignment
-        return tuple(pending) if pending is not None else self.partitions
+        return self.partitions if self._pending_assignment is None else tuple(self._pending_assignment)
 
     def committed_positions(self) -> dict[TopicPartition, Position]:
         """Each partition's acknowledged position with the target end it maps to."""
@@ -390,8 +389,9 @@ class TaskRunner:
         await (self.committer.now(snapshot) if force else self.committer.maybe(snapshot))
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Position]:
-        """A snapshot of what to commit, taken on the event loop."""
-        return {tp: Position(self._acked[tp], self._target_next.get(tp)) for tp in partitions}
+        """A snapshot of what to commit, taken on the event loop (built at C speed: thousands)."""
+        parts, acked, ends = list(partitions), self._acked.__getitem__, self._target_next.get
+        return dict(zip(parts, map(Position, map(acked, parts), map(ends, parts)), strict=True))
 
     async def close(self) -> None:
         await self.committer.settle()

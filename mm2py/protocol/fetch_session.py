@@ -24,8 +24,11 @@ broker reads every partition from exactly the offset the caller asked for. When 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import eq, ne
+from typing import Any, TypeVar
 
 from mm2py.protocol.errors_codes import NONE
 from mm2py.protocol.types import TopicPartition
@@ -43,6 +46,18 @@ SESSION_ERRORS = frozenset({FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EP
 
 #: (fetch offset, partition max bytes, current leader epoch): what a request says about a partition
 Params = tuple[int, int, int]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V", bound=Any)
+
+
+def changed_keys(new: Mapping[K, V], old: Mapping[K, V]) -> list[K] | None:
+    """The keys whose values differ, when both mappings have the same keys in the same order
+    (``None`` otherwise). Compared at C speed, without a tuple per entry: a request of thousands
+    of partitions of which a few moved (dicts copied from one another keep their order)."""
+    if len(new) != len(old) or not all(map(eq, new, old)):
+        return None
+    return list(compress(new, map(ne, new.values(), old.values())))
 
 
 def next_epoch(epoch: int) -> int:
@@ -117,9 +132,11 @@ class FetchSession:
             req = SessionRequest(self.session_id, INITIAL_EPOCH, list(wanted.items()), [])
         else:
             held = self.held
-            # the changed partitions, found by a set difference (C speed: thousands of partitions
-            # per request, a few changed), named in order for a deterministic request
-            send = sorted(wanted.items() - held.items())
+            moved = changed_keys(wanted, held)
+            if moved is not None:
+                send = [(tp, wanted[tp]) for tp in moved]
+            else:
+                send = [(tp, p) for tp, p in wanted.items() if held.get(tp) != p]
             added = sum(1 for tp, _ in send if tp not in held)
             # some held partition is not wanted any more exactly when there are more than wanted
             forget = [tp for tp in held if tp not in wanted] if len(held) + added > len(wanted) else []

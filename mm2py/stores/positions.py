@@ -23,6 +23,7 @@ from mm2py.protocol.connect_offsets import (
     fold,
     progress_topic,
 )
+from mm2py.protocol.fetch_session import changed_keys
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin
 
@@ -99,7 +100,9 @@ class PositionStore:
 
     def commit(self, positions: Mapping[TopicPartition, Position], timeout: float = 30.0) -> None:
         """Persist positions that changed since the last commit; blocks until acknowledged."""
-        changed = {tp: o for tp, o in positions.items() if self._committed.get(tp) != o}
+        moved = changed_keys(positions, self._committed)  # C speed when the partitions are the same
+        changed = ({tp: positions[tp] for tp in moved} if moved is not None
+                   else {tp: o for tp, o in positions.items() if self._committed.get(tp) != o})
         if not changed:
             return
         self._write({tp: encode_value(pos.source - 1, pos.target) for tp, pos in changed.items()}, timeout)

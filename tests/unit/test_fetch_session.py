@@ -181,3 +181,17 @@ def test_the_broker_always_reads_the_offsets_asked_for(
             assert s.held == (wanted if session_id else {})
         if event == "evict":
             broker.sessions.clear()
+
+
+def test_changed_keys_names_the_moved_entries_of_two_dicts_in_the_same_order() -> None:
+    from mm2py.protocol.fetch_session import changed_keys
+
+    old = {TopicPartition("t", p): p * 10 for p in range(6)}
+    new = dict(old)
+    new[TopicPartition("t", 4)] = 41
+    new[TopicPartition("t", 1)] = 11
+    assert changed_keys(new, old) == [TopicPartition("t", 1), TopicPartition("t", 4)]
+    assert changed_keys(dict(old), old) == []
+    # other keys, or the same keys in another order: not comparable this way
+    assert changed_keys({**old, TopicPartition("u", 0): 0}, old) is None
+    assert changed_keys(dict(reversed(list(old.items()))), old) is None
