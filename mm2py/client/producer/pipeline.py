@@ -103,6 +103,7 @@ class ProducePipeline:
         self._requests: set[asyncio.Task[None]] = set()
         self._refresh: asyncio.Task[None] | None = None
         self._closed = False
+        self._answers = 0  # answers read so far (a lane ready before one came may not be after)
 
     # ------------------------------------------------------------------------------ callers
     def submit(self, items: Sequence[tuple[TopicPartition, RecordBatch]]) -> list[asyncio.Future[int]]:
@@ -190,6 +191,7 @@ class ProducePipeline:
                     groups.setdefault((leader, lane.slot), []).append((tp, lane))
             if not groups:
                 return
+            answers = self._answers
             for (node, slot), lanes in groups.items():
                 try:
                     conn = await self.requests.cluster.connection(node, slot)
@@ -201,7 +203,7 @@ class ProducePipeline:
                         else:
                             self._stop(tp, lane, exc)
                     continue
-                self._send(conn, node, lanes, pid, epoch)
+                self._send(conn, node, lanes, pid, epoch, recheck=self._answers != answers)
             await asyncio.sleep(0)  # let the requests be written before the next pass
 
     def _ready(self, tp: TopicPartition, lane: Lane, pid: int) -> int | None:
@@ -233,14 +235,15 @@ class ProducePipeline:
 
     def _send(
         self, conn: BrokerConnection, node: int, lanes: list[tuple[TopicPartition, Lane]],
-        pid: int, epoch: int,
+        pid: int, epoch: int, recheck: bool,
     ) -> None:
-        """One request (or more, by size) with the next batch of each of ``lanes``."""
+        """One request (or more, by size) with the next batch of each of ``lanes`` (found ready
+        before answers came in, with ``recheck``)."""
         sent: dict[TopicPartition, Entry] = {}
         data: dict[TopicPartition, bytes] = {}
         for tp, lane in lanes:
-            if self._ready(tp, lane, pid) != node or (lane.sent and lane.conn is not conn):
-                continue  # answers came meanwhile, or its round's connection was lost (IN-ORDER)
+            if (recheck and self._ready(tp, lane, pid) != node) or (lane.sent and lane.conn is not conn):
+                continue  # not ready any more, or its round's connection was lost (IN-ORDER)
             e = lane.take(pid, epoch, self.state.sequence(tp))
             lane.node, lane.conn = node, conn
             sent[tp], data[tp] = e, e.data
@@ -267,6 +270,7 @@ class ProducePipeline:
 
     # ---------------------------------------------------------------------------- outcomes
     def _answer(self, e: Entry, out: Answer) -> None:
+        self._answers += 1
         lane = self._lanes.get(e.tp)
         if lane is None or not lane.answered(e):
             return  # closed, or an attempt of an earlier round: the lane has moved on (RE-SEND)
