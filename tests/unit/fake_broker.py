@@ -89,8 +89,11 @@ class FakeBroker:
         #: the connection carrying a request with this value is cut once the broker handled that
         #: request (once): no request on it is answered, later ones are not handled
         self.cut_connection_at: str | None = None
-        #: value -> error code every batch with that value is refused with
+        #: value -> error code every batch with that value is refused with (``refuse_once``: the
+        #: first time it arrives)
         self.refuse: dict[str, int] = {}
+        self.refuse_once: dict[str, int] = {}
+        self.metadata_requests = 0
         #: batches answered as repeats of a recent batch (not appended again)
         self.duplicates = 0
         #: what happened, in order: ("recv", request number, [(tp, value, pid, seq)]) / ("answer", n)
@@ -157,6 +160,8 @@ class FakeBroker:
             return MESSAGE_TOO_LARGE, -1
         if value in self.refuse:
             return self.refuse[value], -1
+        if value in self.refuse_once:
+            return self.refuse_once.pop(value), -1
         if (tp, pid) in self.forgotten:
             return self.forgotten_code, -1
         known = log.producers.get(pid)
@@ -191,6 +196,7 @@ class FakeConnection:
                       timeout: float | None = None) -> Any:
         fb = self.broker
         if api_key == ApiKey.METADATA:
+            fb.metadata_requests += 1
             return fb.metadata()
         if api_key == ApiKey.INIT_PRODUCER_ID:
             return fb.init_producer_id()

@@ -16,7 +16,7 @@ from fake_broker import A, B, FakeBroker, batch, producer_on
 
 from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import LaneStoppedError, ProduceError, ProducerConfig
-from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS, BrokerError
+from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER, BrokerError
 from mm2py.protocol.types import TopicPartition
 
 
@@ -91,6 +91,20 @@ async def test_a_connection_lost_mid_window_is_resent_by_the_lane_and_the_future
     assert fb.duplicates == 4, "the broker did not answer the batches it held as duplicates"
     assert [len(fb.requests_with(f"a{i}")) for i in range(1, 9)] == [2] * 3 + [1] * 5
     assert fb.connections == connections + 1 and producer.producer_id == pid
+
+
+async def test_a_leader_that_moved_is_looked_up_again_and_the_lane_re_sends_to_it() -> None:
+    """a2 is answered NOT_LEADER_OR_FOLLOWER (a3, a4 behind it are refused as out of sequence):
+    the lane drops the stale metadata, asks for it again and sends a2..a4 again, in order; the
+    caller sees only the offsets."""
+    fb = FakeBroker()
+    producer = await confirmed_producer(fb)
+    asked = fb.metadata_requests
+    fb.refuse_once["a2"] = NOT_LEADER_OR_FOLLOWER
+    assert await asyncio.gather(*producer.submit([(A, batch(f"a{i}")) for i in range(1, 5)])) == [1, 2, 3, 4]
+    assert fb.metadata_requests > asked, "the leader was not looked up again"
+    assert [len(fb.requests_with(f"a{i}")) for i in range(1, 5)] == [1, 2, 2, 2]
+    assert fb.values(A) == [f"a{i}" for i in range(5)]
 
 
 async def test_a_resend_keeps_its_producer_id_when_another_partition_replaced_it() -> None:
