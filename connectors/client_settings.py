@@ -18,8 +18,7 @@ from typing import Any
 from mm2py.client.cluster import ClientConfig
 from mm2py.client.connection import ConnectionConfig, SecurityConfig
 from mm2py.client.fetcher import FetcherConfig
-from mm2py.client.producer import ProducerConfig
-from mm2py.client.producer.requests import MAX_WINDOW
+from mm2py.client.producer import MAX_WINDOW, ProducerConfig
 from mm2py.config.errors import ConfigError
 from mm2py.config.flat import is_connection_key
 from mm2py.config.models import FlowConfig

@@ -7,28 +7,25 @@ contiguous offset range — a batch with compaction gaps is rebuilt here, and th
 offset of each record is kept so offset syncs stay exact. Runs of small batches are merged into
 larger ones (``mm2py.coalesce.*``, :mod:`connectors.outgoing`); a merged batch covers several source
 batches, and its :class:`Delivered` says so (source range, source position after it).
+
+The producer re-sends unacknowledged batches itself (the same bytes); a put sees only what was
+acknowledged (a prefix per partition) and, once the producer gave up on a partition, the failure.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from connectors.outgoing import CoalesceSettings, Outgoing, ResendPlan, prepare
+from connectors.outgoing import CoalesceSettings, Outgoing, prepare
 from mm2py.client.cluster import LATEST
 from mm2py.client.errors import ResendRefusedError
-from mm2py.client.producer import RawProducer
-from mm2py.client.producer.pipeline import PartitionHaltedError, acknowledged_prefix
+from mm2py.client.producer import RawProducer, Submission
 from mm2py.engine.task_api import START_LOOKUP_SECONDS, Delivered, SinkError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
-
-#: one partition's share of a put: (source partition, batches to produce, held back, prepared with
-#: the re-send ranges of earlier failed puts, which its own outcome then replaces)
-Plan = tuple[TopicPartition, list[Outgoing], bool, bool]
 
 
 class MirrorSink:
@@ -42,7 +39,6 @@ class MirrorSink:
         self.rename = rename
         self.coalescing = coalescing  # None or not enabled: every batch as it came
         self._names: dict[str, str] = {}
-        self._resend = ResendPlan.empty()
 
     def target_partition(self, tp: TopicPartition) -> TopicPartition:
         name = self._names.get(tp.topic)
@@ -54,17 +50,11 @@ class MirrorSink:
         """Hand every batch to the producer and return at once; the producer keeps the order per
         partition across calls, so the next fetch may be submitted before this one is answered.
         Raises ``CorruptBatchError`` (nothing is sent) if a batch to be merged is corrupt."""
-        plans: list[Plan] = []
-        for tp, batches in work:
-            chosen, cuts, held_back = self._resend.cuts(tp, batches)
-            plans.append((tp, prepare(chosen, self.coalescing, cuts), held_back, bool(cuts) or held_back))
-        items = [(tp, o) for tp, outgoing, _, _ in plans for o in outgoing]
+        items = [(tp, o) for tp, batches in work for o in prepare(batches, self.coalescing)]
         # MirrorSource hands over only CRC-verified batches and rebuilt or merged ones are built
-        # here, so the producer does not check each CRC a second time before stamping a new one
-        futures = self.producer.submit(
-            [(self.target_partition(tp), o.batch) for tp, o in items], verified=True
-        )
-        return PendingPut(self, plans, items, futures)
+        # here with a fresh CRC, as the producer's submit requires
+        submission = self.producer.submit([(self.target_partition(tp), o.batch) for tp, o in items])
+        return PendingPut(items, submission)
 
     async def put(self, work: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
         """:meth:`submit` and wait: what was acknowledged, or :class:`SinkError`."""
@@ -81,34 +71,6 @@ class MirrorSink:
         partitions may be produced again, from what was acknowledged."""
         self.producer.resume()
 
-    def _settle(self, plans: list[Plan], bases: list[int]) -> None:
-        i = 0
-        for tp, outgoing, held_back, cut in plans:
-            got = bases[i : i + len(outgoing)]
-            i += len(outgoing)
-            acked = next((k for k, b in enumerate(got) if b < 0), len(got))
-            self._resend.settle(tp, outgoing, acked, held_back, replace=cut)
-
-    def _outcome(
-        self, plans: list[Plan], items: list[tuple[TopicPartition, Outgoing]],
-        bases: list[int], error: BaseException | None,
-    ) -> list[Delivered]:
-        self._settle(plans, bases)
-        delivered = [
-            Delivered(tp, o.first, o.last, o.source_next, base, o.record_offsets, o.batch.size,
-                      o.batch.records_count, o.batch.max_timestamp)
-            for (tp, o), base in zip(items, bases, strict=True)
-            if base >= 0  # not acknowledged otherwise (a prefix per partition is)
-        ]
-        if error is not None:
-            restart = isinstance(error, ResendRefusedError)
-            raise SinkError(f"{type(error).__name__}: {error}", delivered, restart=restart) from error
-        held = [tp for tp, _, held_back, _ in plans if held_back]
-        if held:
-            # batches held back so that unacknowledged ones are re-sent as they were: fetch again
-            raise SinkError(f"re-sending unacknowledged batches of {held}: fetching again", delivered)
-        return delivered
-
     async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         targets = {tp: self.target_partition(tp) for tp in partitions}
         ends = await self.producer.cluster.list_offsets(list(targets.values()), LATEST,
@@ -121,34 +83,34 @@ class MirrorSink:
 
 
 class PendingPut:
-    """One :meth:`MirrorSink.submit`: its batches' acknowledgements, read in submission order."""
+    """One :meth:`MirrorSink.submit`: its batches and the producer's :class:`Submission` of them."""
 
-    def __init__(
-        self, sink: MirrorSink, plans: list[Plan],
-        items: list[tuple[TopicPartition, Outgoing]], futures: list[asyncio.Future[int]],
-    ) -> None:
-        self._sink = sink
-        self._plans = plans
+    def __init__(self, items: list[tuple[TopicPartition, Outgoing]], submission: Submission) -> None:
         self._items = items
-        #: done once every batch is answered (acknowledged or failed)
-        self.answered: asyncio.Future[list[int | BaseException]] = asyncio.gather(
-            *futures, return_exceptions=True
-        )
+        self._submission = submission
 
     async def wait(self) -> None:
-        await asyncio.shield(self.answered)
+        await self._submission.wait()
 
     def done(self) -> bool:
-        return self.answered.done()
+        return self._submission.done()
 
     def add_done_callback(self, fn: Callable[[], None]) -> None:
-        self.answered.add_done_callback(lambda _answered: fn())
+        self._submission.add_done_callback(fn)
 
     def result(self) -> list[Delivered]:
         """What was acknowledged (a prefix per partition), once :meth:`done`; raises
-        :class:`SinkError` carrying it when not everything was. Call once per put, in order."""
-        bases, failed = acknowledged_prefix([tp for tp, _ in self._items], self.answered.result())
-        # the broker's or the connection's error first; "halted" only says an earlier put failed
-        causes = list(failed.values())
-        error = next((c for c in causes if not isinstance(c, PartitionHaltedError)), next(iter(causes), None))
-        return self._sink._outcome(self._plans, self._items, bases, error)
+        :class:`SinkError` carrying it when not everything was: ``restart`` when a failed
+        partition may hold batches past its prefix (only the target can tell what it holds)."""
+        acked = self._submission.result()
+        delivered = [
+            Delivered(tp, o.first, o.last, o.source_next, base, o.record_offsets, o.batch.size,
+                      o.batch.records_count, o.batch.max_timestamp)
+            for (tp, o), base in zip(self._items, acked.offsets, strict=True)
+            if base >= 0  # not acknowledged otherwise (a prefix per partition is)
+        ]
+        cause = acked.cause
+        if cause is not None:
+            restart = acked.in_doubt or isinstance(cause, ResendRefusedError)
+            raise SinkError(f"{type(cause).__name__}: {cause}", delivered, restart=restart) from cause
+        return delivered

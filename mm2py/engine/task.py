@@ -9,7 +9,10 @@ Invariants kept here:
 - per partition, batches are handed to the sink in source order, and the sink appends them in that
   order across puts (a put is handed over before earlier ones are acknowledged: ``engine/puts.py``);
 - a position is committed only once every batch below it is acknowledged (at-least-once);
-- after a sink failure, fetching restarts from the last acknowledged position (nothing skipped).
+- the sink re-sends what it must by itself; a failure it reports leaves each partition at an
+  acknowledged prefix. If the target holds exactly that prefix, fetching restarts from the last
+  acknowledged position (nothing skipped); if it may hold more (``SinkError.restart``), the task
+  fails, and its restart resumes from what the target holds (nothing twice).
 """
 
 from __future__ import annotations
@@ -89,9 +92,6 @@ class TaskRunner:
         #: positions handed over by the previous holder of a partition (Spark leases): trusted as
         #: they are, so the partition needs neither the progress topic nor the tail reconciler
         self._seeds: dict[TopicPartition, Position] = {}
-        #: partitions whose last produce failed with batches unacknowledged: their outcome is
-        #: unknown until a later produce of the same partition succeeds (same producer state)
-        self._in_doubt: set[TopicPartition] = set()
 
     # -- assignment ----------------------------------------------------------------------------
     @property
@@ -110,11 +110,6 @@ class TaskRunner:
     def committed_positions(self) -> dict[TopicPartition, Position]:
         """Each partition's acknowledged position with the target end it maps to."""
         return self._positions(self._acked)
-
-    @property
-    def in_doubt(self) -> frozenset[TopicPartition]:
-        """Partitions a successor must not resume from a handed-over position (see ``_in_doubt``)."""
-        return frozenset(self._in_doubt)
 
     def seed(self, positions: Mapping[TopicPartition, Position]) -> None:
         """Start these partitions, when assigned, exactly at ``positions`` (a clean hand-over)."""
@@ -222,7 +217,7 @@ class TaskRunner:
                 if puts and self._pending_assignment is not None and self._start_retry.due():
                     ok = await puts.settle_all()  # the new owner starts from settled positions
                     if not ok:
-                        self._recover()
+                        self._rewind()
                         await cancel_fetch(prefetch)
                         prefetch = None
                         await sleep_or_stop(stop, self.retry_backoff)
@@ -247,7 +242,7 @@ class TaskRunner:
                     break  # stopped
                 if not puts.settle_ready():
                     await puts.settle_all()  # the failed partitions' later batches failed too
-                    self._recover()
+                    self._rewind()
                     await cancel_fetch(prefetch)
                     prefetch = None
                     await sleep_or_stop(stop, self.retry_backoff)
@@ -334,8 +329,9 @@ class TaskRunner:
                 self._fetch_pos[tp] = p.next_offset
         return work
 
-    def _recover(self) -> None:
-        """After a failed put (and every later one) was settled: fetch again from the acknowledged."""
+    def _rewind(self) -> None:
+        """After a failed put (and every later one) was settled, the target holding exactly what
+        was acknowledged: fetch again from there, and let the sink produce the failed partitions."""
         for tp in self._fetch_pos:
             self._fetch_pos[tp] = self._acked[tp]
             self.planner.reset(tp)
@@ -349,7 +345,6 @@ class TaskRunner:
             ok, failure = True, None
         except SinkError as exc:
             delivered, ok, failure = exc.delivered, False, exc
-            self._in_doubt.update(tp for tp, _ in put.work)
             self.metrics.sink_failures += 1
             then = ("failing the task, whose restart reads what the target holds" if exc.restart
                     else "retrying from the last acknowledged batch")
@@ -369,8 +364,6 @@ class TaskRunner:
             syncs.extend(self.planner.on_batch(
                 d.source, d.source_first, d.source_last, d.target_first, d.record_offsets
             ))
-        if ok:
-            self._in_doubt.difference_update(tp for tp, _ in put.work)
         # a filtered stretch (aborted or control batches) after a partition's last delivered batch
         for tp, batches in put.work:
             end = put.ends.get(tp)

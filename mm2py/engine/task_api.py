@@ -92,7 +92,8 @@ class BatchSource(Protocol):
 
 
 class PendingPut(Protocol):
-    """A put handed to the sink: its batches' acknowledgements, read once, in submission order."""
+    """A put handed to the sink: what its batches came to, once every one is answered (the sink
+    re-sends what it must by itself: a put is answered only once it is acknowledged or given up)."""
 
     def done(self) -> bool:
         """Every batch is answered (acknowledged or failed)."""
@@ -108,7 +109,7 @@ class PendingPut(Protocol):
 
     def result(self) -> list[Delivered]:
         """What was acknowledged, in order per partition (a prefix of each partition's batches);
-        raises :class:`SinkError` carrying it when not everything was."""
+        raises :class:`SinkError` carrying it when not everything was. The same on every call."""
         ...
 
 
@@ -116,7 +117,7 @@ class BatchSink(Protocol):
     def submit(self, batches: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> PendingPut:
         """Start producing, in order per partition, and return at once. Puts submitted later keep
         the order after this one; once a put fails, the failed partitions' batches of later puts
-        fail too, until :meth:`recover`."""
+        fail too (nothing of them is appended), until :meth:`recover`."""
         ...
 
     def recover(self) -> None:
@@ -157,10 +158,11 @@ class TaskError(Mm2pyError):
 
 
 class SinkError(TaskError):
-    """Producing to the target failed; ``delivered`` is what was acknowledged before the failure.
-    ``restart``: retrying in place cannot be made safe (what the target holds must be read from
-    it), so the task fails and is started again from its committed progress, which resumes
-    exactly from the target's tail."""
+    """Producing to the target failed (the sink gave up re-sending); ``delivered`` is what was
+    acknowledged before the failure, a prefix per partition. Without ``restart`` the target holds
+    exactly that prefix, and the task fetches again from there. ``restart``: it may hold more
+    (what it holds must be read from it), so the task fails and is started again from its
+    committed progress, which resumes exactly from the target's tail."""
 
     def __init__(self, message: str, delivered: list[Delivered], *, restart: bool = False) -> None:
         super().__init__(message)
@@ -210,4 +212,4 @@ RUN_COUNTERS: tuple[str, ...] = tuple(n for n in TASK_COUNTERS if n != "restarts
 #: Given a partition's stored position (source next, target end at that time), returns the
 #: position to resume from after skipping batches that already reached the target, and those
 #: batches (so their offset syncs are written as if they had just been delivered).
-Reconciler = Callable[[TopicPartition, Position], Awaitable[tuple[Position, list["Delivered"]]]]
+Reconciler = Callable[[TopicPartition, Position], Awaitable[tuple[Position, list[Delivered]]]]

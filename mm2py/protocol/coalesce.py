@@ -43,10 +43,9 @@ A *run* is a maximal group of input batches merged into one output batch.
 ``CUTS``
     A run always ends at a batch whose last offset is in ``cuts``. Runs are otherwise a function of
     the input only up to its end: a fetch that ends mid-run yields a shorter last run than a
-    longer fetch from the same offset would. A producer that re-sends a batch whose
-    acknowledgement was lost must send the same records under the same sequence number for the
-    broker to recognise it, so after a failed produce the caller passes the ranges it had sent as
-    ``cuts``, and the same runs come out again from the same start offset.
+    longer fetch from the same offset would; passing the ends of runs formed earlier as ``cuts``
+    forms the same runs again from the same start offset. (The mirror does not need this: its
+    producer re-sends a batch whose acknowledgement was lost as the bytes it sent.)
 
 Defaults
 --------

@@ -16,7 +16,7 @@ from typing import Any
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.connection import ConnectionConfig
-from mm2py.client.errors import RequestTimeoutError
+from mm2py.client.errors import ConnectionLostError, RequestTimeoutError
 from mm2py.client.producer import ProducerConfig, RawProducer
 from mm2py.protocol.api import (
     ApiKey,
@@ -84,6 +84,18 @@ class FakeBroker:
         #: the lost response's time-out comes only once a request with this value arrived (the
         #: batches sent behind the lost one all reach the broker first, however slow the host)
         self.lost_answer_after: str | None = None
+        #: called when the lost response's time-out is raised (the producer has not reacted yet)
+        self.on_lost_answer: Callable[[], None] | None = None
+        #: the connection carrying a request with this value is cut once the broker handled that
+        #: request (once): no request on it is answered, later ones are not handled
+        self.cut_connection_at: str | None = None
+        #: value -> error code every batch with that value is refused with (``refuse_once``: the
+        #: first time it arrives)
+        self.refuse: dict[str, int] = {}
+        self.refuse_once: dict[str, int] = {}
+        self.metadata_requests = 0
+        #: batches answered as repeats of a recent batch (not appended again)
+        self.duplicates = 0
         #: what happened, in order: ("recv", request number, [(tp, value, pid, seq)]) / ("answer", n)
         self.events: list[tuple[Any, ...]] = []
         self.in_flight = 0
@@ -146,6 +158,10 @@ class FakeBroker:
         pid, seq = b.producer_id, b.base_sequence
         if b.size > self.max_batch_bytes:
             return MESSAGE_TOO_LARGE, -1
+        if value in self.refuse:
+            return self.refuse[value], -1
+        if value in self.refuse_once:
+            return self.refuse_once.pop(value), -1
         if (tp, pid) in self.forgotten:
             return self.forgotten_code, -1
         known = log.producers.get(pid)
@@ -153,6 +169,7 @@ class FakeBroker:
             expected, recent = known
             for s, offset in recent:
                 if s == seq:
+                    self.duplicates += 1
                     return NONE, offset  # a repeat of a recent batch: not appended twice
             if seq != expected:
                 return OUT_OF_ORDER_SEQUENCE_NUMBER, -1
@@ -179,14 +196,20 @@ class FakeConnection:
                       timeout: float | None = None) -> Any:
         fb = self.broker
         if api_key == ApiKey.METADATA:
+            fb.metadata_requests += 1
             return fb.metadata()
         if api_key == ApiKey.INIT_PRODUCER_ID:
             return fb.init_producer_id()
         assert (api_key, version) == (ApiKey.PRODUCE, PRODUCE_VERSION)
+        if not self.connected:
+            raise ConnectionLostError(f"connection {self.number} was cut")
         fb.requests += 1
         n = fb.requests
         fb.connection_of[n] = self.number
         resp, lost = fb.handle_produce(n, body)  # before any await: handled in the order written
+        if fb.cut_connection_at is not None and fb.requests_with(fb.cut_connection_at) == [n]:
+            fb.cut_connection_at = None
+            self.connected = False
         tps = [TopicPartition(p.topic or "", p.partition) for p in resp.partitions]
         fb.in_flight += 1
         fb.max_in_flight = max(fb.max_in_flight, fb.in_flight)
@@ -197,6 +220,8 @@ class FakeConnection:
         fb.in_flight -= 1
         for tp in tps:
             fb.partition_in_flight[tp] -= 1
+        if not self.connected:
+            raise ConnectionLostError(f"connection {self.number} was cut (request {n} was handled)")
         if lost:
             fb.lose_response_of = None
             awaited, fb.lost_answer_after = fb.lost_answer_after, None
@@ -206,6 +231,8 @@ class FakeConnection:
                 await asyncio.sleep(0.001)
             else:
                 raise AssertionError(f"the producer never sent {awaited!r} behind the lost answer")
+            if fb.on_lost_answer is not None:
+                fb.on_lost_answer()
             raise RequestTimeoutError(f"request {n} timed out (the broker did append it)")
         fb.events.append(("answer", n))
         return resp

@@ -13,7 +13,7 @@ from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.outgoing import CoalesceSettings, ResendPlan, prepare
+from connectors.outgoing import CoalesceSettings, prepare
 from mm2py.engine.offset_syncs import OffsetSyncPlanner, OffsetSyncStore
 from mm2py.protocol.batch_edit import for_produce
 from mm2py.protocol.batch_merge import match_run, merge_eligible
@@ -253,50 +253,6 @@ def test_batches_of_different_source_producers_are_merged() -> None:
     batches = build([Spec(0, "plain", Codec.LZ4, (10, 20), 0, pid) for pid in (7, 8, -1, 7)])
     assert len({b.producer_id for b in batches}) == 3
     assert [c.sources for c in coalesce(batches, max_bytes=1 << 20)] == [4]
-
-
-@settings(max_examples=examples(150), deadline=None)
-@given(st.lists(small_spec_st, min_size=2, max_size=40), sizes_st, st.data())
-def test_the_sink_re_sends_unacknowledged_batches_as_they_were(
-    specs: list[Spec], sizes: tuple[int, int], data: st.DataObject
-) -> None:
-    """A produce of a fetch's batches fails after k acknowledgements; the next fetches from the
-    acknowledged position (shorter or longer) yield the unacknowledged batches again, record for
-    record, before anything new; a shorter fetch holds back what it cannot form yet."""
-    batches = [b for b in build(specs) if not b.is_control]
-    if not batches:
-        return
-    threshold, target = sizes
-    cfg = CoalesceSettings(threshold=threshold, target=target, max_bytes=2 * target)
-    plan = ResendPlan.empty()
-    m = data.draw(st.integers(1, len(batches)))
-    chosen, cuts, held = plan.cuts(TP, batches[:m])
-    assert (list(chosen), cuts, held) == (batches[:m], [], False)
-    sent = prepare(chosen, cfg, cuts)
-    k = data.draw(st.integers(0, len(sent)))
-    plan.settle(TP, sent, k, held_back=False)
-    unacked = sent[k:]
-    if not unacked:
-        assert TP not in plan.ranges
-        return
-    start = next(i for i, b in enumerate(batches) if b.base_offset == unacked[0].source_base)
-    for _ in range(3):  # fetches of any length from the acknowledged position
-        end = data.draw(st.integers(start + 1, len(batches)))
-        chosen, cuts, held = plan.cuts(TP, batches[start:end])
-        again = prepare(chosen, cfg, cuts)
-        same = min(len(again), len(unacked))
-        assert [rows(o.batch) for o in again[:same]] == [rows(o.batch) for o in unacked[:same]]
-        assert [(o.source_base, o.source_next) for o in again[:same]] == [
-            (o.source_base, o.source_next) for o in unacked[:same]]
-        assert held == (batches[end - 1].last_offset < unacked[-1].source_next - 1)
-        if held:
-            assert len(again) < len(unacked)  # nothing past an incomplete unacknowledged batch
-            plan.settle(TP, again, 0, held_back=True)  # none acknowledged this time either
-            continue
-        assert len(again) >= len(unacked)
-        plan.settle(TP, again, len(again), held_back=False)  # all acknowledged now
-        assert TP not in plan.ranges
-        return
 
 
 def test_settings_default_on_with_documented_sizes_and_reach_the_sink() -> None:

@@ -1,9 +1,10 @@
 """The produce pipeline across calls (``mm2py.client.producer.pipeline``), on the fake broker.
 
 A caller (the mirror task) submits the next fetch's batches before the previous ones are
-acknowledged; the window stays full, a partition's batches keep their order, and a failure halts
-the partition (nothing after it is sent beyond the window, nothing is appended twice) until the
-caller resumes it.
+acknowledged; the window stays full and a partition's batches keep their order. After a
+retriable failure the partition's lane sends its unacknowledged batches again itself (nothing
+beyond the window goes out first, nothing is appended twice) and the caller sees only offsets;
+once the lane gives up, the partition is stopped (its later batches fail) until the caller resumes it.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import asyncio
 import pytest
 from fake_broker import A, B, FakeBroker, batch, producer_on
 
-from mm2py.client.errors import RequestTimeoutError, ResendRefusedError
-from mm2py.client.producer import ProducerConfig
-from mm2py.client.producer.pipeline import PartitionHaltedError
-from mm2py.protocol.errors_codes import BrokerError
+from mm2py.client.errors import ResendRefusedError
+from mm2py.client.producer import LaneStoppedError, ProduceError, ProducerConfig
+from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER, BrokerError
 from mm2py.protocol.types import TopicPartition
 
 
@@ -41,18 +41,18 @@ async def test_a_second_call_is_sent_before_the_first_is_acknowledged_and_order_
     assert fb.max_partition_in_flight == 5, "more (or fewer) than 5 batches of a partition in flight"
 
 
-async def test_a_failure_halts_the_partition_across_calls_until_resumed() -> None:
+async def test_a_failure_stops_the_partition_across_calls_until_resumed() -> None:
     fb = FakeBroker()
     producer = await confirmed_producer(fb)
     first = producer.submit([(A, batch("a1", size=2000)), (A, batch("a2"))])  # a1: too large
     second = producer.submit([(A, batch("a3")), (B, batch("b1"))])
     outcomes = await asyncio.gather(*first, *second, return_exceptions=True)
     assert isinstance(outcomes[0], BrokerError)
-    assert all(isinstance(o, PartitionHaltedError) for o in outcomes[1:3]), outcomes
+    assert all(isinstance(o, LaneStoppedError) for o in outcomes[1:3]), outcomes
     assert outcomes[3] == 1, "another partition's batch was held back by A's failure"
     assert fb.values(A) == ["a0"], "a batch behind the refused one was appended"
     (early,) = producer.submit([(A, batch("a1"))])
-    with pytest.raises(PartitionHaltedError):
+    with pytest.raises(LaneStoppedError):
         await early  # the caller has not resumed A yet: nothing of A goes out
     producer.resume([A])
     again = producer.submit([(A, batch("a1")), (A, batch("a2")), (A, batch("a3"))])
@@ -62,19 +62,103 @@ async def test_a_failure_halts_the_partition_across_calls_until_resumed() -> Non
 
 async def test_a_lost_answer_early_in_a_long_call_lets_no_more_than_the_window_through() -> None:
     """a1's answer is lost although the broker appended it. Only a1..a5 (the window) may have gone
-    out: had a6 gone out, a1 would fall out of the broker's five-batch memory and its re-send be
-    refused. The re-send from the acknowledged prefix appends each batch exactly once."""
+    out before a1 is sent again: had a6 gone out, a1 would fall out of the broker's five-batch
+    memory and its re-send be refused. The lane's re-send appends each batch exactly once."""
     fb = FakeBroker()
     producer = await confirmed_producer(fb)
     fb.lose_response_of = "a1"
     items = [(A, batch(f"a{i}")) for i in range(1, 9)]
-    outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
-    assert isinstance(outcomes[0], RequestTimeoutError)
-    assert all(isinstance(o, PartitionHaltedError) for o in outcomes[1:]), outcomes
-    assert fb.requests_with("a6") == [], "a batch beyond the window was sent after a failure"
-    producer.resume([A])
-    assert await producer.produce(items) == list(range(1, 9))
+    assert await asyncio.gather(*producer.submit(items)) == list(range(1, 9))
+    _lost, again = fb.requests_with("a1")
+    (a6,) = fb.requests_with("a6")
+    assert fb.answered_before(again, a6), "a batch beyond the window was sent before a1 was acknowledged"
     assert fb.values(A) == [f"a{i}" for i in range(9)], "a batch was appended twice or lost"
+
+
+async def test_a_connection_lost_mid_window_is_resent_by_the_lane_and_the_futures_get_offsets() -> None:
+    """The connection is cut once the broker appended a1..a3 (unanswered); a4 and a5 never reach
+    it (not even on a new connection: a1..a3 may still be handled first). The futures stay
+    pending (none fails) while the lane sends a1..a5 again, in order, on a new connection: the
+    broker answers a1..a3 (and b1, in a1's request) from its duplicate detection with their
+    offsets and appends a4, a5; every batch is in the log once, under the same producer id."""
+    fb = FakeBroker()
+    producer = await confirmed_producer(fb)
+    pid, connections = producer.producer_id, fb.connections
+    fb.cut_connection_at = "a3"
+    futures = producer.submit([(A, batch(f"a{i}")) for i in range(1, 9)] + [(B, batch("b1"))])
+    assert await asyncio.gather(*futures) == [*range(1, 9), 1]
+    assert fb.values(A) == [f"a{i}" for i in range(9)], "a batch was appended twice or lost"
+    assert fb.duplicates == 4, "the broker did not answer the batches it held as duplicates"
+    assert [len(fb.requests_with(f"a{i}")) for i in range(1, 9)] == [2] * 3 + [1] * 5
+    assert fb.connections == connections + 1 and producer.producer_id == pid
+
+
+async def test_a_leader_that_moved_is_looked_up_again_and_the_lane_re_sends_to_it() -> None:
+    """a2 is answered NOT_LEADER_OR_FOLLOWER (a3, a4 behind it are refused as out of sequence):
+    the lane drops the stale metadata, asks for it again and sends a2..a4 again, in order; the
+    caller sees only the offsets."""
+    fb = FakeBroker()
+    producer = await confirmed_producer(fb)
+    asked = fb.metadata_requests
+    fb.refuse_once["a2"] = NOT_LEADER_OR_FOLLOWER
+    assert await asyncio.gather(*producer.submit([(A, batch(f"a{i}")) for i in range(1, 5)])) == [1, 2, 3, 4]
+    assert fb.metadata_requests > asked, "the leader was not looked up again"
+    assert [len(fb.requests_with(f"a{i}")) for i in range(1, 5)] == [1, 2, 2, 2]
+    assert fb.values(A) == [f"a{i}" for i in range(5)]
+
+
+async def test_a_resend_keeps_its_producer_id_when_another_partition_replaced_it() -> None:
+    """a1's answer is lost with a2, a3 behind it, and our producer id is replaced meanwhile (the
+    broker forgot it on another partition). The lane sends a1..a3 again as they were, under the
+    old id, and the broker recognises them; only then does A write under the new id, from
+    sequence 0 (ONE-PRODUCER-ID)."""
+    fb = FakeBroker()
+    producer = await confirmed_producer(fb)
+    fb.lose_response_of = "a1"
+    fb.lost_answer_after = "a3"
+    fb.on_lost_answer = lambda: producer.state.forget(1)
+    assert await asyncio.gather(*producer.submit([(A, batch(f"a{i}")) for i in range(1, 4)])) == [1, 2, 3]
+    assert fb.duplicates == 3
+    assert await producer.produce([(A, batch("a4"))]) == [4]
+    assert producer.producer_id == 2
+    assert [(e.producer_id, e.sequence) for e in fb.logs[A].entries] == [(1, i) for i in range(4)] + [(2, 0)]
+
+
+async def test_the_retry_time_out_reports_the_failure_as_an_acknowledged_prefix() -> None:
+    """The broker keeps refusing a2 with a retriable error: the lane sends it again, backing off,
+    until the producer's retry time-out, and only then reports the failure: A's acknowledged
+    prefix (a1), the broker's error, and B untouched."""
+    fb = FakeBroker()
+    producer = await producer_on(fb, ProducerConfig(retry_timeout_s=0.5))
+    assert await producer.produce([(A, batch("a0")), (B, batch("b0"))]) == [0, 0]
+    fb.refuse["a2"] = NOT_ENOUGH_REPLICAS
+    items = [(A, batch("a1")), (A, batch("a2")), (A, batch("a3")), (B, batch("b1"))]
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(ProduceError) as err:
+        await producer.produce(items)
+    assert asyncio.get_running_loop().time() - started >= 0.5, "gave up before the retry time-out"
+    assert err.value.offsets == [1, -1, -1, 1]
+    assert isinstance(err.value.cause, BrokerError) and err.value.cause.code == NOT_ENOUGH_REPLICAS
+    assert len(fb.requests_with("a2")) > 2, "a2 was not sent again"
+    assert fb.values(A) == ["a0", "a1"] and fb.values(B) == ["b0", "b1"]
+    del fb.refuse["a2"]
+    assert await producer.produce([(A, batch("a2")), (A, batch("a3"))]) == [2, 3]
+
+
+async def test_a_batch_refused_the_only_time_it_was_sent_is_a_failure_not_in_doubt() -> None:
+    """A failure leaves the partition in doubt unless the broker refused the only batch out, sent
+    once: then the partition surely holds just the acknowledged prefix."""
+    fb = FakeBroker()
+    producer = await producer_on(fb)
+    sure = producer.submit([(A, batch("a0", size=2000)), (B, batch("b0"))])  # unconfirmed: alone
+    await sure.wait()
+    assert sure.result().offsets == [-1, 0]
+    assert not sure.result().failures[A].in_doubt
+    producer.resume()
+    assert await producer.produce([(A, batch("a0")), (B, batch("b1"))]) == [0, 1]
+    doubt = producer.submit([(A, batch("a1", size=2000)), (A, batch("a2"))])  # confirmed: a2 behind
+    await doubt.wait()
+    assert doubt.result().failures[A].in_doubt and isinstance(doubt.result().cause, BrokerError)
 
 
 @pytest.mark.parametrize("connections", [1, 2, 3])
@@ -131,12 +215,10 @@ async def test_a_deep_window_recovers_in_place_when_at_most_five_may_be_on_the_b
     fb.lose_response_of = "a6"
     fb.lost_answer_after = "a10"  # the rest of the window is on the broker first
     items = [(A, batch(f"a{i}")) for i in range(1, 11)]
-    outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
-    assert outcomes[:5] == [1, 2, 3, 4, 5]
-    assert isinstance(outcomes[5], RequestTimeoutError), outcomes
-    producer.resume([A])
-    again = [(A, batch(f"a{i}")) for i in range(6, 13)]
-    assert await producer.produce(again) == list(range(6, 13))
+    assert await asyncio.gather(*producer.submit(items)) == list(range(1, 11))
+    assert fb.duplicates == 5
+    again = [(A, batch(f"a{i}")) for i in range(11, 13)]
+    assert await producer.produce(again) == [11, 12]
     assert fb.values(A) == [f"a{i}" for i in range(13)], "a batch was appended twice or lost"
 
 
@@ -151,13 +233,11 @@ async def test_a_resend_the_broker_no_longer_remembers_is_refused_not_sent_under
     fb.lose_response_of = "a1"
     fb.lost_answer_after = "a10"  # the rest of the window is on the broker first
     items = [(A, batch(f"a{i}")) for i in range(1, 11)]
-    outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
-    assert isinstance(outcomes[0], RequestTimeoutError), outcomes
-    assert fb.values(A) == [f"a{i}" for i in range(11)]
-    producer.resume([A])
-    outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
+    submission = producer.submit(items)
+    outcomes = await asyncio.gather(*submission, return_exceptions=True)
     assert isinstance(outcomes[0], ResendRefusedError), outcomes
-    assert all(isinstance(o, PartitionHaltedError) for o in outcomes[1:]), outcomes
+    assert all(isinstance(o, LaneStoppedError) for o in outcomes[1:]), outcomes
+    assert submission.result().failures[A].in_doubt
     assert producer.producer_id == pid and fb.next_producer_id == pid + 1, "a new producer id was taken"
     assert fb.values(A) == [f"a{i}" for i in range(11)], "a batch was appended twice"
     (other,) = producer.submit([(B, batch("b0"))])
@@ -166,18 +246,35 @@ async def test_a_resend_the_broker_no_longer_remembers_is_refused_not_sent_under
 
 async def test_a_deep_resend_waits_for_no_new_producer_id() -> None:
     """As above, but our producer id is replaced (another partition found it forgotten) before
-    a1 is sent again: under the new id the broker would take a1..a10 as new. Refused instead."""
+    a1 is sent again: under the new id the broker would take a1..a10 as new. The re-send keeps
+    the old id instead, and is refused."""
     fb = FakeBroker()
     producer = await deep_producer(fb)
     fb.lose_response_of = "a1"
     fb.lost_answer_after = "a10"  # the rest of the window is on the broker first
+    fb.on_lost_answer = lambda: producer.state.forget(producer.producer_id)
     items = [(A, batch(f"a{i}")) for i in range(1, 11)]
-    await asyncio.gather(*producer.submit(items), return_exceptions=True)
-    producer.state.forget(producer.producer_id)
-    producer.resume([A])
     outcomes = await asyncio.gather(*producer.submit(items), return_exceptions=True)
     assert isinstance(outcomes[0], ResendRefusedError), outcomes
     assert fb.values(A) == [f"a{i}" for i in range(11)], "a batch was appended twice"
+
+
+async def test_after_a_failure_in_doubt_a_refusal_takes_no_new_producer_id() -> None:
+    """The caller resumes a partition whose failure was in doubt and sends other batches from the
+    acknowledged prefix: the broker, holding more, refuses them as out of sequence. A new
+    producer id would append them next to what it holds: refused instead (ResendRefusedError)."""
+    fb = FakeBroker()
+    producer = await deep_producer(fb)
+    pid = producer.producer_id
+    fb.lose_response_of = "a1"
+    fb.lost_answer_after = "a10"
+    await asyncio.gather(*producer.submit([(A, batch(f"a{i}")) for i in range(1, 11)]),
+                         return_exceptions=True)
+    producer.resume([A])
+    with pytest.raises(ProduceError) as err:
+        await producer.produce([(A, batch("x1"))])
+    assert isinstance(err.value.cause, ResendRefusedError), err.value
+    assert producer.producer_id == pid and fb.values(A) == [f"a{i}" for i in range(11)]
 
 
 async def test_start_asks_for_the_producer_id_before_the_first_batch() -> None:

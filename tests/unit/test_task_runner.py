@@ -196,24 +196,6 @@ def test_an_unseeded_partition_still_reads_progress() -> None:
     assert values(sink, other) == [f"v{o}".encode() for o in range(2, 6)]
 
 
-def test_a_failed_produce_leaves_its_partition_in_doubt_until_a_produce_succeeds() -> None:
-    log = Log([batch(0, 3), batch(3, 3), batch(6, 3)], end=9)
-    sink = MemorySink(fail_on_put={1})
-    runner = make({TP: log}, sink=sink, source=MemorySource({TP: log}, per_fetch=3))
-    seen: list[frozenset[TopicPartition]] = []
-    real_put = sink.put
-
-    async def spy(work: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
-        seen.append(runner.in_doubt)
-        return await real_put(work)
-
-    sink.put = spy  # type: ignore[method-assign]
-    run(runner, {TP: 9})
-    assert seen[0] == frozenset() and seen[1] == frozenset({TP})  # in doubt after the failure
-    assert runner.in_doubt == frozenset()  # cleared by the successful retry
-    assert values(sink) == expected(range(0, 9))
-
-
 def test_a_slow_commit_does_not_hold_up_delivery_and_commits_never_go_backwards() -> None:
     import threading
     import time

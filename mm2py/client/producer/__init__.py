@@ -2,9 +2,11 @@
 
 Modules, each importing only those listed before it: ``batches`` (what a batch must look like
 before it is produced, rounds), ``state`` (producer id, epoch, sequences), ``requests`` (building,
-sending and reading Produce / InitProducerId requests), ``pipeline`` (continuous idempotent produce,
-the window kept full across calls) and ``raw``
-(:class:`RawProducer`, which ties them together).
+sending and reading Produce / InitProducerId requests), ``results`` (what a submission came to:
+an acknowledged prefix per partition and its failure), ``lanes`` (one partition's queue and
+unacknowledged batches), ``pipeline`` (continuous idempotent produce, the window kept full across
+calls, each lane re-sending its own batches) and ``raw`` (:class:`RawProducer`, which ties them
+together). Callers above the producer use only what this package exports.
 """
 
 from __future__ import annotations
@@ -12,16 +14,22 @@ from __future__ import annotations
 from mm2py.client.errors import ProduceError
 from mm2py.client.producer.batches import BatchLike, normalize_batch, prepare_batch
 from mm2py.client.producer.raw import RawProducer
-from mm2py.client.producer.requests import ProducerConfig
+from mm2py.client.producer.requests import MAX_WINDOW, ProducerConfig
+from mm2py.client.producer.results import Acknowledged, LaneStoppedError, PartitionFailure, Submission
 from mm2py.client.producer.state import CONFIRMED_FOR_S, PRODUCER_STATE_LOST, producer_state_lost
 
 __all__ = [
     "CONFIRMED_FOR_S",
+    "MAX_WINDOW",
     "PRODUCER_STATE_LOST",
+    "Acknowledged",
     "BatchLike",
+    "LaneStoppedError",
+    "PartitionFailure",
     "ProduceError",
     "ProducerConfig",
     "RawProducer",
+    "Submission",
     "normalize_batch",
     "prepare_batch",
     "producer_state_lost",

@@ -6,7 +6,10 @@ cost as stripping the source's producer state). A retried batch whose first atte
 log is then recognised by the broker as a duplicate instead of being appended twice. Batches go
 through the continuous :class:`~.pipeline.ProducePipeline`: up to ``max_in_flight`` batches per
 partition in flight, a partition the broker does not surely know us on probed with one batch
-first, a failed partition halted until the caller re-sends from what was acknowledged.
+first, each partition's unacknowledged batches re-sent by its lane after a retriable failure until
+the retry time-out. A caller sees an acknowledged prefix per partition and, once a lane gave up,
+its failure (:class:`~.results.Acknowledged`); the lane then stays stopped until the caller,
+having seen it, calls :meth:`RawProducer.resume`.
 
 Without idempotence, a call sends one round at a time (the k-th batch of every partition), one
 call at a time per partition (a per-partition lock), so per-partition order holds across retries.
@@ -18,12 +21,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
-from mm2py.client.cluster import Backoff, ClusterClient
-from mm2py.client.errors import ClientError, ProduceError, is_retriable_error
+from mm2py.client.cluster import ClusterClient
+from mm2py.client.errors import ProduceError
 from mm2py.client.producer.batches import BatchLike, normalize_batch, split_rounds, stamp
-from mm2py.client.producer.pipeline import PartitionHaltedError, ProducePipeline, acknowledged_prefix
+from mm2py.client.producer.pipeline import ProducePipeline
 from mm2py.client.producer.requests import ProducerConfig, ProduceRequests
-from mm2py.client.producer.state import ProducerState, producer_state_lost
+from mm2py.client.producer.results import Submission
+from mm2py.client.producer.state import ProducerState
 from mm2py.protocol.api import ProducePartitionResponse
 from mm2py.protocol.errors_codes import NONE, BrokerError
 from mm2py.protocol.records import RecordBatch
@@ -77,66 +81,49 @@ class RawProducer:
         """Append one batch; returns its base offset in the target partition."""
         return (await self.produce([(tp, batch)]))[0]
 
-    def submit(
-        self, items: Sequence[tuple[TopicPartition, BatchLike]], *, verified: bool = False
-    ) -> list[asyncio.Future[int]]:
-        """Queue batches and return at once: a future per batch (its target base offset).
+    def submit(self, items: Sequence[tuple[TopicPartition, RecordBatch]]) -> Submission:
+        """Queue batches and return at once: a :class:`Submission` (a future per batch, its target
+        base offset; then what they came to, an acknowledged prefix per partition).
 
-        Batches of a partition are appended in submission order, across calls: a caller may submit
-        more before earlier batches are acknowledged. After a failure a partition is halted (its
-        later batches fail too) until :meth:`resume`; the caller re-sends from what was
-        acknowledged. ``verified=True``: every batch's CRC was already checked."""
-        normalized = [(tp, normalize_batch(b, verified=verified)) for tp, b in items]
+        The batches' CRCs must have been checked (``RawFetcher`` checks every batch it returns; a
+        merged or rebuilt batch is built with a fresh one). Batches of a partition are appended
+        in submission order, across calls: a caller may submit more before earlier batches are
+        acknowledged. The producer sends unacknowledged batches again itself; once it gives up on
+        a partition, the partition is stopped (its later batches fail too) until :meth:`resume`."""
+        return self._submit([(tp, normalize_batch(b, verified=True)) for tp, b in items])
+
+    def _submit(self, normalized: Normalized) -> Submission:
+        partitions = [tp for tp, _ in normalized]
         if self.pipelined:
-            return self.pipeline.submit(normalized)
+            return Submission(partitions, self.pipeline.submit(normalized), self.pipeline.in_doubt)
         task = asyncio.ensure_future(self._produce_serial(normalized))
-        return [_nth(task, i) for i in range(len(normalized))]
+        # without idempotence a failed batch may have been appended: every failure is in doubt
+        return Submission(partitions, [_nth(task, i) for i in range(len(normalized))], lambda _tp: True)
 
     def resume(self, partitions: Sequence[TopicPartition] | None = None) -> None:
-        """Let partitions halted by a failure send again (see :meth:`submit`)."""
+        """The caller has seen the failures: stopped partitions may send again (see :meth:`submit`)."""
         if self.pipelined:
             self.pipeline.resume(partitions)
 
-    async def produce(
-        self, items: Sequence[tuple[TopicPartition, BatchLike]], *, verified: bool = False
-    ) -> list[int]:
-        """Append batches; returns the target base offset of each, in input order.
+    async def produce(self, items: Sequence[tuple[TopicPartition, BatchLike]]) -> list[int]:
+        """Append batches (each CRC-checked here); returns the target base offset of each, in
+        input order.
 
         Batches of the same partition are appended in input order. Raises ProduceError (with what
-        was acknowledged: a prefix per partition) when not everything was delivered. Retriable
-        failures are sent again until ``retry_timeout_s``; a partition whose producer state the
-        broker lost is sent again under a new producer id."""
-        normalized = [(tp, normalize_batch(b, verified=verified)) for tp, b in items]
+        was acknowledged: a prefix per partition) when not everything was delivered: the producer
+        re-sent what it could until ``retry_timeout_s`` (a partition whose producer state the
+        broker lost under a new producer id). The failed partitions may be produced again at once."""
+        normalized = [(tp, normalize_batch(b)) for tp, b in items]
         if not self.pipelined:
             return await self._produce_serial(normalized)
-        offsets, failed = await self._await_pipeline(normalized)
-        backoff = Backoff(self.cluster.config.retry_backoff_s, self.cluster.config.retry_backoff_max_s,
-                          self.config.retry_timeout_s)
-        # a retriable failure (leader moved, topic re-created, connection lost) or a forgotten
-        # producer id: what was not acknowledged is sent again from the prefix (same sequences, or
-        # a new id), as the broker recognises a batch it did append among its last five
-        while failed and all(_may_resend(e) for e in failed.values()) and not backoff.expired:
-            await backoff.sleep()
-            with contextlib.suppress(ClientError):
-                await self.cluster.refresh_metadata({tp.topic for tp in failed})
-            again = [i for i, (tp, _) in enumerate(normalized) if tp in failed and offsets[i] < 0]
-            got, failed = await self._await_pipeline([normalized[i] for i in again])
-            for i, off in zip(again, got, strict=True):
-                offsets[i] = off
-        if failed:
-            cause = next(iter(failed.values()))
-            raise ProduceError(f"{len(failed)} partitions not fully delivered: {cause}", offsets, cause)
-        return offsets
-
-    async def _await_pipeline(
-        self, items: Normalized
-    ) -> tuple[list[int], dict[TopicPartition, BaseException]]:
-        """Submit, wait for every batch, resume the halted partitions: (offsets, first failures)."""
-        futures = self.pipeline.submit(items)
-        outcomes = await asyncio.gather(*futures, return_exceptions=True)
-        offsets, failed = acknowledged_prefix([tp for tp, _ in items], outcomes)
-        self.pipeline.resume(list(failed))
-        return offsets, failed
+        submission = self._submit(normalized)
+        await submission.wait()
+        acked = submission.result()
+        self.pipeline.resume(list(acked.failures))
+        if acked.cause is not None:
+            raise ProduceError(f"{len(acked.failures)} partitions not fully delivered: {acked.cause}",
+                               acked.offsets, acked.cause)
+        return acked.offsets
 
     async def _produce_serial(self, normalized: Normalized) -> list[int]:
         """Without idempotence: one round at a time per call, calls in order per partition."""
@@ -212,12 +199,3 @@ def _nth(task: asyncio.Future[list[int]], i: int) -> asyncio.Future[int]:
 
     task.add_done_callback(done)
     return out
-
-
-def _may_resend(exc: BaseException) -> bool:
-    """A first failure after which the unacknowledged batches may simply be sent again."""
-    if isinstance(exc, PartitionHaltedError):
-        return False  # halted by another caller's failure, which that caller handles
-    if isinstance(exc, BrokerError) and producer_state_lost(exc.code):
-        return True
-    return is_retriable_error(exc)

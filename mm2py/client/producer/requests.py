@@ -47,7 +47,9 @@ MAX_CONNECTIONS_PER_BROKER = 8
 class ProducerConfig:
     acks: int = -1
     timeout_ms: int = 30_000
-    #: total time spent retrying one produce round
+    #: how long a partition's lane goes on sending its unacknowledged batches again after a
+    #: failure (from its first failure since the last acknowledgment) before it gives up; also the
+    #: bound of a round's retries without idempotence and of asking for a producer id
     retry_timeout_s: float = 60.0
     #: split a broker's share of a round into requests of at most this many record bytes
     max_request_bytes: int = 16 * 1024 * 1024

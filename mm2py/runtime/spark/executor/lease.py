@@ -10,7 +10,9 @@ mirrors continuously, exactly as the in-process ``TaskRunner.run`` does — new 
 commit every commit interval — reporting its metrics to the driver every report interval, until the
 driver says STOP (a successor is ready, the assignment changed, the worker stops) or it cannot hear
 the driver for a fence interval. It then commits and RELEASES: each partition's position and target
-offset, or ``None`` where a produce outcome is in doubt.
+offset. No produce outcome is in doubt then: a failure that may have left batches on the target
+past the acknowledged positions fails the task (the lease ends without a release, and its
+successor loads the committed positions and reconciles the target's tail).
 
 
 A lease never raises: whatever went wrong is in :attr:`LeaseResult.error`. This module does not
@@ -194,10 +196,8 @@ async def _lease(work: LeaseWork, result: LeaseResult) -> None:
         await runner.run_until({}, timeout=60)
         committed = runner.committed_positions()
         result.positions = {tp: pos.source for tp, pos in committed.items()}
-        doubt = runner.in_doubt
         with contextlib.suppress(Exception):
-            await link.send(Released(work.lease_id, work.token,
-                                     {tp: None if tp in doubt else pos for tp, pos in committed.items()}))
+            await link.send(Released(work.lease_id, work.token, dict(committed)))
     finally:
         d, c = CodecCounters.snapshot()
         result.codec = (d - codec_start[0], c - codec_start[1])
