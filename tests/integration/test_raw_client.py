@@ -147,7 +147,7 @@ async def test_idempotent_producer_stamps_its_own_sequences_and_dedupes_retries(
     last = source_batches[-1]
     resend = for_produce(last, producer.producer_id, producer.producer_epoch,
                          seq - last.records_count, verify=True)
-    result = await producer.requests.send_round({ttp: resend})
+    result = await producer.requests.send_wave({ttp: resend})
     assert result[ttp].error_code == 0
     assert result[ttp].base_offset == last.base_offset
     end = (await dst.list_offsets([ttp]))[ttp]

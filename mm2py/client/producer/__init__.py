@@ -1,7 +1,7 @@
 """The raw producer: whole RecordBatches appended with acks=all, idempotent and pipelined.
 
 Modules, each importing only those listed before it: ``batches`` (what a batch must look like
-before it is produced, rounds), ``state`` (producer id, epoch, sequences), ``requests`` (building,
+before it is produced, waves), ``state`` (producer id, epoch, sequences), ``requests`` (building,
 sending and reading Produce / InitProducerId requests), ``results`` (what a submission came to:
 an acknowledged prefix per partition and its failure), ``lanes`` (one partition's queue and
 unacknowledged batches), ``pipeline`` (continuous idempotent produce, the window kept full across

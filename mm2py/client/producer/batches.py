@@ -1,4 +1,4 @@
-"""What a fetched batch must look like before it is produced, and how a produce call is cut into rounds.
+"""What a fetched batch must look like before it is produced, and how a produce call is cut into waves.
 
 Rules (see FACTS.md): control batches are refused; batches with offset gaps are rebuilt
 (``rebuild_contiguous``); foreign producer state is replaced by ours (or removed); baseOffset is
@@ -16,7 +16,7 @@ from mm2py.protocol.types import TopicPartition
 
 BatchLike = bytes | bytearray | memoryview | RecordBatch
 
-__all__ = ["BatchLike", "normalize_batch", "prepare_batch", "split_rounds", "stamp"]
+__all__ = ["BatchLike", "normalize_batch", "prepare_batch", "split_waves", "stamp"]
 
 
 def _has_producer_state(b: RecordBatch) -> bool:
@@ -59,14 +59,14 @@ def prepare_batch(batch: BatchLike) -> bytes:
     return stamp(normalize_batch(batch), -1, -1, -1)
 
 
-def split_rounds(items: Sequence[tuple[TopicPartition, object]]) -> list[dict[TopicPartition, int]]:
-    """Round k holds the index (in ``items``) of the k-th item of each partition."""
-    rounds: list[dict[TopicPartition, int]] = []
+def split_waves(items: Sequence[tuple[TopicPartition, object]]) -> list[dict[TopicPartition, int]]:
+    """Wave k holds the index (in ``items``) of the k-th item of each partition."""
+    waves: list[dict[TopicPartition, int]] = []
     depth: dict[TopicPartition, int] = {}
     for i, (tp, _) in enumerate(items):
         d = depth.get(tp, 0)
         depth[tp] = d + 1
-        if d == len(rounds):
-            rounds.append({})
-        rounds[d][tp] = i
-    return rounds
+        if d == len(waves):
+            waves.append({})
+        waves[d][tp] = i
+    return waves

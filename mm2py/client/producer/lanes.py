@@ -31,7 +31,7 @@ class Entry:
     seq: int = -1
     data: bytes = b""  # the Produce bytes: a re-send sends these again (RE-SEND)
     attempts: int = 0  # times sent
-    round: int = -1  # the lane's round its last attempt went out in
+    rewinds: int = -1  # the lane's rewinds when its last attempt went out
 
     def stamp(self, pid: int, epoch: int, seq: int) -> None:
         self.pid, self.epoch, self.seq = pid, epoch, seq
@@ -50,13 +50,13 @@ class Lane:
     queue: deque[Entry] = field(default_factory=deque)
     #: sent and not acknowledged, in sequence order: what the lane re-sends (RE-SEND)
     unacked: deque[Entry] = field(default_factory=deque)
-    #: how many of ``unacked`` (a prefix) went out in the current round; all of them are in flight
+    #: how many of ``unacked`` (a prefix) went out since the last rewind; all of them are in flight
     sent: int = 0
-    inflight: int = 0  # attempts not answered yet, of any round (IN-ORDER)
+    inflight: int = 0  # attempts not answered yet, since any rewind (IN-ORDER)
     #: bumped when the lane goes back to its first unacknowledged batch: older answers are stale
-    round: int = 0
-    node: int = -1  # the broker the current round goes to
-    conn: object = None  # IN-ORDER: the connection it goes on (a new one only in a new round)
+    rewinds: int = 0
+    node: int = -1  # the broker the attempts since the last rewind go to
+    conn: object = None  # IN-ORDER: the connection it goes on (a new one only after a rewind)
     pid: int = -1  # the producer id of ``unacked`` (ONE-PRODUCER-ID)
     next_seq: int = 0  # the sequence of the next batch taken from ``queue``
     #: DEEP: batches that may be on the broker unanswered since the last failure (0 once a batch
@@ -78,7 +78,7 @@ class Lane:
     # ------------------------------------------------------------------------------- state
     @property
     def stale(self) -> int:
-        """Attempts of earlier rounds still in flight (the current round's are ``sent``)."""
+        """Attempts from before the last rewind still in flight (those since are ``sent``)."""
         return self.inflight - self.sent
 
     def has_work(self) -> bool:
@@ -87,7 +87,7 @@ class Lane:
     def take(self, pid: int, epoch: int, sequence: int) -> Entry:
         """The next batch to send (RE-SEND: an unacknowledged one first, as it was, or re-stamped
         under ``pid`` from ``sequence`` when the broker forgot our id here; else the next queued
-        one under the lane's producer id), marked in flight in the current round."""
+        one under the lane's producer id), marked in flight since the last rewind."""
         if self.sent < len(self.unacked):
             if self.restamp and self.sent == 0:
                 self.pid, self.next_seq, self.restamp = pid, sequence, False
@@ -101,15 +101,15 @@ class Lane:
             self.next_seq = e.next_seq
             self.unacked.append(e)
         e.attempts += 1
-        e.round = self.round
+        e.rewinds = self.rewinds
         self.sent += 1
         self.inflight += 1
         return e
 
     def answered(self, e: Entry) -> bool:
-        """An answer came for ``e``'s attempt; whether it counts (not of an earlier round)."""
+        """An answer came for ``e``'s attempt; whether it counts (not from before the last rewind)."""
         self.inflight -= 1
-        return e.round == self.round
+        return e.rewinds == self.rewinds
 
     def acknowledged(self, e: Entry) -> None:
         """``e`` is on the broker (and every batch before it): the broker and we agree again."""
@@ -130,7 +130,7 @@ class Lane:
         """RE-SEND: from the first unacknowledged batch again, once the attempts out are answered.
         DEEP: each of them may be on the broker."""
         self.unsure = max(self.unsure, len(self.unacked))
-        self.round += 1
+        self.rewinds += 1
         self.sent = 0
 
     def in_doubt(self, refused: Entry | None) -> bool:

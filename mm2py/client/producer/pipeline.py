@@ -250,7 +250,7 @@ class ProducePipeline:
         data: dict[TopicPartition, bytes] = {}
         for tp, lane in lanes:
             if (recheck and self._ready(tp, lane, pid) != node) or (lane.sent and lane.conn is not conn):
-                continue  # not ready any more, or its round's connection was lost (IN-ORDER)
+                continue  # not ready any more, or its attempts' connection was lost (IN-ORDER)
             e = lane.take(pid, epoch, self.state.sequence(tp))
             lane.node, lane.conn = node, conn
             sent[tp], data[tp] = e, e.data
@@ -280,7 +280,7 @@ class ProducePipeline:
         self._answers += 1
         lane = self._lanes.get(e.tp)
         if lane is None or not lane.answered(e):
-            return  # closed, or an attempt of an earlier round: the lane has moved on (RE-SEND)
+            return  # closed, or an attempt from before a rewind: the lane has moved on (RE-SEND)
         self._busy[e.tp] = lane
         if isinstance(out, ProducePartitionResponse) and out.error_code == NONE:
             lane.acknowledged(e)

@@ -11,7 +11,7 @@ the retry time-out. A caller sees an acknowledged prefix per partition and, once
 its failure (:class:`~.results.Acknowledged`); the lane then stays stopped until the caller,
 having seen it, calls :meth:`RawProducer.resume`.
 
-Without idempotence, a call sends one round at a time (the k-th batch of every partition), one
+Without idempotence, a call sends one wave at a time (the k-th batch of every partition), one
 call at a time per partition (a per-partition lock), so per-partition order holds across retries.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.errors import ProduceError
-from mm2py.client.producer.batches import BatchLike, normalize_batch, split_rounds, stamp
+from mm2py.client.producer.batches import BatchLike, normalize_batch, split_waves, stamp
 from mm2py.client.producer.pipeline import ProducePipeline
 from mm2py.client.producer.requests import ProducerConfig, ProduceRequests
 from mm2py.client.producer.results import Submission
@@ -35,7 +35,7 @@ from mm2py.protocol.types import TopicPartition
 
 __all__ = ["RawProducer"]
 
-Rounds = list[dict[TopicPartition, int]]
+Waves = list[dict[TopicPartition, int]]
 Normalized = Sequence[tuple[TopicPartition, RecordBatch]]
 
 
@@ -126,10 +126,10 @@ class RawProducer:
         return acked.offsets
 
     async def _produce_serial(self, normalized: Normalized) -> list[int]:
-        """Without idempotence: one round at a time per call, calls in order per partition."""
-        rounds = split_rounds(normalized)
-        async with self._locked(rounds):
-            return await self._produce_rounds(normalized, rounds)
+        """Without idempotence: one wave at a time per call, calls in order per partition."""
+        waves = split_waves(normalized)
+        async with self._locked(waves):
+            return await self._produce_waves(normalized, waves)
 
     def start(self) -> None:
         """Ask for our producer id now, in the background, instead of at the first produce (one
@@ -144,13 +144,13 @@ class RawProducer:
             self._starting.cancel()
         await self.pipeline.close()
 
-    async def _produce_rounds(self, normalized: Normalized, rounds: Rounds) -> list[int]:
-        """One round at a time, each retried (after a metadata refresh) until it is acknowledged."""
+    async def _produce_waves(self, normalized: Normalized, waves: Waves) -> list[int]:
+        """One wave at a time, each retried (after a metadata refresh) until it is acknowledged."""
         offsets = [-1] * len(normalized)
-        for rnd in rounds:
-            results = await self._send_round(normalized, rnd, offsets)
+        for wave in waves:
+            results = await self._send_wave(normalized, wave, offsets)
             failed: BrokerError | None = None
-            for tp, i in rnd.items():
+            for tp, i in wave.items():
                 r = results[tp]
                 if r.error_code != NONE:
                     failed = failed or BrokerError(r.error_code, f"produce to {tp}: {r.error_message or ''}")
@@ -160,20 +160,20 @@ class RawProducer:
                 raise ProduceError(str(failed), offsets, failed)
         return offsets
 
-    async def _send_round(
-        self, normalized: Normalized, rnd: dict[TopicPartition, int], offsets: list[int]
+    async def _send_wave(
+        self, normalized: Normalized, wave: dict[TopicPartition, int], offsets: list[int]
     ) -> dict[TopicPartition, ProducePartitionResponse]:
-        """One round without producer state, retried until acknowledged or timed out."""
+        """One wave without producer state, retried until acknowledged or timed out."""
         try:
-            return await self.requests.send_round({
-                tp: stamp(normalized[i][1], -1, -1, -1) for tp, i in rnd.items()
+            return await self.requests.send_wave({
+                tp: stamp(normalized[i][1], -1, -1, -1) for tp, i in wave.items()
             })
         except Exception as exc:
             raise ProduceError(f"produce failed: {exc}", offsets, exc) from exc
 
     @contextlib.asynccontextmanager
-    async def _locked(self, rounds: Rounds) -> AsyncIterator[None]:
-        tps = sorted({tp for rnd in rounds for tp in rnd})
+    async def _locked(self, waves: Waves) -> AsyncIterator[None]:
+        tps = sorted({tp for wave in waves for tp in wave})
         async with contextlib.AsyncExitStack() as stack:
             for tp in tps:  # sorted acquisition: no deadlock between concurrent produce() calls
                 lock = self._locks.get(tp)

@@ -1,6 +1,6 @@
 """Produce and InitProducerId requests for one cluster: building them, sending them, reading the answers.
 
-One batch per partition per request, many partitions per request; a broker's share of a round is
+One batch per partition per request, many partitions per request; a broker's share of a wave is
 split into requests of at most ``max_request_bytes`` record bytes.
 """
 
@@ -49,9 +49,9 @@ class ProducerConfig:
     timeout_ms: int = 30_000
     #: how long a partition's lane goes on sending its unacknowledged batches again after a
     #: failure (from its first failure since the last acknowledgment) before it gives up; also the
-    #: bound of a round's retries without idempotence and of asking for a producer id
+    #: bound of a wave's retries without idempotence and of asking for a producer id
     retry_timeout_s: float = 60.0
-    #: split a broker's share of a round into requests of at most this many record bytes
+    #: split a broker's share of a wave into requests of at most this many record bytes
     max_request_bytes: int = 16 * 1024 * 1024
     #: stamp batches with our own producer id and sequences (broker-side dedupe of retries)
     idempotent: bool = True
@@ -132,7 +132,7 @@ class ProduceRequests:
         resp = await conn.request(ApiKey.PRODUCE, version, body, decode_produce_response, timeout)
         return by_partition(resp, ids)
 
-    async def send_round(
+    async def send_wave(
         self, batches: dict[TopicPartition, bytes]
     ) -> dict[TopicPartition, ProducePartitionResponse]:
         """One batch per partition to the partition leaders, retried until acknowledged or timed out."""
