@@ -5,6 +5,12 @@ bindings, keeps those MM2 copies (:mod:`mm2py.engine.acls`: literal bindings of 
 ALLOW WRITE left out, ALLOW ALL as READ) and creates on the target the ones it lacks, on the
 remote topic names. Nothing is ever deleted on the target, as in MM2.
 
+A binding just created may be missing from the target's next listing (a broker lists ACLs from its
+copy of the cluster metadata, which follows the controller's by a moment): the sync does not
+create it again while it waits for the listing to show it, for :data:`CONFIRM_ROUNDS` rounds at
+most, after which a binding still absent (deleted on the target meanwhile) is created again, as
+MM2 would at its next interval.
+
 A cluster without an authorizer keeps no ACLs: the sync says so in one log line and stops for this
 flow (until the flow is restarted) instead of failing every interval. Other failures (a cluster
 unreachable, the mirror's principal not allowed to describe or create ACLs) are logged and retried
@@ -30,6 +36,9 @@ log = logging.getLogger(__name__)
 
 _JOB = "sync topic ACLs"
 
+#: rounds a created binding is not created again while the target's listing does not show it yet
+CONFIRM_ROUNDS = 3
+
 
 @dataclass
 class AclSyncMetrics:
@@ -53,6 +62,8 @@ class TopicAclSync:
         #: UNASSIGNED, RUNNING, STOPPED, or NO_AUTHORIZER (a cluster keeps no ACLs: given up)
         self.state = "UNASSIGNED"
         self._task: asyncio.Task[None] | None = None
+        #: bindings created that the target's listing has not shown yet -> rounds left to wait for it
+        self._unconfirmed: dict[TopicAcl, int] = {}
 
     @staticmethod
     def wanted(flow: FlowConfig) -> bool:
@@ -74,7 +85,10 @@ class TopicAclSync:
         """One round (blocking admin calls): the target bindings created."""
         wanted = acls_to_sync(self.source_admin.describe_topic_acls(), self.mirrored, self.rename)
         todo = missing(wanted, self.target_admin.describe_topic_acls()) if wanted else []
+        waiting = {acl: left - 1 for acl, left in self._unconfirmed.items() if left > 0 and acl in todo}
+        todo = [acl for acl in todo if acl not in waiting]
         created = self.target_admin.create_topic_acls(todo)
+        self._unconfirmed = {**waiting, **dict.fromkeys(created, CONFIRM_ROUNDS)}
         self.metrics.syncs += 1
         self.metrics.acls_created += len(created)
         if created:

@@ -116,6 +116,49 @@ def test_a_sync_round_creates_only_what_the_target_lacks_and_counts_it() -> None
                        "mm2py_acl_sync_failures_total": 0}
 
 
+
+class LaggingAdmin(FakeAdmin):
+    """A target whose listing shows a created binding only ``lag`` listings later (a broker's
+    metadata following the controller's); ``forget`` deletes one on the target."""
+
+    def __init__(self, lag: int) -> None:
+        super().__init__([])
+        self.lag, self.calls = lag, 0
+        self.pending: list[tuple[TopicAcl, int]] = []
+
+    def describe_topic_acls(self) -> list[TopicAcl]:
+        self.calls += 1
+        shown = [a for a, at in self.pending if self.calls >= at]
+        self.pending = [(a, at) for a, at in self.pending if self.calls < at]
+        self.acls.extend(a for a in shown if a not in self.acls)
+        return sorted(self.acls)
+
+    def create_topic_acls(self, acls: list[TopicAcl]) -> list[TopicAcl]:
+        self.pending += [(a, self.calls + 1 + self.lag) for a in acls]
+        return list(acls)
+
+
+def test_a_binding_the_targets_listing_does_not_show_yet_is_not_created_twice() -> None:
+    from connectors.acl_sync import CONFIRM_ROUNDS, TopicAclSync
+    from mm2py.config.models import MirrorMakerConfig
+
+    flow = MirrorMakerConfig.from_mapping({
+        "clusters": {"east": "127.0.0.1:1", "west": "127.0.0.1:2"}, "flows": {"east->west": {}},
+    }).enabled_flows()[0]
+    target = LaggingAdmin(lag=2)
+    sync = TopicAclSync(flow, FakeAdmin([acl()]), target,  # type: ignore[arg-type]
+                        mirrored=mirrored, rename=rename)
+    assert [sync.sync_once() for _ in range(5)] == [[acl("east.orders")], [], [], [], []]
+    assert target.acls == [acl("east.orders")] and sync.status()["acls_created"] == 1
+
+    # deleted on the target: created again once the listing has not shown it for CONFIRM_ROUNDS rounds
+    target.acls.clear()
+    assert sync.sync_once() == [acl("east.orders")]
+    target.pending.clear()  # deleted again before the listing showed it
+    rounds = [sync.sync_once() for _ in range(CONFIRM_ROUNDS + 1)]
+    assert rounds == [[]] * CONFIRM_ROUNDS + [[acl("east.orders")]]
+    assert sync.status()["acls_created"] == 3
+
 def test_the_sync_job_counts_a_failure_retries_and_ends_for_good_without_an_authorizer(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
