@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import httpx
 from bench_support import (
     COMMANDS,
     Setup,
@@ -56,6 +57,7 @@ from bench_support import (
 from confluent_kafka import Consumer, TopicPartition
 from latency_bench import poll_once
 from latency_support import Received
+from prometheus_client.parser import text_string_to_metric_families
 from rate_producer import HEADER
 from scale_support import (
     TP,
@@ -158,6 +160,9 @@ def run_peer(peer: str, n: int, run: str, env: Env, args: argparse.Namespace) ->
         setup = Setup(env.source, env.target, f"scale-{run}-{n}-.*", env.workdir, tasks=args.tasks,
                       codec=args.codec, mm2py_props=args.mm2py_prop, mm2_props=args.mm2_prop)
         cmd = COMMANDS[peer](setup, tops.alias, f"dst{n}")
+        if peer == "mm2py":  # its own request counts, per cluster and API (mm2py_requests_total)
+            row.metrics_port = free_port()
+            cmd += ["--metrics-port", str(row.metrics_port)]
         with peer_process(cmd, env.workdir / f"{n}-{peer}.out") as proc:
             measure(row, proc, f"{n}-{peer}", env, args, tops, backlog, first_seq)
     except Exception as exc:  # Stop, or what Kafka, the peer's command or a file said
@@ -203,10 +208,16 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
                 poll_once(consumer, received)
             t0, cpu0 = time.monotonic(), tree_cpu(proc.pid)
             brokers0 = [cpu_seconds(b) or 0.0 for b in env.brokers]
+            own0 = own_requests(row.metrics_port)
             while time.time() < start_at + args.seconds:
                 alive(proc)
                 poll_once(consumer, received)
             cpu1, brokers1 = tree_cpu(proc.pid), [cpu_seconds(b) or 0.0 for b in env.brokers]
+            own1, own_span = own_requests(row.metrics_port), time.monotonic() - t0
+            if own0 and own1:
+                row.own_rates = {f"{'source' if cluster == tops.alias else 'target'} {api}":
+                                 (n - own0.get((cluster, api), 0.0)) / own_span
+                                 for (cluster, api), n in sorted(own1.items())}
             if jmx:
                 jmx.append(pool.submit(request_counts, env.jmx))
             row.window_s, row.rss_mib = time.monotonic() - t0, tree_rss_mib(proc.pid)
@@ -246,6 +257,18 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
     finally:
         consumer.close()
         pool.shutdown()
+
+
+def own_requests(port: int | None) -> dict[tuple[str, str], float]:
+    """mm2py's ``mm2py_requests_total`` per (cluster, API), read from its /metrics ({}: none)."""
+    if port is None:
+        return {}
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return {}
+    return {(s.labels["cluster"], s.labels["api"]): s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "mm2py_requests_total"}
 
 
 def tally(row: Row, received: Received, expected: set[int], csv: Path) -> None:

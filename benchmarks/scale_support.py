@@ -312,6 +312,8 @@ class Row:
     tgt_rates: dict[str, float] = field(default_factory=dict)
     producer_produce_s: float | None = None  # the trickle producer's share of the source's Produce/s
     jmx_span: float = 0.0  # s between the two readings of the request counters
+    metrics_port: int | None = None  # mm2py's /metrics (its own request counts)
+    own_rates: dict[str, float] = field(default_factory=dict)  # "source Fetch" -> the peer's own requests/s
     sent: int = 0  # trickle records on the source
     by_window_end: int | None = None  # trickle records on the target when the window ended
     after_drain: int | None = None
@@ -367,6 +369,9 @@ def print_table(rows: list[Row]) -> None:
             print(f"{r.peer}: request rates over {r.jmx_span:.1f} s; of the source's Produce/s, "
                   f"{r.producer_produce_s:,.0f} are the trickle producer's, "
                   f"{r.src_rates['Produce'] - r.producer_produce_s:,.0f} the mirror's")
+        if r.own_rates:
+            print(f"{r.peer}: its own requests/s over the window: "
+                  + ", ".join(f"{k} {v:,.1f}" for k, v in r.own_rates.items() if v >= 0.05))
         if r.latencies_ms or r.not_arrived:
             print(f"{r.peer}: latency over {len(r.latencies_ms) + r.not_arrived:,} records of the sampled "
                   "partitions")

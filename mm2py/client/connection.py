@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 from mm2py.client.errors import ConnectionLostError, RequestTimeoutError
 from mm2py.client.reauth import SessionKeeper
+from mm2py.client.request_counts import REQUESTS
 from mm2py.errors import SecurityError
 from mm2py.protocol.api import (
     SUPPORTED_VERSIONS,
@@ -319,6 +320,7 @@ class BrokerConnection:
         fut: asyncio.Future[Any] = loop.create_future()
         pending = self._tracker.register(api_key, api_version, parser, fut)
         parts = frame_request(api_key, api_version, pending.correlation_id, self.config.client_id, body)
+        REQUESTS.add(self.config.security.name, api_key)
         try:
             wire.transport.writelines(parts)
             await wire.drain()

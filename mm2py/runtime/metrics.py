@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from mm2py.client.oauth import token_fetches
 from mm2py.client.reauth import SASL_SESSIONS
+from mm2py.client.request_counts import REQUESTS, api_name
 from mm2py.engine.latency import PartitionTimes
 from mm2py.engine.task_api import TASK_COUNTERS, TaskState
 from mm2py.protocol.types import TopicPartition
@@ -97,7 +98,7 @@ class WorkerCollector(Collector):
         yield from self._time_metrics()
         yield from self._checkpoint_metrics()
         yield from self._acl_metrics()
-        yield from _sasl_metrics()
+        yield from _client_metrics()
         codec = CounterMetricFamily(
             "mm2py_codec_operations",
             "Decompressions and compressions done by the worker's tasks (Spark: on its executors too)",
@@ -173,9 +174,10 @@ class WorkerCollector(Collector):
         yield from counters.values()
 
 
-def _sasl_metrics() -> Iterator[Metric]:
-    """SASL session figures of this process's raw connections, and OAUTHBEARER tokens obtained,
-    per cluster (the Spark runtime's executors count their own connections, not shown here)."""
+def _client_metrics() -> Iterator[Metric]:
+    """SASL session figures of this process's raw connections, the requests they sent (per API),
+    and OAUTHBEARER tokens obtained, per cluster (the Spark runtime's executors count their own
+    connections, not shown here)."""
     counters = {
         name: CounterMetricFamily(f"mm2py_sasl_{name}", help_, labels=["cluster"])
         for name, help_ in _SASL_COUNTERS.items()
@@ -184,6 +186,11 @@ def _sasl_metrics() -> Iterator[Metric]:
         for name, family in counters.items():
             family.add_metric([cluster], float(getattr(counts, name)))
     yield from counters.values()
+    requests = CounterMetricFamily("mm2py_requests", "Requests sent to a cluster's brokers by this process's "
+                                   "raw connections, per API", labels=["cluster", "api"])
+    for (cluster, api_key), n in sorted(REQUESTS.snapshot().items()):
+        requests.add_metric([cluster, api_name(api_key)], float(n))
+    yield requests
     tokens = CounterMetricFamily("mm2py_oauth_tokens", "OAUTHBEARER tokens obtained (first and refreshed)",
                                  labels=["cluster"])
     for cluster, n in sorted(token_fetches().items()):

@@ -66,6 +66,10 @@ def test_metrics_endpoint_reports_what_was_mirrored(
             assert samples[f"mm2py_replication_latency_seconds_sum{labels}"] > 0
             assert samples[f"mm2py_record_age_seconds_count{labels}"] > 0
             assert samples[f"mm2py_partition_lag_seconds{labels}"] == 0  # caught up
+        # the worker's own requests per cluster and API: it fetched from east and produced to west
+        assert samples["mm2py_requests_total{api=Fetch,cluster=east}"] >= 1
+        assert samples["mm2py_requests_total{api=Produce,cluster=west}"] >= 1
+        assert samples.get("mm2py_requests_total{api=Produce,cluster=east}", 0) == 0
         _assert_dashboard_names_exported_metrics({k.split("{")[0] for k in samples})
     finally:
         proc.send_signal(signal.SIGTERM)
