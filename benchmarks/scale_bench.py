@@ -200,6 +200,7 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
     pool, jmx = ThreadPoolExecutor(1), list[Future[list[Reading | None]]]()
     try:
         consumer.assign([TopicPartition(*tops.tgt(tp), backlog[tp]) for tp in sampled])
+        own0, own_from = own_requests(row.metrics_port), time.monotonic()  # before the trickle starts
         with peer_process(trickle_command(env, tops.source, first_seq, start_at, stats, args),
                           env.workdir / f"{tag}-trickle.out") as producer:
             while time.time() < start_at:
@@ -208,12 +209,11 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
                 poll_once(consumer, received)
             t0, cpu0 = time.monotonic(), tree_cpu(proc.pid)
             brokers0 = [cpu_seconds(b) or 0.0 for b in env.brokers]
-            own0 = own_requests(row.metrics_port)
             while time.time() < start_at + args.seconds:
                 alive(proc)
                 poll_once(consumer, received)
             cpu1, brokers1 = tree_cpu(proc.pid), [cpu_seconds(b) or 0.0 for b in env.brokers]
-            own1, own_span = own_requests(row.metrics_port), time.monotonic() - t0
+            own1, own_span = own_requests(row.metrics_port), time.monotonic() - own_from
             if own0 and own1:
                 row.own_rates = {f"{'source' if cluster == tops.alias else 'target'} {api}":
                                  (n - own0.get((cluster, api), 0.0)) / own_span

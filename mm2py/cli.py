@@ -139,13 +139,14 @@ def _stop_on_signals(stop: asyncio.Event, early: Sequence[int]) -> None:
 
 
 def _serve_metrics(args: argparse.Namespace, worker: Runnable, watch: LoopWatch) -> None:
-    from prometheus_client import REGISTRY, start_http_server
+    from prometheus_client import REGISTRY
 
     from mm2py.runtime.metrics import LoopWatchCollector, WorkerCollector
+    from mm2py.runtime.metrics_page import PartitionTimesPage, serve_metrics
 
-    REGISTRY.register(WorkerCollector(worker))
+    REGISTRY.register(WorkerCollector(worker, partition_times=False))
     REGISTRY.register(LoopWatchCollector(watch))
-    start_http_server(args.metrics_port, addr=args.metrics_host)
+    serve_metrics(args.metrics_host, args.metrics_port, REGISTRY, PartitionTimesPage(worker))
     print(f"metrics: http://{args.metrics_host}:{args.metrics_port}/metrics", flush=True)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from mm2py.config.errors import ConfigError
 from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
@@ -31,6 +31,7 @@ from mm2py.failover import (
 from mm2py.runtime.flow_offsets import OffsetResetError
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.metrics import WorkerCollector
+from mm2py.runtime.metrics_page import PartitionTimesPage, metrics_page
 from mm2py.runtime.steering import (
     ClusterConflictError,
     FlowConflictError,
@@ -254,8 +255,9 @@ def _group_offset_routes(app: FastAPI, worker: AnyWorker) -> None:
 def _metrics_route(app: FastAPI, worker: AnyWorker) -> None:
     """Prometheus metrics of the worker, read at scrape time."""
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(WorkerCollector(worker))
+    registry.register(WorkerCollector(worker, partition_times=False))
+    times = PartitionTimesPage(worker)
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics_page(registry, times), media_type=CONTENT_TYPE_LATEST)

@@ -14,11 +14,10 @@ from prometheus_client.registry import Collector
 from mm2py.client.oauth import token_fetches
 from mm2py.client.reauth import SASL_SESSIONS
 from mm2py.client.request_counts import REQUESTS, api_name
-from mm2py.engine.latency import PartitionTimes
 from mm2py.engine.task_api import TASK_COUNTERS, TaskState
-from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.loop_watch import LoopWatch
+from mm2py.runtime.metrics_page import partition_times
 from mm2py.runtime.worker_base import WorkerBase
 
 _TASK_COUNTER_HELP = {
@@ -62,8 +61,11 @@ _ACL_COUNTERS = {
 class WorkerCollector(Collector):
     """Reads any runtime's worker: the in-process ``Worker`` or the ``SparkWorker``."""
 
-    def __init__(self, worker: WorkerBase[Any]) -> None:
+    def __init__(self, worker: WorkerBase[Any], *, partition_times: bool = True) -> None:
         self.worker = worker
+        #: whether :meth:`collect` yields the per-partition time families (a served page writes
+        #: them as text: :class:`~mm2py.runtime.metrics_page.PartitionTimesPage`)
+        self.partition_times = partition_times
 
     @property
     def flows(self) -> Mapping[str, FlowRunnerBase[Any]]:
@@ -95,7 +97,8 @@ class WorkerCollector(Collector):
         yield lag
         yield up
         yield partitions
-        yield from self._time_metrics()
+        if self.partition_times:
+            yield from self._time_metrics()
         yield from self._checkpoint_metrics()
         yield from self._acl_metrics()
         yield from _client_metrics()
@@ -110,7 +113,8 @@ class WorkerCollector(Collector):
         yield codec
 
     def _time_metrics(self) -> Iterator[Metric]:
-        """Replication latency, record age (histograms) and lag in time, per partition."""
+        """Replication latency, record age (histograms) and lag in time, per partition (served
+        pages write these as text instead: :mod:`mm2py.runtime.metrics_page`)."""
         labels = ["flow", "topic", "partition"]
         replication = HistogramMetricFamily(
             "mm2py_replication_latency_seconds",
@@ -122,16 +126,11 @@ class WorkerCollector(Collector):
             "mm2py_partition_lag_seconds",
             "Age of the newest record fetched while the partition had more to fetch (0 when caught up)",
             labels=labels)
-        for flow_name, flow in self.flows.items():
-            merged: dict[TopicPartition, PartitionTimes] = {}
-            for runner in flow.tasks.values():  # a partition that moved has figures in two tasks
-                for tp, times in runner.metrics.times.items():
-                    merged.setdefault(tp, PartitionTimes()).add(times)
-            for tp, times in sorted(merged.items()):
-                values = [flow_name, tp.topic, str(tp.partition)]
-                replication.add_metric(values, times.replication.cumulative(), times.replication.total)
-                age.add_metric(values, times.age.cumulative(), times.age.total)
-                lag.add_metric(values, times.lag_seconds)
+        for flow_name, tp, times in partition_times(self.flows):
+            values = [flow_name, tp.topic, str(tp.partition)]
+            replication.add_metric(values, times.replication.cumulative(), times.replication.total)
+            age.add_metric(values, times.age.cumulative(), times.age.total)
+            lag.add_metric(values, times.lag_seconds)
         yield replication
         yield age
         yield lag

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from memory_task import TP, Log, MemoryProgress, MemorySink, MemorySource, values
@@ -14,6 +15,7 @@ from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskSpec
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
+from mm2py.protocol.types import TopicPartition
 
 
 def test_a_histogram_counts_each_value_in_its_bucket() -> None:
@@ -86,3 +88,42 @@ def test_metrics_export_latency_histograms_per_partition_merging_tasks() -> None
     assert len(buckets) == len(LATENCY_BUCKETS) + 1
     lag = [s for s in samples if s.name == "mm2py_partition_lag_seconds"]
     assert [(s.labels["topic"], s.value) for s in lag] == [(TP.topic, 2.0)]
+
+
+def test_the_served_page_writes_the_partition_times_as_the_collector_yields_them() -> None:
+    """The page's text for the per-partition time families (written straight from the counts) parses
+    to the samples WorkerCollector yields for them: same names, labels and values."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from mm2py.engine.task_api import TaskMetrics
+    from mm2py.runtime.metrics import WorkerCollector
+    from mm2py.runtime.metrics_page import PartitionTimesPage, metrics_page
+
+    def task(*tps: TopicPartition) -> SimpleNamespace:
+        m = TaskMetrics()
+        for i, tp in enumerate(tps):
+            t = m.times[tp] = PartitionTimes(lag_seconds=0.25 * i)
+            for v in (0.001 * (i + 1), 0.3, 7.5 + i, 1e6):
+                t.replication.observe(v)
+                t.age.observe(v / 3)
+        return SimpleNamespace(metrics=m, state="RUNNING", partitions=tps)
+
+    parts = [TopicPartition(f"orders.{k}", p) for k in range(3) for p in range(4)]
+    worker = SimpleNamespace(
+        flows={"east->west": SimpleNamespace(tasks={0: task(*parts[:7]), 1: task(*parts[5:])}, checkpoints=None),
+               'a"b->c': SimpleNamespace(tasks={0: task(parts[0])}, checkpoints=None)},
+        codec_operations=lambda: (0, 0))
+    names = ("mm2py_replication_latency_seconds", "mm2py_record_age_seconds", "mm2py_partition_lag_seconds")
+
+    def samples(families: Any) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return sorted((s.name, tuple(sorted(s.labels.items())), s.value)
+                      for f in families if f.name in names for s in f.samples)
+
+    registry = CollectorRegistry()
+    registry.register(WorkerCollector(worker, partition_times=False))  # type: ignore[arg-type]
+    page = metrics_page(registry, PartitionTimesPage(worker)).decode()
+    expected = samples(WorkerCollector(worker).collect())  # type: ignore[arg-type]
+    assert len(expected) == 13 * (2 * (len(LATENCY_BUCKETS) + 3) + 1)
+    assert samples(text_string_to_metric_families(page)) == expected
+    assert not samples(WorkerCollector(worker, partition_times=False).collect())  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from fake_broker import A, B, FakeBroker, batch, producer_on
 
 from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import LaneStoppedError, ProduceError, ProducerConfig
+from mm2py.client.producer.pipeline import SHARED_PASS_BYTES
 from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER, BrokerError
 from mm2py.protocol.types import TopicPartition
 
@@ -163,14 +164,16 @@ async def test_a_batch_refused_the_only_time_it_was_sent_is_a_failure_not_in_dou
 
 @pytest.mark.parametrize("connections", [1, 2, 3])
 async def test_partitions_are_dealt_to_the_connections_and_each_keeps_its_own(connections: int) -> None:
-    """With n connections per broker the partitions go out on n connections, dealt in turn as they
-    first appear; each partition's batches all use one (IN-ORDER) and still at most five of them
-    are in flight, so up to 5 x n requests are in flight at once."""
-    fb = FakeBroker(partitions=4)
+    """With n connections per broker and large batches (SHARE) the partitions go out on n
+    connections, dealt in turn as they first appear; each partition's batches all use one
+    (IN-ORDER) and still at most five of them are in flight, so up to 5 x n requests are in flight
+    at once."""
+    fb = FakeBroker(partitions=4, max_batch_bytes=1 << 20)
     producer = await producer_on(fb, ProducerConfig(connections_per_broker=connections))
     parts = [TopicPartition("t", p) for p in range(4)]
-    assert await producer.produce([(tp, batch(f"{tp.partition}-0")) for tp in parts]) == [0] * 4
-    items = [(tp, batch(f"{tp.partition}-{i}")) for i in range(1, 13) for tp in parts]
+    large = SHARED_PASS_BYTES  # a lane's batch alone fills a pass that is not shared
+    assert await producer.produce([(tp, batch(f"{tp.partition}-0", large)) for tp in parts]) == [0] * 4
+    items = [(tp, batch(f"{tp.partition}-{i}", large)) for i in range(1, 13) for tp in parts]
     await asyncio.gather(*producer.submit(items))
     used: dict[TopicPartition, set[int]] = {tp: set() for tp in parts}
     for event in fb.events:
@@ -185,6 +188,25 @@ async def test_partitions_are_dealt_to_the_connections_and_each_keeps_its_own(co
         assert fb.values(tp) == [f"{tp.partition}-{i}" for i in range(13)]
     assert fb.max_partition_in_flight == 5
     assert fb.max_in_flight == 5 * connections, "the connections did not carry requests at once"
+
+
+async def test_small_batches_of_many_partitions_share_one_request_over_two_connections() -> None:
+    """SHARE: a trickle's pass (small batches, nothing in flight) is one Produce request, not one
+    per connection; while many small batches are in flight each partition keeps its connection
+    (IN-ORDER) and every one is appended once, in order."""
+    fb = FakeBroker(partitions=4)
+    producer = await producer_on(fb, ProducerConfig(connections_per_broker=2))
+    parts = [TopicPartition("t", p) for p in range(4)]
+    assert await producer.produce([(tp, batch(f"{tp.partition}-0")) for tp in parts]) == [0] * 4
+    for i in range(1, 4):  # three trickle passes, each answered before the next
+        before = fb.requests
+        assert await producer.produce([(tp, batch(f"{tp.partition}-{i}")) for tp in parts]) == [i] * 4
+        assert fb.requests - before == 1, "a small pass went out in more than one request"
+    items = [(tp, batch(f"{tp.partition}-{i}")) for i in range(4, 30) for tp in parts]
+    await asyncio.gather(*producer.submit(items))
+    for tp in parts:
+        assert fb.values(tp) == [f"{tp.partition}-{i}" for i in range(30)]
+    assert fb.max_partition_in_flight == 5
 
 
 def test_the_connections_per_broker_are_bounded() -> None:

@@ -11,6 +11,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
+from mm2py.client.producer.requests import REMEMBERED
 from mm2py.client.producer.results import LaneStoppedError, PartitionFailure
 from mm2py.protocol.batch_edit import for_produce, increment_sequence
 from mm2py.protocol.records import RecordBatch
@@ -41,12 +42,17 @@ class Entry:
     def next_seq(self) -> int:
         return increment_sequence(self.seq, self.batch.records_count)
 
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
 
 @dataclass(slots=True)
 class Lane:
     """One partition's batches: ``queue`` (never sent) and ``unacked`` (sent, not acknowledged)."""
 
-    slot: int = 0  # IN-ORDER: which connection to the leader (fixed for the lane's life)
+    home: int = 0  # the connection to the leader dealt to the lane: used when a pass is large (SHARE)
+    slot: int = 0  # IN-ORDER: the connection its attempts in flight went on (another only with none)
     queue: deque[Entry] = field(default_factory=deque)
     #: sent and not acknowledged, in sequence order: what the lane re-sends (RE-SEND)
     unacked: deque[Entry] = field(default_factory=deque)
@@ -83,6 +89,11 @@ class Lane:
 
     def has_work(self) -> bool:
         return self.sent < len(self.unacked) or bool(self.queue)
+
+    def next_size(self) -> int:
+        """The bytes of the batch :meth:`take` returns next (the lane has work)."""
+        e = self.unacked[self.sent] if self.sent < len(self.unacked) else self.queue[0]
+        return len(e.batch.buf)
 
     def take(self, pid: int, epoch: int, sequence: int) -> Entry:
         """The next batch to send (RE-SEND: an unacknowledged one first, as it was, or re-stamped
@@ -158,6 +169,14 @@ class Lane:
     def resume(self) -> None:
         self.stopped = None
         self.restamp = False
+
+    def refusal(self, tp: TopicPartition, why: str) -> str:
+        """DEEP: why the lane's first unacknowledged batch may not be sent again."""
+        held = (f"up to {self.unsure} batches may be on the broker unanswered, more than it remembers "
+                f"({REMEMBERED})" if self.unsure > REMEMBERED else
+                "batches a failure in doubt left may be on the broker")
+        return (f"{tp}: {held}, and a batch cannot be sent again safely ({why}); what the partition "
+                f"holds must be read from it")
 
 
 def stopped_error(tp: TopicPartition, cause: BaseException) -> LaneStoppedError:

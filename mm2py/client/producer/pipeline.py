@@ -13,9 +13,15 @@ Invariants (each named where it is kept):
 ``IN-ORDER``
     A partition's batches are written in sequence order, all of its in-flight batches on one
     connection (a lane whose leader changed waits until its in-flight batches are answered; a lane
-    keeps its connection slot for life), so the broker appends them in order. A lane that goes
-    back to its first unacknowledged batch sends nothing until every attempt already out is
-    answered.
+    moves to another connection of the leader only with nothing in flight), so the broker appends
+    them in order. A lane that goes back to its first unacknowledged batch sends nothing until
+    every attempt already out is answered.
+``SHARE``
+    With several connections per broker, a pass's lanes that have nothing in flight share one
+    request when their batches to that broker total under :data:`SHARED_PASS_BYTES` (a trickle
+    over many partitions: one request per pass, not one per connection): on the connection this
+    pass sends on anyway, else the one with the fewest requests out. A larger pass deals them to
+    their home connections, so a backlog keeps the broker working on several requests at once.
 ``WINDOW``
     At most ``window`` batches of a partition are in flight. The broker remembers a producer's
     last five batches per partition (``REMEMBERED``): any of them sent again with the same
@@ -79,6 +85,9 @@ log = logging.getLogger(__name__)
 
 Answer = ProducePartitionResponse | BaseException
 
+#: SHARE: a pass's idle lanes whose batches to a broker total less than this go in one request
+SHARED_PASS_BYTES = 64 * 1024
+
 
 class ProducePipeline:
     """Batches of many partitions, produced continuously with idempotence (see the module doc)."""
@@ -93,9 +102,8 @@ class ProducePipeline:
         self.state = state
         self.requests = requests
         self.window = window
-        #: connections per broker; the partitions are dealt to them in turn as they first appear,
-        #: so a broker validates and appends several requests of ours at once (one per connection)
-        #: instead of one after another, which shortens every window's cycle across a long link
+        #: connections per broker; each partition's home is dealt in turn as it first appears, so
+        #: a broker validates and appends several large requests of ours at once (SHARE)
         self.connections = connections
         self._lanes: dict[TopicPartition, Lane] = {}
         #: the lanes that may have work (a pass walks these, not thousands of idle lanes): added on
@@ -107,6 +115,7 @@ class ProducePipeline:
         self._refresh: asyncio.Task[None] | None = None
         self._closed = False
         self._answers = 0  # answers read so far (a lane ready before one came may not be after)
+        self._out: dict[tuple[int, int], int] = {}  # SHARE: requests not answered per (leader, slot)
 
     # ------------------------------------------------------------------------------ callers
     def submit(self, items: Sequence[tuple[TopicPartition, RecordBatch]]) -> list[asyncio.Future[int]]:
@@ -121,7 +130,8 @@ class ProducePipeline:
         for tp, batch in items:
             lane = self._lanes.get(tp)
             if lane is None:
-                lane = self._lanes[tp] = Lane(slot=len(self._lanes) % self.connections)
+                home = len(self._lanes) % self.connections
+                lane = self._lanes[tp] = Lane(home=home, slot=home)
             entry = Entry(tp, batch, loop.create_future())
             futures.append(entry.future)
             if lane.stopped is not None:
@@ -163,7 +173,7 @@ class ProducePipeline:
                 await t
         for tp, lane in self._lanes.items():
             for e in (*lane.unacked, *lane.queue):
-                _fail(e, ClientError(f"producer closed before {tp} was answered"))
+                e.fail(ClientError(f"producer closed before {tp} was answered"))
         self._lanes.clear()
         self._busy.clear()
 
@@ -191,11 +201,17 @@ class ProducePipeline:
         while True:
             pid, epoch = await self.state.ensure()
             groups: dict[tuple[int, int], list[tuple[TopicPartition, Lane]]] = {}
+            idle: dict[int, list[tuple[TopicPartition, Lane]]] = {}  # by leader: nothing in flight
             for tp, lane in list(self._busy.items()):
                 if not lane.has_work():
                     del self._busy[tp]
                 elif (leader := self._ready(tp, lane, pid)) is not None:
-                    groups.setdefault((leader, lane.slot), []).append((tp, lane))
+                    if lane.inflight or self.connections == 1:  # IN-ORDER
+                        groups.setdefault((leader, lane.slot), []).append((tp, lane))
+                    else:
+                        idle.setdefault(leader, []).append((tp, lane))
+            for leader, lanes in idle.items():
+                self._deal(leader, lanes, groups)
             if not groups:
                 return
             answers = self._answers
@@ -210,8 +226,23 @@ class ProducePipeline:
                         else:
                             self._stop(tp, lane, exc)
                     continue
-                self._send(conn, node, lanes, pid, epoch, recheck=self._answers != answers)
+                self._send(conn, (node, slot), lanes, pid, epoch, recheck=self._answers != answers)
             await asyncio.sleep(0)  # let the requests be written before the next pass
+
+    def _deal(
+        self, leader: int, lanes: list[tuple[TopicPartition, Lane]],
+        groups: dict[tuple[int, int], list[tuple[TopicPartition, Lane]]],
+    ) -> None:
+        """SHARE: the connections the idle ``lanes`` of ``leader`` go on in this pass."""
+        if sum(lane.next_size() for _, lane in lanes) >= SHARED_PASS_BYTES:
+            for tp, lane in lanes:
+                groups.setdefault((leader, lane.home), []).append((tp, lane))
+            return
+        slots = range(self.connections)
+        going = [s for s in slots if (leader, s) in groups]
+        slot = (max(going, key=lambda s: len(groups[leader, s])) if going
+                else min(slots, key=lambda s: self._out.get((leader, s), 0)))
+        groups.setdefault((leader, slot), []).extend(lanes)
 
     def _ready(self, tp: TopicPartition, lane: Lane, pid: int) -> int | None:
         """The leader to send the lane's next batch to, if it may send one now."""
@@ -241,28 +272,30 @@ class ProducePipeline:
         return leader if lane.sent < limit else None
 
     def _send(
-        self, conn: BrokerConnection, node: int, lanes: list[tuple[TopicPartition, Lane]],
+        self, conn: BrokerConnection, to: tuple[int, int], lanes: list[tuple[TopicPartition, Lane]],
         pid: int, epoch: int, recheck: bool,
     ) -> None:
-        """One request (or more, by size) with the next batch of each of ``lanes`` (found ready
-        before answers came in, with ``recheck``)."""
+        """One request (or more, by size) on connection ``to`` (leader, slot) with the next batch of
+        each of ``lanes`` (found ready before answers came in, with ``recheck``)."""
+        node, slot = to
         sent: dict[TopicPartition, Entry] = {}
         data: dict[TopicPartition, bytes] = {}
         for tp, lane in lanes:
             if (recheck and self._ready(tp, lane, pid) != node) or (lane.sent and lane.conn is not conn):
                 continue  # not ready any more, or its attempts' connection was lost (IN-ORDER)
             e = lane.take(pid, epoch, self.state.sequence(tp))
-            lane.node, lane.conn = node, conn
+            lane.node, lane.conn, lane.slot = node, conn, slot
             sent[tp], data[tp] = e, e.data
         for chunk in self.requests.chunks(data) if data else ():
             entries = {tp: sent[tp] for tp in chunk}
+            self._out[to] = self._out.get(to, 0) + 1
             # a request is written when its task first runs, and tasks run in creation order
-            task = asyncio.create_task(self._request(conn, chunk, entries))
+            task = asyncio.create_task(self._request(conn, to, chunk, entries))
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
 
     async def _request(
-        self, conn: BrokerConnection, chunk: Mapping[TopicPartition, bytes],
+        self, conn: BrokerConnection, to: tuple[int, int], chunk: Mapping[TopicPartition, bytes],
         entries: Mapping[TopicPartition, Entry],
     ) -> None:
         try:
@@ -271,6 +304,8 @@ class ProducePipeline:
             raise
         except Exception as exc:  # the whole request failed: connection lost, time-out
             res = {tp: exc for tp in entries}
+        finally:
+            self._out[to] -= 1
         for tp, e in entries.items():
             self._answer(e, res.get(tp, BrokerError(-1, f"no result for {tp}")))
         self._wake.set()
@@ -296,7 +331,7 @@ class ProducePipeline:
         refused = e if code is not None else None  # the broker's refusal: not appended (this time)
         lost = code is not None and producer_state_lost(code)
         if lost and (lane.unsure > REMEMBERED or lane.blind):  # DEEP: the broker may be past it
-            self._stop(e.tp, lane, ResendRefusedError(_refused(e.tp, lane, str(cause))))
+            self._stop(e.tp, lane, ResendRefusedError(lane.refusal(e.tp, str(cause))))
         elif lost:  # the broker forgot our producer here: sent again under a new id
             self.state.forget(e.pid)
             lane.restamp = True
@@ -331,7 +366,7 @@ class ProducePipeline:
         failed = lane.stop(tp, cause, refused)
         log.debug("%s stopped (in doubt: %s): %r", tp, lane.stopped and lane.stopped.in_doubt, cause)
         for i, e in enumerate(failed):
-            _fail(e, cause if i == 0 else stopped_error(tp, cause))
+            e.fail(cause if i == 0 else stopped_error(tp, cause))
 
     def _wait_for_leader(self, tp: TopicPartition, lane: Lane) -> None:
         """No leader known: refresh metadata in the background; give up after the retry time-out."""
@@ -351,19 +386,6 @@ class ProducePipeline:
         with contextlib.suppress(ClientError):
             await cluster.refresh_metadata(topics)
         self._wake.set()
-
-
-def _fail(e: Entry, exc: BaseException) -> None:
-    if not e.future.done():
-        e.future.set_exception(exc)
-
-
-def _refused(tp: TopicPartition, lane: Lane, why: str) -> str:
-    held = (f"up to {lane.unsure} batches may be on the broker unanswered, more than it remembers "
-            f"({REMEMBERED})" if lane.unsure > REMEMBERED else
-            "batches a failure in doubt left may be on the broker")
-    return (f"{tp}: {held}, and a batch cannot be sent again safely ({why}); what the partition "
-            f"holds must be read from it")
 
 
 def _cause(tp: TopicPartition, out: Answer) -> BaseException:
