@@ -48,7 +48,9 @@ class PositionStore:
         self.topic = progress_topic(source_alias)
         self.replication_factor = replication_factor
         self._producer_conf = admin.client_config(producer_overrides)  # the admin's security settings
-        self._producer_conf.update({"acks": "all", "linger.ms": 0})
+        # a commit produces its records, then flushes (librdkafka sends at once on flush, linger or
+        # not): with a linger they go as one request per broker instead of trickling out one by one
+        self._producer_conf.update({"acks": "all", "linger.ms": 100})
         self._producer: Producer | None = None
         self._committed: dict[TopicPartition, Position] = {}
 
