@@ -213,18 +213,25 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
                 alive(proc)
                 poll_once(consumer, received)
             cpu1, brokers1 = tree_cpu(proc.pid), [cpu_seconds(b) or 0.0 for b in env.brokers]
-            own1, own_span = own_requests(row.metrics_port), time.monotonic() - own_from
-            if own0 and own1:
-                row.own_rates = {f"{'source' if cluster == tops.alias else 'target'} {api}":
-                                 (n - own0.get((cluster, api), 0.0)) / own_span
-                                 for (cluster, api), n in sorted(own1.items())}
             if jmx:
                 jmx.append(pool.submit(request_counts, env.jmx))
             row.window_s, row.rss_mib = time.monotonic() - t0, tree_rss_mib(proc.pid)
             row.cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
             if env.brokers:
                 row.broker_cpu = (brokers1[0] - brokers0[0], brokers1[1] - brokers0[1])
-            if (ends := env.tgt.end_offsets(tops.on_target(backlog))) is not None:
+            # read off this thread, the consumer polled meanwhile: a record that arrives while this
+            # thread waits would be stamped late (seconds, for 2,000 partitions' end offsets)
+            with ThreadPoolExecutor(2) as readers:
+                own = readers.submit(lambda: (own_requests(row.metrics_port), time.monotonic() - own_from))
+                target_ends = readers.submit(env.tgt.end_offsets, tops.on_target(backlog))
+                while not (own.done() and target_ends.done()):
+                    poll_once(consumer, received)
+            (own1, own_span), ends = own.result(), target_ends.result()
+            if own0 and own1:
+                row.own_rates = {f"{'source' if cluster == tops.alias else 'target'} {api}":
+                                 (n - own0.get((cluster, api), 0.0)) / own_span
+                                 for (cluster, api), n in sorted(own1.items())}
+            if ends is not None:
                 row.by_window_end = sum(ends.values()) - sum(backlog.values())
             while producer.poll() is None and time.time() < start_at + args.seconds + 40:
                 poll_once(consumer, received)  # it stops sending at the window's end, then flushes

@@ -9,6 +9,7 @@ reached the target after the last commit (see ``connectors/resume.py``).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -53,52 +54,77 @@ class PositionStore:
         self._producer_conf.update({"acks": "all", "linger.ms": 100})
         self._producer: Producer | None = None
         self._committed: dict[TopicPartition, Position] = {}
+        #: what :meth:`load` folded from the topic so far, and where it stopped per topic partition
+        self._folded: dict[TopicPartition, Position] = {}
+        self._read_to: dict[int, int] = {}
+        self._load_lock = threading.Lock()  # loads run in threads (asyncio.to_thread)
+        self.records_read = 0  #: records the last load read from the topic
 
     def ensure_topic(self) -> None:
         self.admin.ensure_compacted_topic(self.topic, self.replication_factor)
 
     def load(self, timeout: float = 30.0) -> dict[TopicPartition, Position]:
-        """Where each partition this cluster's tasks ever mirrored stands."""
-        conf = self.admin.client_config({
-            "group.id": f"mm2py-progress-reader-{self.source_alias}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        })
-        consumer = Consumer(conf)
-        positions: dict[TopicPartition, Position] = {}
-        try:
-            md = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
-            if md is None or md.error is not None:
-                return {}
-            parts = list(md.partitions)
-            ends = {}
-            for p in parts:
-                _, high = consumer.get_watermark_offsets(
-                    CKTopicPartition(self.topic, p), timeout=timeout
-                )
-                ends[p] = high
-            pending = {p for p in parts if ends[p] > 0}
-            consumer.assign([CKTopicPartition(self.topic, p, 0) for p in pending])
-            while pending:
-                msg = consumer.poll(timeout)
-                if msg is None:
-                    raise TimeoutError(f"reading {self.topic} timed out")
-                err = msg.error()
-                if err is not None:
-                    if err.code() == -191:  # partition EOF
-                        pending.discard(msg.partition())
-                        continue
-                    raise KafkaException(err)
-                try:
-                    fold(positions, self.source_alias, msg.key(), msg.value(), self.connector)
-                except MalformedOffsetRecordError as exc:
-                    log.warning("%s: ignoring a malformed progress record: %s", self.topic, exc)
-                if (msg.offset() or 0) + 1 >= ends[msg.partition()]:
-                    pending.discard(msg.partition())
-        finally:
-            consumer.close()
-        self._committed.update(positions)
-        return positions
+        """Where each partition this cluster's tasks ever mirrored stands.
+
+        The first load reads the topic from its start; a later one reads only what was appended
+        since (a task whose starts were deferred loads again for each retry: at thousands of
+        partitions a full read each time cost seconds). A partition of the topic that now starts
+        past, or ends before, where the last load stopped (deleted records, a recreated topic) is
+        read again from its start, with everything folded so far dropped."""
+        with self._load_lock:
+            conf = self.admin.client_config({
+                "group.id": f"mm2py-progress-reader-{self.source_alias}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            })
+            consumer = Consumer(conf)
+            try:
+                md = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+                if md is None or md.error is not None:
+                    return {}
+                parts = list(md.partitions)
+                bounds = {p: consumer.get_watermark_offsets(CKTopicPartition(self.topic, p), timeout=timeout)
+                          for p in parts}
+                if any(not low <= self._read_to.get(p, 0) <= high for p, (low, high) in bounds.items()):
+                    self._folded, self._read_to = {}, {}  # read it all again
+                positions = dict(self._folded)
+                self.records_read = 0
+                read_to = {p: max(self._read_to.get(p, 0), bounds[p][0]) for p in parts}
+                ends = {p: high for p, (_, high) in bounds.items()}
+                self._read(consumer, positions, read_to, ends, timeout)
+            finally:
+                consumer.close()
+            self._folded, self._read_to = positions, read_to
+            self._committed.update(positions)
+            return dict(positions)
+
+    def _read(
+        self, consumer: Consumer, positions: dict[TopicPartition, Position], read_to: dict[int, int],
+        ends: Mapping[int, int], timeout: float,
+    ) -> None:
+        """Fold the records of each partition of the topic from ``read_to`` to its end (``read_to``
+        follows)."""
+        pending = {p for p in ends if ends[p] > read_to[p]}
+        consumer.assign([CKTopicPartition(self.topic, p, read_to[p]) for p in pending])
+        while pending:
+            msg = consumer.poll(timeout)
+            if msg is None:
+                raise TimeoutError(f"reading {self.topic} timed out")
+            err, part = msg.error(), msg.partition() or 0
+            if err is not None:
+                if err.code() == -191:  # partition EOF
+                    pending.discard(part)
+                    read_to[part] = ends[part]
+                    continue
+                raise KafkaException(err)
+            self.records_read += 1
+            try:
+                fold(positions, self.source_alias, msg.key(), msg.value(), self.connector)
+            except MalformedOffsetRecordError as exc:
+                log.warning("%s: ignoring a malformed progress record: %s", self.topic, exc)
+            read_to[part] = (msg.offset() or 0) + 1
+            if read_to[part] >= ends[part]:
+                pending.discard(part)
 
     def commit(self, positions: Mapping[TopicPartition, Position], timeout: float = 30.0) -> None:
         """Persist positions that changed since the last commit; blocks until acknowledged."""

@@ -231,3 +231,31 @@ def test_restart_behind_the_target_skips_what_is_already_there(
     assert end_offsets(west.bootstrap, target_topic)[0] == end, "records were mirrored twice"
     assert batches == 0 and skipped == source_end
     assert [r.value for r in read_all(west.bootstrap, target_topic)] == [r.value for r in source]
+
+
+def test_a_later_load_of_the_progress_reads_only_what_was_appended(west: KafkaCluster) -> None:
+    """A task whose starts were deferred loads the progress again for each retry: the second load
+    reads only the records appended since (another writer's commits and tombstones included) and
+    folds to what a fresh full read finds."""
+    from mm2py.protocol.connect_offsets import Position
+    from mm2py.stores.admin import ClusterAdmin
+    from mm2py.stores.positions import PositionStore
+
+    admin, alias = ClusterAdmin("west", west.bootstrap), unique("src")
+    parts = [TopicPartition("orders", p) for p in range(50)]
+    writer, reader = PositionStore(admin, alias, replication_factor=1), PositionStore(admin, alias)
+    writer.ensure_topic()
+    writer.commit({tp: Position(tp.partition, 10 * tp.partition) for tp in parts})
+    assert reader.load() == {tp: Position(tp.partition, 10 * tp.partition) for tp in parts}
+    assert reader.records_read == 50
+    other = PositionStore(admin, alias)  # a second writer (another worker's task)
+    other.commit({tp: Position(100 + tp.partition, 1000) for tp in parts[:10]})
+    other.forget(parts[40:])
+    expected = {**{tp: Position(tp.partition, 10 * tp.partition) for tp in parts[10:40]},
+                **{tp: Position(100 + tp.partition, 1000) for tp in parts[:10]}}
+    assert reader.load() == expected
+    assert reader.records_read == 20  # the ten commits and ten tombstones, not the 70 records again
+    assert PositionStore(admin, alias).load() == expected  # a full read agrees
+    assert reader.load() == expected and reader.records_read == 0
+    for store in (writer, reader, other):
+        store.close()
