@@ -274,6 +274,8 @@ def own_requests(port: int | None) -> dict[tuple[str, str], float]:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     except httpx.HTTPError:
         return {}
+    # only its lines: at 10,000 partitions the page has ~400,000, seconds of parsing
+    text = "".join(line + "\n" for line in text.splitlines() if line.startswith("mm2py_requests_total"))
     return {(s.labels["cluster"], s.labels["api"]): s.value for family in text_string_to_metric_families(text)
             for s in family.samples if s.name == "mm2py_requests_total"}
 
