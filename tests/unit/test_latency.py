@@ -111,7 +111,8 @@ def test_the_served_page_writes_the_partition_times_as_the_collector_yields_them
 
     parts = [TopicPartition(f"orders.{k}", p) for k in range(3) for p in range(4)]
     worker = SimpleNamespace(
-        flows={"east->west": SimpleNamespace(tasks={0: task(*parts[:7]), 1: task(*parts[5:])}, checkpoints=None),
+        flows={"east->west": SimpleNamespace(tasks={0: task(*parts[:7]), 1: task(*parts[5:])},
+                                             checkpoints=None),
                'a"b->c': SimpleNamespace(tasks={0: task(parts[0])}, checkpoints=None)},
         codec_operations=lambda: (0, 0))
     names = ("mm2py_replication_latency_seconds", "mm2py_record_age_seconds", "mm2py_partition_lag_seconds")
