@@ -9,6 +9,7 @@ from helpers import BASE_TS, create_topic, read_all, unique
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import ProduceError, ProducerConfig, RawProducer
+from mm2py.client.producer.pipeline import SHARED_PASS_BYTES
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
@@ -94,12 +95,18 @@ async def test_a_new_producer_id_resends_only_what_the_broker_refused(
 async def test_two_connections_per_broker_keep_each_partitions_order(
     west: KafkaCluster, dst: ClusterClient
 ) -> None:
-    """With two connections to the broker the partitions are dealt to both; ten batches of each of
-    four partitions, pipelined, land in order and once, each at the offset it was acknowledged at."""
+    """With two connections to the broker the partitions are dealt to both (batches large enough
+    not to share one request: SHARE); ten batches of each of four partitions, pipelined, land in
+    order and once, each at the offset it was acknowledged at."""
     topic = create_topic(west.bootstrap, unique("conns"), partitions=4)
     parts = [TopicPartition(topic, p) for p in range(4)]
     producer = RawProducer(dst, ProducerConfig(connections_per_broker=2))
-    items = [(tp, small(f"{tp.partition}-{i}")) for i in range(10) for tp in parts]
+    pad = b"k" * SHARED_PASS_BYTES  # in the key: the values are what the check below reads
+
+    def large(tag: str) -> RecordBatch:
+        return RecordBatch(build_batch([Record(0, 0, pad, tag.encode())], base_timestamp=BASE_TS))
+
+    items = [(tp, large(f"{tp.partition}-{i}")) for i in range(10) for tp in parts]
     assert await producer.produce(items) == [i for i in range(10) for _ in parts]
     leader = dst.leader_of(parts[0])
     assert {slot for node, slot in dst._conns if node == leader} == {0, 1}
