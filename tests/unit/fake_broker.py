@@ -70,8 +70,9 @@ class PartitionLog:
 class FakeBroker:
     """One broker leading every partition of ``TOPIC``; answers Metadata, InitProducerId, Produce."""
 
-    def __init__(self, partitions: int = 2, max_batch_bytes: int = 1000) -> None:
+    def __init__(self, partitions: int = 2, max_batch_bytes: int = 1000, answer_after: float = 0.01) -> None:
         self.partitions = partitions
+        self.answer_after = answer_after  # s a Produce request waits for its answer
         self.max_batch_bytes = max_batch_bytes
         self.logs: dict[TopicPartition, PartitionLog] = {}
         self.next_producer_id = 1
@@ -216,7 +217,7 @@ class FakeConnection:
         for tp in tps:
             fb.partition_in_flight[tp] = fb.partition_in_flight.get(tp, 0) + 1
             fb.max_partition_in_flight = max(fb.max_partition_in_flight, fb.partition_in_flight[tp])
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(fb.answer_after)
         fb.in_flight -= 1
         for tp in tps:
             fb.partition_in_flight[tp] -= 1

@@ -168,7 +168,9 @@ async def test_partitions_are_dealt_to_the_connections_and_each_keeps_its_own(co
     connections, dealt in turn as they first appear; each partition's batches all use one
     (IN-ORDER) and still at most five of them are in flight, so up to 5 x n requests are in flight
     at once."""
-    fb = FakeBroker(partitions=4, max_batch_bytes=1 << 20)
+    # answers after 0.1 s: the window's requests (64 KiB batches, stamped one by one) all go out
+    # before the first answer, however slow the host
+    fb = FakeBroker(partitions=4, max_batch_bytes=1 << 20, answer_after=0.1)
     producer = await producer_on(fb, ProducerConfig(connections_per_broker=connections))
     parts = [TopicPartition("t", p) for p in range(4)]
     large = SHARED_PASS_BYTES  # a lane's batch alone fills a pass that is not shared
