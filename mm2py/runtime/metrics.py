@@ -17,7 +17,7 @@ from mm2py.client.request_counts import REQUESTS, api_name
 from mm2py.engine.task_api import TASK_COUNTERS, TaskState
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.loop_watch import LoopWatch
-from mm2py.runtime.metrics_page import partition_times
+from mm2py.runtime.metrics_page import HISTOGRAMS, LAG, partition_times
 from mm2py.runtime.worker_base import WorkerBase
 
 _TASK_COUNTER_HELP = {
@@ -116,16 +116,10 @@ class WorkerCollector(Collector):
         """Replication latency, record age (histograms) and lag in time, per partition (served
         pages write these as text instead: :mod:`mm2py.runtime.metrics_page`)."""
         labels = ["flow", "topic", "partition"]
-        replication = HistogramMetricFamily(
-            "mm2py_replication_latency_seconds",
-            "Record timestamp to the target's acknowledgement, per batch (its newest record)", labels=labels)
-        age = HistogramMetricFamily(
-            "mm2py_record_age_seconds", "Record timestamp to its fetch from the source, per batch",
-            labels=labels)
-        lag = GaugeMetricFamily(
-            "mm2py_partition_lag_seconds",
-            "Age of the newest record fetched while the partition had more to fetch (0 when caught up)",
-            labels=labels)
+        (rep_name, rep_help, _), (age_name, age_help, _) = HISTOGRAMS
+        replication = HistogramMetricFamily(rep_name, rep_help, labels=labels)
+        age = HistogramMetricFamily(age_name, age_help, labels=labels)
+        lag = GaugeMetricFamily(*LAG, labels=labels)
         for flow_name, tp, times in partition_times(self.flows):
             values = [flow_name, tp.topic, str(tp.partition)]
             replication.add_metric(values, times.replication.cumulative(), times.replication.total)

@@ -28,16 +28,16 @@ from mm2py.engine.latency import LATENCY_BUCKETS, Histogram, PartitionTimes
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flows import FlowRunnerBase
 
-__all__ = ["PartitionTimesPage", "metrics_page", "serve_metrics"]
+__all__ = ["HISTOGRAMS", "LAG", "PartitionTimesPage", "metrics_page", "partition_times", "serve_metrics"]
 
-_LABELS = ["flow", "topic", "partition"]
 _BOUNDS = [*map(str, LATENCY_BUCKETS), "+Inf"]
-_HISTOGRAMS = (
+#: (name, help, PartitionTimes field) of the per-partition histograms; the lag gauge's name, help
+HISTOGRAMS = (
     ("mm2py_replication_latency_seconds",
      "Record timestamp to the target's acknowledgement, per batch (its newest record)", "replication"),
     ("mm2py_record_age_seconds", "Record timestamp to its fetch from the source, per batch", "age"),
 )
-_LAG = ("mm2py_partition_lag_seconds",
+LAG = ("mm2py_partition_lag_seconds",
         "Age of the newest record fetched while the partition had more to fetch (0 when caught up)")
 
 
@@ -81,11 +81,11 @@ class PartitionTimesPage:
         rows = [(f'flow="{_escape(f)}",partition="{tp.partition}",topic="{_escape(tp.topic)}"', times)
                 for f, tp, times in partition_times(self.worker.flows)]
         out: list[str] = []
-        for name, help_, field in _HISTOGRAMS:
+        for name, help_, field in HISTOGRAMS:
             out.append(f"# HELP {name} {help_}\n# TYPE {name} histogram\n")
             for labels, times in rows:
                 _histogram_lines(name, labels, getattr(times, field), out)
-        name, help_ = _LAG
+        name, help_ = LAG
         out.append(f"# HELP {name} {help_}\n# TYPE {name} gauge\n")
         out.extend(f"{name}{{{labels}}} {floatToGoString(times.lag_seconds)}\n" for labels, times in rows)
         return "".join(out)
