@@ -24,7 +24,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
@@ -37,9 +37,10 @@ from mm2py.engine.latency import Histogram
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.scheduler import Job, Scheduler
 from mm2py.engine.task_api import TaskState
-from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, fold, progress_topic
+from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, ProgressFold, progress_topic
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
+from mm2py.protocol.partitioner import JAVA_PARTITIONER
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin, GroupOffsetsRefusedError, librdkafka_config
 from mm2py.stores.topic_tail import TopicTail
@@ -89,7 +90,7 @@ class CheckpointConnector:
         self.topic = flow.checkpoints_topic()
         self.group_filter = flow.group_filter()
         self.syncs = OffsetSyncStore()
-        self.progress: dict[TopicPartition, Position] = {}
+        self._progress = ProgressFold(flow.source, flow.connector_name, 0)  # sized at its first read
         self.latest = CheckpointLog()  # the latest checkpoint of each group's partitions
         syncs_side: Side = "source" if flow.offset_syncs_cluster == flow.source else "target"
         tag = f"checkpoints-{flow.source}-{flow.target}"
@@ -98,11 +99,13 @@ class CheckpointConnector:
             name=tag,
         )
         self._progress_tail = TopicTail(
-            librdkafka_config(flow, "target", "consumer"), progress_topic(flow.source), self._on_progress,
-            name=tag,
+            librdkafka_config(flow, "target", "consumer"), progress_topic(flow.source),
+            placed=self._on_progress, name=tag,
         )
         self._producer = Producer(
-            librdkafka_config(flow, "target", "producer", {"acks": "all", "linger.ms": 5})
+            # each key where MM2's producer puts it, should the topic have more than one partition
+            librdkafka_config(flow, "target", "producer",
+                              {"acks": "all", "linger.ms": 5, "partitioner": JAVA_PARTITIONER})
         )
         self.groups: list[str] = []
         self.metrics = CheckpointMetrics()
@@ -138,9 +141,15 @@ class CheckpointConnector:
         except ProtocolError as exc:
             log.warning("%s: ignoring a malformed offset sync: %s", self.flow.name, exc)
 
-    def _on_progress(self, key: bytes | None, value: bytes | None) -> None:
+    @property
+    def progress(self) -> Mapping[TopicPartition, Position]:
+        """The flow's committed positions, as the progress topic holds them."""
+        return self._progress.resolved
+
+    def _on_progress(self, partition: int, timestamp: int, key: bytes | None, value: bytes | None) -> None:
+        self._progress.partitions = self._progress_tail.partitions
         try:
-            fold(self.progress, self.flow.source, key, value, self.flow.connector_name)
+            self._progress.add(partition, timestamp, key, value)
         except MalformedOffsetRecordError as exc:
             log.warning("%s: ignoring a malformed progress record: %s", self.flow.name, exc)
 

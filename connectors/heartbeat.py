@@ -16,6 +16,7 @@ from confluent_kafka import Producer
 from mm2py.config.models import FlowConfig
 from mm2py.engine.scheduler import Scheduler
 from mm2py.protocol.mm2_records import Heartbeat
+from mm2py.protocol.partitioner import JAVA_PARTITIONER
 from mm2py.stores.admin import ClusterAdmin, librdkafka_config
 
 
@@ -24,7 +25,9 @@ class HeartbeatEmitter:
         self.flow = flow
         self.topic = flow.replication_policy().heartbeats_topic()
         self.admin = ClusterAdmin.for_cluster(flow, "target")
-        conf = librdkafka_config(flow, "target", "producer", {"linger.ms": 0, "acks": "all"})
+        # each key where MM2's producer puts it, should the topic have more than one partition
+        conf = librdkafka_config(flow, "target", "producer",
+                                 {"linger.ms": 0, "acks": "all", "partitioner": JAVA_PARTITIONER})
         self._producer = Producer(conf)
         self.sent = 0
         self.failures = 0

@@ -30,7 +30,6 @@ from mm2py.config.security import Side
 from mm2py.engine.checkpoints import CheckpointLog, translate_group
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.errors import Mm2pyError
-from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, fold, progress_topic
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
@@ -41,6 +40,7 @@ from mm2py.stores.admin import (
     GroupOffsetsRefusedError,
     librdkafka_config,
 )
+from mm2py.stores.positions import PositionStore
 from mm2py.stores.topic_tail import TopicTail
 
 
@@ -170,11 +170,6 @@ def _translate_directly(
     flow: FlowConfig, group: str, offsets: dict[TopicPartition, GroupOffset],
     mirrored: Any, rename: Any, timeout: float, notes: list[str],
 ) -> list[Row]:
-    progress: dict[TopicPartition, Position] = {}
-
-    def on_progress(key: bytes | None, value: bytes | None) -> None:
-        with contextlib.suppress(MalformedOffsetRecordError):  # not ours to judge; skipped as MM2 would
-            fold(progress, flow.source, key, value, None)  # every flow of the pair (disjoint topics)
 
     syncs = OffsetSyncStore()
 
@@ -183,7 +178,13 @@ def _translate_directly(
             syncs.add(OffsetSync.from_record(key, value))
 
     # progress first: every sync below a committed position was written before that position
-    _read(flow, "target", progress_topic(flow.source), on_progress, timeout)
+    # (every flow of the pair: their topics are disjoint)
+    target = ClusterAdmin.for_cluster(flow, "target", timeout=timeout)
+    store = PositionStore(target, flow.source, connector=None)
+    try:
+        progress = store.load(timeout)
+    except KafkaException as exc:
+        raise FailoverError(f"reading {store.topic} failed: {exc}") from None
     side: Side = "source" if flow.offset_syncs_cluster == flow.source else "target"
     try:
         _read(flow, side, flow.offset_syncs_topic(), on_sync, timeout)

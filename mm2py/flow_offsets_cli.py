@@ -7,6 +7,11 @@ offset, ``earliest`` or ``latest``, or forgets positions (the partitions then st
 mirrored). ``--name`` picks one of the pair's named flows (their positions are kept apart, keyed
 by the flow's name). A reset is a dry run unless ``--execute``. This command cannot see workers: run it only
 while no worker runs the flow (or the flow is stopped), or the worker's next commit overwrites it.
+
+``repair`` moves every key of the pair's progress topic into the partition Kafka Connect gives it
+(an older mm2py partitioned it otherwise, so MM2 could read a stale position; see
+``mm2py/stores/progress_repair.py``): a dry run unless ``--execute``; stop every flow that uses the
+topic first, mm2py's and MM2's.
 """
 
 from __future__ import annotations
@@ -20,22 +25,29 @@ from dataclasses import asdict
 from typing import Any
 
 from mm2py.config.errors import ConfigError
-from mm2py.config.models import load_config
+from mm2py.config.models import FlowConfig, load_config
+from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.flow_offsets import PartitionOffset, Reset, read_offsets, reset_offsets
+from mm2py.stores.admin import ClusterAdmin
+from mm2py.stores.progress_repair import repair
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
-    """Adds ``flow-offsets get`` and ``flow-offsets reset`` to the ``mm2py`` command line."""
+    """Adds ``flow-offsets get``, ``reset`` and ``repair`` to the ``mm2py`` command line."""
     cmd = sub.add_parser("flow-offsets", help="read or reset a flow's committed source positions")
     commands = cmd.add_subparsers(dest="flow_offsets_command", required=True)
     get = commands.add_parser("get", help="print each source partition's position and target offset")
     reset = commands.add_parser(
         "reset", help="move or forget positions (dry run unless --execute; only while no worker runs "
                       "the flow)")
-    for c in (get, reset):
+    repair = commands.add_parser(
+        "repair", help="move every progress record to the partition MM2 reads it from (dry run unless "
+                       "--execute; only while no mirror, mm2py or MM2, runs the pair)")
+    repair.add_argument("--execute", action="store_true", help="write and delete (without it: dry run)")
+    for c in (get, reset, repair):
         c.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
         c.add_argument("--flow", required=True, help="source->target, e.g. east->west")
         c.add_argument("--name", help="a named flow of that pair (a Connect connector's name, e.g. "
@@ -87,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
     flow = load_config(args.config).flow(source, target)
     if args.name:  # its positions are keyed by its name; the pair's replication policy names targets
         flow = flow.named(args.name, {})
+    if args.flow_offsets_command == "repair":
+        return _repair(flow, args.execute, args.json)
     if args.flow_offsets_command == "get":
         rows = asyncio.run(read_offsets(flow))
         _print(rows, args.json)
@@ -96,6 +110,20 @@ def run(args: argparse.Namespace) -> int:
     _print(rows, args.json)
     if not args.execute:
         print("dry run: nothing written (add --execute; only while no worker runs the flow)", file=sys.stderr)
+    return 0
+
+
+def _repair(flow: FlowConfig, execute: bool, as_json: bool) -> int:
+    admin = ClusterAdmin.for_cluster(flow, "target")
+    report = repair(admin, progress_topic(flow.source), dry_run=not execute)
+    if as_json:
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        print(f"{report.topic}: {report.keys} keys in {report.partitions} partitions, {report.strays} "
+              f"outside their partition; {report.written} records to write, partitions to empty below "
+              f"their end: {', '.join(map(str, report.emptied)) or 'none'}")
+    if not execute and report.strays:
+        print("dry run: nothing written (add --execute; only while no mirror runs the pair)", file=sys.stderr)
     return 0
 
 

@@ -193,6 +193,9 @@ def _settings(names: Iterable[str]) -> list[ConfigKey]:
     return out
 
 
+#: flow settings that are the Connect worker's keys, not a connector's (the progress topic's layout)
+WORKER_PREFIXES = ("offset.storage.",)
+
 #: the flow settings every connector describes (the pair's naming)
 _SHARED = ("replication.policy.class", "replication.policy.separator",
            "replication.policy.internal.topic.separator.enabled", "admin.timeout.ms")
@@ -202,7 +205,8 @@ def definitions(kind: Kind) -> list[ConfigKey]:
     """The keys of one kind of connector, in Connect's order (its own keys first)."""
     common = _common()
     taken = {k.name for k in common}
-    names = [n for n in FlowSettings.setting_names() if n != "enabled" and n not in taken]
+    names = [n for n in FlowSettings.setting_names()
+             if n != "enabled" and n not in taken and not n.startswith(WORKER_PREFIXES)]
     order = {f.alias or n: i for i, (n, f) in enumerate(FlowSettings.model_fields.items())}
     if kind == "source":  # the flow itself: every setting (the others' too, while they do not exist)
         own = [n for n in names if n not in _SHARED]

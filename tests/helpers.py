@@ -227,6 +227,28 @@ def read_all(
         c.close()
 
 
+def placed_records(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
+    """Every record of ``topic``: (partition, key, value)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("read"), "enable.partition.eof": True,
+                  "enable.auto.commit": False})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+        pending = {p for p, (low, high) in ends.items() if high > low}
+        c.assign([TopicPartition(topic, p, ends[p][0]) for p in pending])
+        out = []
+        while pending:
+            msg = c.poll(10)
+            assert msg is not None, f"reading {topic} timed out"
+            if msg.error() is not None:
+                pending.discard(msg.partition() or 0)
+                continue
+            out.append((msg.partition() or 0, bytes(msg.key() or b""), msg.value()))
+        return out
+    finally:
+        c.close()
+
+
 def by_partition(records: Sequence[Rec]) -> dict[int | None, list[tuple[object, ...]]]:
     out: dict[int | None, list[tuple[object, ...]]] = {}
     for r in records:

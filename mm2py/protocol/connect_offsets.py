@@ -16,9 +16,12 @@ read here with no target offset.
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from mm2py.protocol.errors import ProtocolError
+from mm2py.protocol.partitioner import partition_for_key
 from mm2py.protocol.types import TopicPartition
 
 __all__ = [
@@ -26,12 +29,15 @@ __all__ = [
     "TARGET_FIELD",
     "MalformedOffsetRecordError",
     "Position",
+    "ProgressFold",
     "decode",
     "encode_key",
     "encode_value",
     "fold",
     "progress_topic",
 ]
+
+log = logging.getLogger(__name__)
 
 CONNECTOR_NAME = "MirrorSourceConnector"
 TARGET_FIELD = "mm2py.target.offset"
@@ -102,3 +108,103 @@ def fold(positions: dict[TopicPartition, Position], source_alias: str, key: byte
         positions.pop(tp, None)
     else:
         positions[tp] = pos
+
+
+class _Latest(NamedTuple):
+    """A key's newest record in one partition of the progress topic."""
+
+    timestamp: int  #: the record's timestamp (ms), as its writer stamped it
+    proper: bool  #: the partition is the one Java's partitioner gives the key
+    position: Position | None  #: None: a tombstone
+
+
+class ProgressFold:
+    """Positions folded from a progress topic of several partitions, record by record, where a key
+    may be live in more than one partition.
+
+    Kafka Connect (and so MM2, and mm2py since it partitions as Java does) writes a key to one
+    partition, ``partition_for_key``; an older mm2py wrote some keys elsewhere, so a topic may hold
+    one key in two partitions. A plain fold then keeps whichever it read last, which depends on how
+    the reader interleaved the partitions. This fold decides the same way whatever the order
+    (invariant ONE-VALUE-PER-KEY): within a partition the later record wins, as compaction keeps it;
+    across partitions the record with the newest timestamp wins (the last write of the position, by
+    its writer's clock), a tie going to the key's proper partition. A key found live in two
+    partitions is logged once (``mm2py flow-offsets repair`` moves it where it belongs).
+
+    ``partitions`` is the topic's partition count (to tell a key's proper partition); ``connector``
+    None folds every connector's records.
+    """
+
+    def __init__(
+        self, source_alias: str, connector: str | None = CONNECTOR_NAME, partitions: int = 1,
+    ) -> None:
+        self.source_alias = source_alias
+        self.connector = connector
+        self._partitions = partitions
+        #: each key's newest record per partition it was seen in (usually one)
+        self._latest: dict[TopicPartition, dict[int, _Latest]] = {}
+        self._resolved: dict[TopicPartition, Position] = {}
+        self._warned: set[TopicPartition] = set()
+        self._home: dict[bytes, int] = {}  #: each key's proper partition (murmur2 once per key)
+
+    @property
+    def partitions(self) -> int:
+        """The topic's partition count: a key's proper partition is told by it (records already
+        folded keep what they were told)."""
+        return self._partitions
+
+    @partitions.setter
+    def partitions(self, count: int) -> None:
+        if count != self._partitions:
+            self._partitions = count
+            self._home.clear()
+
+    def add(self, partition: int, timestamp: int, key: bytes | None, value: bytes | None) -> None:
+        """Fold one record read from ``partition`` of the topic. Raises
+        :class:`MalformedOffsetRecordError` and leaves the fold as it was."""
+        decoded = decode(key, value, self.connector)
+        if decoded is None or decoded[0] != self.source_alias:
+            return
+        assert key is not None  # decode refused a record without one
+        _, tp, pos = decoded
+        home = self._home.get(key)
+        if home is None:
+            home = self._home[key] = partition_for_key(key, self.partitions)
+        proper = home == partition
+        seen = self._latest.setdefault(tp, {})
+        seen[partition] = _Latest(timestamp, proper, pos)
+        if len(seen) == 1:
+            winner: Position | None = pos
+        else:
+            best = max(seen.values(), key=lambda r: (r.timestamp, r.proper))
+            winner = best.position
+            live = sum(r.position is not None for r in seen.values())
+            if live > 1 and tp not in self._warned:
+                self._warned.add(tp)
+                log.warning(
+                    "progress of %s (cluster %s) is live in %d partitions of %s's progress topic "
+                    "(written by an older mm2py?): the newest record wins; `mm2py flow-offsets "
+                    "repair` moves it to its proper partition", tp, self.source_alias, live,
+                    self.connector or "every connector")
+        if winner is None:
+            self._resolved.pop(tp, None)
+        else:
+            self._resolved[tp] = winner
+
+    def positions(self) -> dict[TopicPartition, Position]:
+        """Each partition's resolved position (a copy)."""
+        return dict(self._resolved)
+
+    @property
+    def resolved(self) -> Mapping[TopicPartition, Position]:
+        """Each partition's resolved position (the fold's own map, read-only; follows later adds)."""
+        return self._resolved
+
+    def stray(self) -> dict[TopicPartition, list[int]]:
+        """Keys live outside their proper partition: the topic partitions that hold them."""
+        out: dict[TopicPartition, list[int]] = {}
+        for tp, seen in self._latest.items():
+            strays = [p for p, r in seen.items() if not r.proper and r.position is not None]
+            if strays:
+                out[tp] = sorted(strays)
+        return out

@@ -56,7 +56,8 @@ class PartitionOffset:
 
 def _store(flow: FlowConfig) -> PositionStore:
     admin = ClusterAdmin.for_cluster(flow, "target")
-    return PositionStore(admin, flow.source, replication_factor=flow.checkpoints_topic_replication_factor,
+    partitions, rf = flow.progress_topic_layout()
+    return PositionStore(admin, flow.source, replication_factor=rf, partitions=partitions,
                          connector=flow.connector_name)
 
 

@@ -56,9 +56,9 @@ def controller_for(flow: FlowConfig, admins: tuple[ClusterAdmin, ClusterAdmin] |
 def internal_topic_jobs(flow: FlowConfig, controller: Controller) -> list[Callable[[], None]]:
     """Creating (if missing) the progress topic on the target and the offset-syncs topic where the
     flow keeps it: independent admin calls, each blocking (run them in threads, together)."""
+    partitions, rf = flow.progress_topic_layout()
     jobs: list[Callable[[], None]] = [functools.partial(
-        controller.target_admin.ensure_compacted_topic,
-        progress_topic(flow.source), flow.checkpoints_topic_replication_factor,
+        controller.target_admin.ensure_compacted_topic, progress_topic(flow.source), rf, partitions,
     )]
     if flow.emit_offset_syncs_enabled:
         on_source = flow.offset_syncs_topic_location == "source"

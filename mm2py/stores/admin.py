@@ -268,8 +268,8 @@ class ClusterAdmin(TopicAclCalls):
                 raise self._fail(f"creating topic {name}", exc) from exc
         return created
 
-    def ensure_compacted_topic(self, name: str, replication_factor: int = -1) -> None:
-        self.create_topics([TopicSpec(name, 1, replication_factor, {"cleanup.policy": "compact"})])
+    def ensure_compacted_topic(self, name: str, replication_factor: int = -1, partitions: int = 1) -> None:
+        self.create_topics([TopicSpec(name, partitions, replication_factor, {"cleanup.policy": "compact"})])
 
     def add_partitions(self, counts: Mapping[str, int]) -> None:
         for call in in_calls(counts.items(), lambda tn: tn[1]):  # the new total bounds what is added

@@ -19,12 +19,13 @@ from mm2py.protocol.connect_offsets import (
     CONNECTOR_NAME,
     MalformedOffsetRecordError,
     Position,
+    ProgressFold,
     encode_key,
     encode_value,
-    fold,
     progress_topic,
 )
 from mm2py.protocol.fetch_session import changed_keys
+from mm2py.protocol.partitioner import JAVA_PARTITIONER
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin
 
@@ -39,29 +40,34 @@ class PositionStore:
         source_alias: str,
         *,
         replication_factor: int = -1,
+        partitions: int = 1,
         producer_overrides: Mapping[str, object] | None = None,
-        connector: str = CONNECTOR_NAME,
+        connector: str | None = CONNECTOR_NAME,
     ) -> None:
         self.admin = admin
         self.source_alias = source_alias
-        #: whose positions these are (the flow's connector name: its records' key)
+        #: whose positions these are (the flow's connector name: its records' key); None reads every
+        #: connector's (a pair's flows have disjoint topics) and writes nothing
         self.connector = connector
         self.topic = progress_topic(source_alias)
         self.replication_factor = replication_factor
+        self.partitions = partitions  #: the topic's partition count when this store creates it
         self._producer_conf = admin.client_config(producer_overrides)  # the admin's security settings
         # a commit produces its records, then flushes (librdkafka sends at once on flush, linger or
         # not): with a linger they go as one request per broker instead of trickling out one by one
-        self._producer_conf.update({"acks": "all", "linger.ms": 100})
+        self._producer_conf.update({"acks": "all", "linger.ms": 100,
+                                    # each key where Kafka Connect (MM2) puts it: ONE-VALUE-PER-KEY
+                                    "partitioner": JAVA_PARTITIONER})
         self._producer: Producer | None = None
         self._committed: dict[TopicPartition, Position] = {}
         #: what :meth:`load` folded from the topic so far, and where it stopped per topic partition
-        self._folded: dict[TopicPartition, Position] = {}
+        self._fold = ProgressFold(source_alias, connector)
         self._read_to: dict[int, int] = {}
         self._load_lock = threading.Lock()  # loads run in threads (asyncio.to_thread)
         self.records_read = 0  #: records the last load read from the topic
 
     def ensure_topic(self) -> None:
-        self.admin.ensure_compacted_topic(self.topic, self.replication_factor)
+        self.admin.ensure_compacted_topic(self.topic, self.replication_factor, self.partitions)
 
     def load(self, timeout: float = 30.0) -> dict[TopicPartition, Position]:
         """Where each partition this cluster's tasks ever mirrored stands.
@@ -85,22 +91,24 @@ class PositionStore:
                 parts = list(md.partitions)
                 bounds = {p: consumer.get_watermark_offsets(CKTopicPartition(self.topic, p), timeout=timeout)
                           for p in parts}
-                if any(not low <= self._read_to.get(p, 0) <= high for p, (low, high) in bounds.items()):
-                    self._folded, self._read_to = {}, {}  # read it all again
-                positions = dict(self._folded)
+                moved = any(not low <= self._read_to.get(p, 0) <= high for p, (low, high) in bounds.items())
+                if moved or len(parts) != self._fold.partitions:
+                    # read it all again
+                    self._fold = ProgressFold(self.source_alias, self.connector, len(parts))
+                    self._read_to = {}
                 self.records_read = 0
                 read_to = {p: max(self._read_to.get(p, 0), bounds[p][0]) for p in parts}
                 ends = {p: high for p, (_, high) in bounds.items()}
-                self._read(consumer, positions, read_to, ends, timeout)
+                self._read(consumer, read_to, ends, timeout)
             finally:
                 consumer.close()
-            self._folded, self._read_to = positions, read_to
+            self._read_to = read_to
+            positions = self._fold.positions()
             self._committed.update(positions)
-            return dict(positions)
+            return positions
 
     def _read(
-        self, consumer: Consumer, positions: dict[TopicPartition, Position], read_to: dict[int, int],
-        ends: Mapping[int, int], timeout: float,
+        self, consumer: Consumer, read_to: dict[int, int], ends: Mapping[int, int], timeout: float,
     ) -> None:
         """Fold the records of each partition of the topic from ``read_to`` to its end (``read_to``
         follows)."""
@@ -119,7 +127,7 @@ class PositionStore:
                 raise KafkaException(err)
             self.records_read += 1
             try:
-                fold(positions, self.source_alias, msg.key(), msg.value(), self.connector)
+                self._fold.add(part, msg.timestamp()[1], msg.key(), msg.value())
             except MalformedOffsetRecordError as exc:
                 log.warning("%s: ignoring a malformed progress record: %s", self.topic, exc)
             read_to[part] = (msg.offset() or 0) + 1
@@ -145,6 +153,8 @@ class PositionStore:
             self._committed.pop(tp, None)
 
     def _write(self, values: Mapping[TopicPartition, bytes | None], timeout: float) -> None:
+        if self.connector is None:
+            raise TypeError("a PositionStore of every connector's positions only reads")
         if self._producer is None:
             self._producer = Producer(self._producer_conf)
         errors: list[str] = []

@@ -42,8 +42,10 @@ class OffsetSyncWriter:
         for sync in syncs:
             while True:
                 try:
+                    # partition 0, as MM2 writes every sync (its readers fold the topic in order)
                     self._producer.produce(
-                        self.topic, sync.value_bytes(), sync.key_bytes(), on_delivery=self._on_delivery
+                        self.topic, sync.value_bytes(), sync.key_bytes(), partition=0,
+                        on_delivery=self._on_delivery,
                     )
                     break
                 except BufferError:

@@ -16,17 +16,29 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as CKTopicPartition
 
 RecordHandler = Callable[[bytes | None, bytes | None], None]
+#: ``(partition, timestamp ms, key, value)``: for a reader that must know where a record was
+PlacedHandler = Callable[[int, int, bytes | None, bytes | None], None]
 
 
 class TopicTail:
-    """Reads ``topic`` from the start, then only new records, handing each to ``handler(key, value)``."""
+    """Reads ``topic`` from the start, then only new records, handing each to ``handler(key, value)``
+    (or, given ``placed``, to ``placed(partition, timestamp, key, value)``)."""
 
     def __init__(
-        self, client: Mapping[str, Any], topic: str, handler: RecordHandler, *, name: str = "tail"
+        self, client: Mapping[str, Any], topic: str, handler: RecordHandler | None = None, *,
+        placed: PlacedHandler | None = None, name: str = "tail",
     ) -> None:
         """``client``: the consumer's connection settings (``librdkafka_config``: servers, TLS/SASL)."""
+        if (handler is None) == (placed is None):
+            raise TypeError("a TopicTail takes one handler: handler or placed")
         self.topic = topic
-        self.handler = handler
+        if placed is None:
+            assert handler is not None
+            plain = handler
+
+            def placed(_partition: int, _timestamp: int, key: bytes | None, value: bytes | None) -> None:
+                plain(key, value)
+        self.placed = placed
         self._consumer = Consumer({**client, **{
             "group.id": f"mm2py-{name}",  # required by librdkafka; never joined nor committed to
             "enable.auto.commit": False,
@@ -39,6 +51,7 @@ class TopicTail:
         }})
         self._next: dict[int, int] = {}  # partition -> next offset to read
         self.records = 0
+        self.partitions = 0  #: the topic's partition count at the last catch-up
         self.caught_up_once = False
 
     def catch_up(self, timeout: float = 30.0) -> bool:
@@ -53,6 +66,7 @@ class TopicTail:
             raise TimeoutError(f"reading {self.topic}: {exc}") from None
         if md is None or md.error is not None or not md.partitions:
             return False
+        self.partitions = len(md.partitions)
         new = [p for p in md.partitions if p not in self._next]
         if new:
             for p in new:
@@ -92,7 +106,7 @@ class TopicTail:
                     raise KafkaException(err)
                 if (msg.offset() or 0) < self._next[p]:
                     continue  # handed over before a pause (a resumed fetch may start below)
-                self.handler(msg.key(), msg.value())
+                self.placed(p, msg.timestamp()[1], msg.key(), msg.value())
                 self.records += 1
                 self._next[p] = (msg.offset() or 0) + 1
         self.caught_up_once = True

@@ -14,7 +14,7 @@ from mm2py.config.models import FlowSettings, MirrorMakerConfig
 from mm2py.engine.task_api import Delivered, PutTask, SinkError
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import ActiveTopics, WatchedSink
-from rest_api.connect_defs import definitions, groups
+from rest_api.connect_defs import WORKER_PREFIXES, definitions, groups
 from rest_api.connect_validate import problems, value_infos
 from rest_api.loggers import LEVELS, LoggerLevels, level_name
 
@@ -65,7 +65,11 @@ def test_a_source_connector_defines_every_flow_setting_and_each_default_is_valid
     keys = definitions("source")
     names = [k.name for k in keys]
     assert len(names) == len(set(names))
-    assert set(FlowSettings.setting_names()) - {"enabled"} <= set(names)
+    worker = {n for n in FlowSettings.setting_names() if n.startswith(WORKER_PREFIXES)}
+    assert worker == {"offset.storage.partitions", "offset.storage.replication.factor"}
+    # every flow setting but the Connect worker's own keys, which no Connect connector defines
+    assert set(FlowSettings.setting_names()) - {"enabled"} - worker <= set(names)
+    assert not worker & set(names)
     for key in keys:
         if key.default is not None and key.group != "Error Handling":
             assert problems({**SOURCE, key.name: key.default}, KNOWN).get(key.name) is None, key.name

@@ -1,0 +1,215 @@
+"""In and out of Apache MirrorMaker 2 on one mm2.properties, under live traffic (issue 31).
+
+The real MirrorMaker 2 4.1.1 in dedicated mode (``org.apache.kafka.connect.mirror.MirrorMaker``,
+the jars the Connect differential test resolves) and ``mm2py run`` take turns on the same file,
+with MM2's own worker keys in it; each hands over to the next through the progress topic
+``mm2-offsets.<source>.internal`` that both read and write. Every record must arrive once and in
+order per partition across every hand-over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from helpers import create_topic, end_offsets, placed_records, read_all, total, unique, wait_until
+from live import LiveProducer
+
+from mm2py.kafka_local import KafkaCluster, resolve_jars
+from mm2py.kafka_local.jars import java_executable
+from mm2py.protocol.connect_offsets import decode, progress_topic
+from mm2py.protocol.partitioner import partition_for_key
+
+pytestmark = pytest.mark.timeout(600)
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 4
+LOG4J2 = """status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+def _properties(path: Path, src: str, dst: str, east: str, west: str, topic: str) -> Path:
+    """An mm2.properties as an MM2 user writes it: MM2's own worker keys included."""
+    path.write_text("\n".join(f"{k} = {v}" for k, v in {
+        "clusters": f"{src}, {dst}",
+        f"{src}.bootstrap.servers": east,
+        f"{dst}.bootstrap.servers": west,
+        f"{src}->{dst}.enabled": "true",
+        f"{src}->{dst}.topics": topic,
+        f"{dst}->{src}.enabled": "false",
+        f"{dst}->{src}.emit.heartbeats.enabled": "false",
+        "tasks.max": 2,
+        "replication.factor": 1,
+        "offset.storage.replication.factor": 1,
+        "config.storage.replication.factor": 1,
+        "status.storage.replication.factor": 1,
+        "checkpoints.topic.replication.factor": 1,
+        "heartbeats.topic.replication.factor": 1,
+        "offset-syncs.topic.replication.factor": 1,
+        "sync.topic.acls.enabled": "false",
+        "emit.heartbeats.enabled": "false",
+        "emit.checkpoints.enabled": "false",
+        "scheduled.rebalance.max.delay.ms": 0,
+    }.items()) + "\n")
+    return path
+
+
+@contextlib.contextmanager
+def _running(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=ROOT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """SIGTERM (a clean stop: each commits its progress) or SIGKILL, and wait for the exit."""
+    proc.send_signal(sig)
+    proc.wait(90)
+
+
+def _mm2(cfg: Path, work: Path) -> list[str]:
+    log4j = work / "mm2-log4j2.properties"
+    log4j.write_text(LOG4J2.format(log=work / "mm2.log"))
+    return [java_executable(), "-Xms128m", "-Xmx512m", f"-Dlog4j2.configurationFile={log4j}",
+            "-cp", f"{resolve_jars(profile='mirrormaker')}/*", "org.apache.kafka.connect.mirror.MirrorMaker",
+            str(cfg)]
+
+
+def _mm2py(cfg: Path) -> list[str]:
+    return [sys.executable, "-m", "mm2py.cli", "run", "-c", str(cfg), "--log-level", "info"]
+
+
+class Swap:
+    """One source topic under live traffic, its remote topic, and the peers taking turns on it."""
+
+    def __init__(self, east: KafkaCluster, west: KafkaCluster, work: Path) -> None:
+        self.east, self.west, self.work = east, west, work
+        self.src, self.dst = unique("a"), unique("b")
+        self.topic = create_topic(east.bootstrap, unique("swap"), PARTITIONS)
+        self.remote = f"{self.src}.{self.topic}"
+        self.cfg = _properties(work / "mm2.properties", self.src, self.dst, east.bootstrap, west.bootstrap,
+                               self.topic)
+
+    def turn(self, peer: str, stop: signal.Signals = signal.SIGTERM, more: int = 300) -> None:
+        """Run ``peer`` until it has mirrored ``more`` records past where the target stood, then stop it."""
+        start = total(self.west.bootstrap, self.remote)
+        cmd = _mm2(self.cfg, self.work) if peer == "mm2" else _mm2py(self.cfg)
+        with _running(cmd, self.work / f"{peer}.out") as proc:
+            def moved() -> bool:
+                assert proc.poll() is None, f"{peer} exited (see {self.work})"
+                return total(self.west.bootstrap, self.remote) >= start + more
+
+            wait_until(moved, 240, 0.5, f"{peer} mirroring {more} more records (see {self.work})")
+            _stop(proc, stop)
+
+    def check(self, produced: int) -> tuple[int, int]:
+        """(lost, duplicated) once the last peer caught up; every partition in the source's order."""
+        source = read_all(self.east.bootstrap, self.topic)
+        assert len(source) == produced
+        target = read_all(self.west.bootstrap, self.remote)
+        want = {p: [r.value for r in source if r.partition == p] for p in range(PARTITIONS)}
+        got = {p: [r.value for r in target if r.partition == p] for p in range(PARTITIONS)}
+        lost = sum(len(set(want[p]) - set(got[p])) for p in want)
+        duplicated = len(target) - len({(r.partition, r.value) for r in target})
+        for p in want:  # in order: the first copy of each record comes in the source's order
+            firsts = list(dict.fromkeys(got[p]))
+            assert firsts == want[p][:len(firsts)], f"partition {p} out of order"
+        return lost, duplicated
+
+
+def _caught_up(swap: Swap, peer: str) -> None:
+    """Run ``peer`` until the target holds the whole (stopped) source, then stop it cleanly."""
+    ends = end_offsets(swap.east.bootstrap, swap.topic)
+    cmd = _mm2(swap.cfg, swap.work) if peer == "mm2" else _mm2py(swap.cfg)
+    with _running(cmd, swap.work / f"{peer}.out") as proc:
+        wait_until(lambda: total(swap.west.bootstrap, swap.remote) >= sum(ends.values()), 240, 0.5,
+                   f"{peer} catching up (see {swap.work})")
+        _stop(proc, signal.SIGTERM)
+
+
+def _written_the_old_way(swap: Swap) -> int:
+    """Rewrite the progress topic as an older mm2py with MM2 left it: each key's newest position
+    outside its proper partition, a staler one (MM2's) at home. Returns the keys so rewritten."""
+    topic = progress_topic(swap.src)
+    records = placed_records(swap.west.bootstrap, topic)
+    newest: dict[bytes, bytes | None] = {}
+    oldest: dict[bytes, bytes | None] = {}
+    for _, key, value in records:
+        if value is not None and decode(key, value) is not None:
+            newest[key] = value
+            oldest.setdefault(key, value)
+    n = len({p for p, _, _ in records} | set(end_offsets(swap.west.bootstrap, topic)))
+    producer = Producer({"bootstrap.servers": swap.west.bootstrap, "acks": "all"})
+    now = int(time.time() * 1000)
+    for key, value in newest.items():
+        home = partition_for_key(key, n)
+        producer.produce(topic, value, key, partition=(home + 1) % n, timestamp=now)
+        producer.produce(topic, oldest[key], key, partition=home, timestamp=now - 60_000)
+    assert producer.flush(30) == 0
+    return len(newest)
+
+
+def test_mm2_to_mm2py_to_mm2_to_mm2py_loses_and_repeats_nothing(
+        east: KafkaCluster, west: KafkaCluster, tmp_path: Path) -> None:
+    """The four-phase swap, SIGTERM at each hand-over; before MM2's second turn the progress topic
+    is made to look as an older mm2py left it and repaired with ``mm2py flow-offsets repair``."""
+    swap = Swap(east, west, tmp_path)
+    with LiveProducer(east.bootstrap, swap.topic, PARTITIONS, per_tick=4) as live:
+        swap.turn("mm2")
+        swap.turn("mm2py")
+        assert _written_the_old_way(swap) == PARTITIONS
+        out = subprocess.run([sys.executable, "-m", "mm2py.cli", "flow-offsets", "repair", "-c",
+                              str(swap.cfg), "--flow", f"{swap.src}->{swap.dst}", "--execute"],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        assert f"{PARTITIONS} outside their partition" in out.stdout, out.stdout
+        swap.turn("mm2")
+        produced = live.stop()
+    _caught_up(swap, "mm2py")
+    assert swap.check(produced) == (0, 0)
+
+
+def test_mm2py_killed_then_mm2_loses_nothing_and_repeats_only_what_followed_its_last_commit(
+        east: KafkaCluster, west: KafkaCluster, tmp_path: Path) -> None:
+    """mm2py first (it creates the progress topic as Connect would, 25 partitions), SIGKILLed; MM2
+    starts on the topics mm2py made and resumes at mm2py's last committed positions: the records
+    mm2py had delivered after that commit are mirrored again, and nothing else."""
+    swap = Swap(east, west, tmp_path)
+    with LiveProducer(east.bootstrap, swap.topic, PARTITIONS, per_tick=4) as live:
+        swap.turn("mm2py", stop=signal.SIGKILL)
+        at_kill = end_offsets(west.bootstrap, swap.remote)
+        committed = {}
+        for partition, key, value in placed_records(west.bootstrap, progress_topic(swap.src)):
+            decoded = decode(key, value)
+            assert decoded is not None and partition == partition_for_key(key, 25)
+            _, tp, pos = decoded
+            assert pos is not None and pos.target is not None
+            committed[tp.partition] = pos.target  # the target's end at the position's commit
+        # the records past the last commit: already on the target, mirrored again by MM2
+        expected = sum(at_kill[p] - committed.get(p, 0) for p in range(PARTITIONS))
+        swap.turn("mm2")
+        produced = live.stop()
+    _caught_up(swap, "mm2")
+    lost, duplicated = swap.check(produced)
+    assert (lost, duplicated) == (0, expected)
