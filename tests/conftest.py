@@ -95,7 +95,17 @@ class _Clusters:
                 finally:
                     for c in created:
                         self.started[c.name] = c
-            return self.started[name]
+            cluster = self.started[name]
+            if not all(node.is_alive() for node in cluster.nodes):
+                cluster.start()  # stopped after the tests that own it (see OWNED_BY)
+            return cluster
+
+    def stop(self, names: tuple[str, ...]) -> None:
+        """Stop these clusters (if started); a later ``get`` starts them again."""
+        with self.lock:
+            for name in names:
+                if name in self.started:
+                    self.started[name].stop()
 
     def stop_all(self) -> None:
         for c in self.started.values():
@@ -159,6 +169,60 @@ def scarce() -> KafkaCluster:
 def secured_west() -> KafkaCluster:
     """A second secured cluster, set up like ``secured`` (a target for ACL sync)."""
     return _CLUSTERS.get("secured-west")
+
+
+#: modules that alone use a cluster run on one xdist worker together, so it starts once
+SHARED_CLUSTER = {"test_acl_sync": "secured", "test_oauth": "secured", "test_security": "secured"}
+#: about how many seconds each slow group of tests takes (summed test durations of a full run on
+#: this 2-core machine kind): the slowest start first, so that the workers finish together
+#: instead of one starting the Spark cluster's tests last; the rest weigh 1
+SLOW = {"test_spark_cluster": 275, "secured": 150, "test_leadership": 120, "test_spark_runtime": 95,
+        "test_connect_differential": 75, "test_mm2_swap": 75, "test_spark_halting": 65,
+        "test_mirror_flow": 65, "test_ui_browser": 60, "test_harness": 40, "test_outage": 35,
+        "test_fetch_sessions": 35, "test_raw_client": 30, "test_tiered_storage": 30}
+
+
+def _group_of(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return SHARED_CLUSTER.get(module, module)
+
+
+def _group(item: pytest.Item) -> str:
+    return _group_of(item.nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the modules of one SHARED_CLUSTER group as one unit of work, and
+    the units in collection order (the slowest first, see below)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group_of(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByGroup(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slowest units of work first."""
+    items.sort(key=lambda item: -SLOW.get(_group(item), 1))  # stable: a module keeps its order
+
+
+#: clusters that only one group of tests uses, stopped once its last test is done: an idle broker
+#: still takes ~4% of a core (measured here), which the other worker's tests need
+OWNED_BY = {"secured": ("secured", "secured-west"), "test_leadership": ("trio",),
+            "test_fetch_sessions": ("scarce",)}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    group = _group(item)
+    if group in OWNED_BY and (nextitem is None or _group(nextitem) != group):
+        _CLUSTERS.stop(OWNED_BY[group])
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -28,6 +28,7 @@ from mm2py.protocol.fetch_session import changed_keys
 from mm2py.protocol.partitioner import JAVA_PARTITIONER
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin
+from mm2py.stores.topic_tail import watermarks
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,7 @@ class PositionStore:
                 if md is None or md.error is not None:
                     return {}
                 parts = list(md.partitions)
-                bounds = {p: consumer.get_watermark_offsets(CKTopicPartition(self.topic, p), timeout=timeout)
-                          for p in parts}
+                bounds = {p: watermarks(consumer, self.topic, p, timeout) for p in parts}
                 moved = any(not low <= self._read_to.get(p, 0) <= high for p, (low, high) in bounds.items())
                 if moved or len(parts) != self._fold.partitions:
                     # read it all again

@@ -32,6 +32,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from mm2py.protocol.partitioner import partition_for_key
 from mm2py.stores.admin import ClusterAdmin
+from mm2py.stores.topic_tail import watermarks
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def read_last(
     ends: dict[int, int] = {}
     pending: dict[int, int] = {}
     for p in md.partitions:
-        low, high = consumer.get_watermark_offsets(CKTopicPartition(topic, p), timeout=timeout)
+        low, high = watermarks(consumer, topic, p, timeout)
         ends[p] = high
         if high > low:
             pending[p] = low

@@ -20,6 +20,27 @@ RecordHandler = Callable[[bytes | None, bytes | None], None]
 PlacedHandler = Callable[[int, int, bytes | None, bytes | None], None]
 
 
+#: what a broker answers for a partition that has no leader yet (a topic just created, a leader
+#: moving): ask again
+_NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                            KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -> tuple[int, int]:
+    """(low, high) offsets of one partition, asked again while it has no leader yet (the 25
+    partitions of a progress topic created a moment ago elect theirs one by one)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                CKTopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()))
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class TopicTail:
     """Reads ``topic`` from the start, then only new records, handing each to ``handler(key, value)``
     (or, given ``placed``, to ``placed(partition, timestamp, key, value)``)."""
@@ -86,9 +107,7 @@ class TopicTail:
     def _read_to_end(self, deadline: float, timeout: float) -> bool:
         ends: dict[int, int] = {}
         for p in self._next:
-            low, high = self._consumer.get_watermark_offsets(
-                CKTopicPartition(self.topic, p), timeout=max(0.1, deadline - time.monotonic())
-            )
+            low, high = watermarks(self._consumer, self.topic, p, max(0.1, deadline - time.monotonic()))
             self._next[p] = max(self._next[p], low)
             ends[p] = high
         while any(self._next[p] < ends[p] for p in ends):
