@@ -27,6 +27,7 @@ from mm2py.kafka_local import KafkaCluster, resolve_jars
 from mm2py.kafka_local.jars import java_executable
 from mm2py.protocol.connect_offsets import decode, progress_topic
 from mm2py.protocol.partitioner import partition_for_key
+from mm2py.stores.admin import ClusterAdmin
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -43,7 +44,7 @@ rootLogger.appenderRef.file.ref = file
 """
 
 
-def _properties(path: Path, src: str, dst: str, east: str, west: str, topic: str) -> Path:
+def _properties(path: Path, src: str, dst: str, east: str, west: str, topic: str, **extra: object) -> Path:
     """An mm2.properties as an MM2 user writes it: MM2's own worker keys included."""
     path.write_text("\n".join(f"{k} = {v}" for k, v in {
         "clusters": f"{src}, {dst}",
@@ -65,6 +66,7 @@ def _properties(path: Path, src: str, dst: str, east: str, west: str, topic: str
         "emit.heartbeats.enabled": "false",
         "emit.checkpoints.enabled": "false",
         "scheduled.rebalance.max.delay.ms": 0,
+        **extra,
     }.items()) + "\n")
     return path
 
@@ -103,13 +105,13 @@ def _mm2py(cfg: Path) -> list[str]:
 class Swap:
     """One source topic under live traffic, its remote topic, and the peers taking turns on it."""
 
-    def __init__(self, east: KafkaCluster, west: KafkaCluster, work: Path) -> None:
+    def __init__(self, east: KafkaCluster, west: KafkaCluster, work: Path, **extra: object) -> None:
         self.east, self.west, self.work = east, west, work
         self.src, self.dst = unique("a"), unique("b")
         self.topic = create_topic(east.bootstrap, unique("swap"), PARTITIONS)
         self.remote = f"{self.src}.{self.topic}"
         self.cfg = _properties(work / "mm2.properties", self.src, self.dst, east.bootstrap, west.bootstrap,
-                               self.topic)
+                               self.topic, **extra)
 
     def turn(self, peer: str, stop: signal.Signals = signal.SIGTERM, more: int = 300) -> None:
         """Run ``peer`` until it has mirrored ``more`` records past where the target stood, then stop it."""
@@ -192,12 +194,20 @@ def test_mm2_to_mm2py_to_mm2_to_mm2py_loses_and_repeats_nothing(
 
 def test_mm2py_killed_then_mm2_loses_nothing_and_repeats_only_what_followed_its_last_commit(
         east: KafkaCluster, west: KafkaCluster, tmp_path: Path) -> None:
-    """mm2py first (it creates the progress topic as Connect would, 25 partitions), SIGKILLed; MM2
-    starts on the topics mm2py made and resumes at mm2py's last committed positions: the records
-    mm2py had delivered after that commit are mirrored again, and nothing else."""
-    swap = Swap(east, west, tmp_path)
+    """mm2py first (it creates the internal topics as MM2 would: the progress topic with Connect's
+    25 partitions, offset syncs and checkpoints with one, all compacted), SIGKILLed; MM2 starts on
+    the topics mm2py made, without an error, and resumes at mm2py's last committed positions: the
+    records mm2py had delivered after that commit are mirrored again, and nothing else."""
+    swap = Swap(east, west, tmp_path, **{"emit.checkpoints.enabled": "true"})
     with LiveProducer(east.bootstrap, swap.topic, PARTITIONS, per_tick=4) as live:
         swap.turn("mm2py", stop=signal.SIGKILL)
+        layouts = {
+            "progress": _layout(west, progress_topic(swap.src)),
+            "offset syncs": _layout(east, f"mm2-offset-syncs.{swap.dst}.internal"),
+            "checkpoints": _layout(west, f"{swap.src}.checkpoints.internal"),
+        }
+        assert layouts == {"progress": (25, "compact"), "offset syncs": (1, "compact"),
+                           "checkpoints": (1, "compact")}
         at_kill = end_offsets(west.bootstrap, swap.remote)
         committed = {}
         for partition, key, value in placed_records(west.bootstrap, progress_topic(swap.src)):
@@ -213,3 +223,11 @@ def test_mm2py_killed_then_mm2_loses_nothing_and_repeats_only_what_followed_its_
     _caught_up(swap, "mm2")
     lost, duplicated = swap.check(produced)
     assert (lost, duplicated) == (0, expected)
+    errors = [line for line in (tmp_path / "mm2.log").read_text().splitlines() if "] ERROR " in line]
+    assert not errors, errors[:5]
+
+
+def _layout(cluster: KafkaCluster, topic: str) -> tuple[int, str]:
+    """(partitions, cleanup.policy) of a topic."""
+    admin = ClusterAdmin("c", cluster.bootstrap)
+    return admin.list_topics()[topic].partitions, admin.topic_configs([topic])[topic]["cleanup.policy"]
