@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .cluster import free_port
-from .jars import KAFKA_VERSION, HarnessError, java_executable, resolve_jars
+from .jars import KAFKA_VERSION, QUICK_JVM, HarnessError, java_executable, resolve_jars
 from .layout import LOG4J2
 
 __all__ = ["CONNECT_PROFILE", "ConnectWorker"]
@@ -101,7 +101,8 @@ class ConnectWorker:
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         log4j = self.workdir / "log4j2.properties"
         log4j.write_text(LOG4J2.format(log=self.log_file, level="INFO"))
-        cmd = [java_executable(), "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        cmd = [java_executable(), "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", QUICK_JVM,
+               "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*",
                "org.apache.kafka.connect.cli.ConnectDistributed", str(config)]
         with open(self.workdir / "stdout.log", "ab") as out:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .cluster import free_port
-from .jars import HarnessError, cache_root
+from .jars import QUICK_JVM, HarnessError, cache_root
 
 LOG4J2 = """\
 rootLogger.level = info
@@ -46,10 +46,6 @@ appender.console.layout.pattern = [%d] %p %c{1}: %m%n
 logger.jetty.name = org.sparkproject.jetty
 logger.jetty.level = warn
 """
-
-#: JVM options for daemons that should start quickly rather than run fast for hours (C1 JIT only)
-QUICK_JVM = "-XX:TieredStopAtLevel=1"
-
 
 def spark_home() -> Path:
     """The installed pyspark distribution (it holds ``bin/spark-class`` and ``jars/``)."""

@@ -24,7 +24,7 @@ from helpers import create_topic, end_offsets, placed_records, read_all, total, 
 from live import LiveProducer
 
 from mm2py.kafka_local import KafkaCluster, resolve_jars
-from mm2py.kafka_local.jars import java_executable
+from mm2py.kafka_local.jars import QUICK_JVM, java_executable
 from mm2py.protocol.connect_offsets import decode, progress_topic
 from mm2py.protocol.partitioner import partition_for_key
 from mm2py.stores.admin import ClusterAdmin
@@ -93,7 +93,7 @@ def _stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 def _mm2(cfg: Path, work: Path) -> list[str]:
     log4j = work / "mm2-log4j2.properties"
     log4j.write_text(LOG4J2.format(log=work / "mm2.log"))
-    return [java_executable(), "-Xms128m", "-Xmx512m", f"-Dlog4j2.configurationFile={log4j}",
+    return [java_executable(), "-Xms128m", "-Xmx512m", QUICK_JVM, f"-Dlog4j2.configurationFile={log4j}",
             "-cp", f"{resolve_jars(profile='mirrormaker')}/*", "org.apache.kafka.connect.mirror.MirrorMaker",
             str(cfg)]
 

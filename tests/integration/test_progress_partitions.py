@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 from helpers import create_topic, placed_records, unique
 
 from mm2py.kafka_local import KafkaCluster, resolve_jars
-from mm2py.kafka_local.jars import java_executable
+from mm2py.kafka_local.jars import QUICK_JVM, java_executable
 from mm2py.protocol.connect_offsets import Position, encode_key, encode_value, progress_topic
 from mm2py.protocol.partitioner import partition_for_key
 from mm2py.protocol.types import TopicPartition
@@ -33,7 +33,7 @@ COUNTS = (1, 5, 25, 50)
 def _java_partitions(keys: list[bytes]) -> list[list[int]]:
     """Each key's partition for each of COUNTS, from Kafka's own BuiltInPartitioner."""
     out = subprocess.run(
-        [java_executable(), "-cp", f"{resolve_jars()}/*", str(JAVA), *map(str, COUNTS)],
+        [java_executable(), QUICK_JVM, "-cp", f"{resolve_jars()}/*", str(JAVA), *map(str, COUNTS)],
         input="\n".join(k.hex() for k in keys) + "\n", capture_output=True, text=True, timeout=120,
         check=True,
     ).stdout

@@ -38,7 +38,8 @@ from helpers import (
 from live import LiveProducer
 
 from mm2py.kafka_local import KafkaCluster
-from mm2py.kafka_local.spark_cluster import QUICK_JVM, SparkStandaloneCluster
+from mm2py.kafka_local.jars import QUICK_JVM
+from mm2py.kafka_local.spark_cluster import SparkStandaloneCluster
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin

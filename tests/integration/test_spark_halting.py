@@ -30,6 +30,7 @@ from helpers import (
 )
 
 from mm2py.kafka_local import KafkaCluster
+from mm2py.kafka_local.jars import QUICK_JVM
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
 from mm2py.runtime.spark.driver.worker import SparkWorker
 
@@ -40,7 +41,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 def spark() -> Iterator[Any]:
     from mm2py.runtime.spark.driver.session import spark_session
 
-    session = spark_session("local[4]", app_name="mm2py-halting-tests")  # two tasks, two successors
+    session = spark_session("local[4]", app_name="mm2py-halting-tests",
+                            conf={"spark.driver.defaultJavaOptions": QUICK_JVM})  # two tasks, two successors
     yield session
     session.stop()
 

@@ -31,6 +31,7 @@ from helpers import (
 )
 
 from mm2py.kafka_local import KafkaCluster
+from mm2py.kafka_local.jars import QUICK_JVM
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseSettings
 from mm2py.runtime.spark.driver.worker import SparkWorker
@@ -46,7 +47,8 @@ def spark() -> Iterator[Any]:
     from mm2py.runtime.spark.driver.session import spark_session
 
     # two tasks, each with a lease and room for its successor
-    session = spark_session("local[4]", app_name="mm2py-tests")
+    session = spark_session("local[4]", app_name="mm2py-tests",
+                            conf={"spark.driver.defaultJavaOptions": QUICK_JVM})
     yield session
     session.stop()
 
