@@ -9,9 +9,12 @@ install:
 demo: install
 	$(PYTHON) -m mm2py.demo
 
-# ruff, mypy, the whole suite on two workers and, beside it, the unit suite on the pure-Python path
 test: install
-	PYTHON=$(PYTHON) ./scripts/test.sh
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m mypy
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
+	# the unit suite again on the pure-Python path (a user without the compiled extension)
+	MM2PY_NATIVE=0 $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 tests/unit
 
 unit:
 	$(PYTHON) -m pytest -q tests/unit

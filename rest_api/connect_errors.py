@@ -1,7 +1,8 @@
 """Errors of the Kafka Connect facade in Connect's body: ``{"error_code": <status>, "message": "..."}``.
 
 Its routes (:class:`ConnectRoute`) answer their own and the lower layers' errors so (an unexpected
-one as a 500 with its message, logged with its stack); a path under
+one as a 500 with its message, logged with its stack), and FastAPI's and Starlette's own answers
+with their status (a body that is not JSON, or not a JSON object, is a 400); a path under
 the facade's prefixes that no route serves (a 404 or 405 of the router) too
 (:func:`install`, which also lets every path answer with a trailing slash as it does without
 one: Connect serves ``/connectors/`` as ``/connectors``, where FastAPI would redirect).
@@ -61,6 +62,42 @@ def _error(status: int, message: str, headers: Mapping[str, str] | None = None) 
     return JSONResponse({"error_code": status, "message": message}, status_code=status, headers=headers)
 
 
+def _http_error(exc: HTTPException) -> JSONResponse:
+    """An answer of FastAPI or Starlette with its status: ``HTTP 404 Not Found`` where it says no
+    more than its status, else its detail and the error behind it (why a body could not be parsed:
+    bytes that are not UTF-8, JSON nested too deep)."""
+    try:
+        phrase = HTTPStatus(exc.status_code).phrase
+    except ValueError:
+        phrase = ""
+    detail = exc.detail if isinstance(exc.detail, str) else ""
+    message = f"HTTP {exc.status_code} {phrase}".rstrip() if detail in ("", phrase) else detail
+    if exc.__cause__ is not None and exc.status_code < 500:
+        message = f"{message}: {exc.__cause__}"
+    return _error(exc.status_code, message, exc.headers)
+
+
+#: a request body of the wrong JSON type (a list, a string, null) where a JSON object is expected
+_NOT_AN_OBJECT = frozenset({"dict_type", "model_type", "model_attributes_type"})
+
+
+def _invalid(exc: RequestValidationError) -> JSONResponse:
+    """A request FastAPI could not bind: a path parameter of the wrong type is a 404 (no such
+    route); a body that is not JSON, not a JSON object, or without a required field is a 400."""
+    first = exc.errors()[0] if exc.errors() else {}
+    loc = tuple(first.get("loc", ()))
+    if loc[:1] == ("path",):  # e.g. a task id that is no number
+        return _error(404, "HTTP 404 Not Found")
+    if first.get("type") == "json_invalid":
+        reason = first.get("ctx", {}).get("error") or first.get("msg", "malformed")
+        at = f" (at character {loc[1]})" if len(loc) > 1 else ""
+        return _error(400, f"the request body could not be parsed as JSON: {reason}{at}")
+    if loc == ("body",) and first.get("type") in _NOT_AN_OBJECT:
+        return _error(400, "the request body is not a JSON object")
+    where = ".".join(str(p) for p in loc if p != "body") or "body"
+    return _error(400, f"invalid request {where!r}: {first.get('msg', 'malformed')}")
+
+
 def _in_facade(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in FACADE_PREFIXES)
 
@@ -73,8 +110,7 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, HTTPException)
         if not _in_facade(request.url.path):
             return await http_exception_handler(request, exc)
-        phrase = HTTPStatus(exc.status_code).phrase
-        return _error(exc.status_code, f"HTTP {exc.status_code} {phrase}", exc.headers)
+        return _http_error(exc)
 
     app.add_exception_handler(HTTPException, not_routed)
     app.add_middleware(_TrailingSlash)
@@ -108,11 +144,9 @@ class ConnectRoute(APIRoute):
             except ConnectError as exc:
                 return _error(exc.status, str(exc))
             except RequestValidationError as exc:
-                first = exc.errors()[0] if exc.errors() else {}
-                if tuple(first.get("loc", ()))[:1] == ("path",):  # e.g. a task id that is no number
-                    return _error(404, "HTTP 404 Not Found")
-                where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-                return _error(400, f"invalid request {where!r}: {first.get('msg', 'malformed')}")
+                return _invalid(exc)
+            except HTTPException as exc:  # FastAPI's own answer, e.g. a 400 for a body it cannot parse
+                return _http_error(exc)
             except Mm2pyError as exc:
                 status = next(code for kind, code in _STATUS if isinstance(exc, kind))
                 return _error(status, str(exc))

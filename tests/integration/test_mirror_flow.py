@@ -181,8 +181,10 @@ def test_active_active_flows_never_mirror_back(east: KafkaCluster, west: KafkaCl
     assert not [t for t in east_topics | west_topics if t.startswith(("east.west.", "west.east."))]
     beats = read_all(west.bootstrap, "heartbeats")
     decoded = [Heartbeat.from_record(r.key, r.value) for r in beats]
-    assert {(h.source_alias, h.target_alias) for h in decoded} == {("east", "west")}
-    assert len(decoded) >= 2
+    # (other modules on these clusters write heartbeats of their own aliases to the same topic)
+    assert {(h.source_alias, h.target_alias) for h in decoded
+            if {h.source_alias, h.target_alias} <= {"east", "west"}} == {("east", "west")}
+    assert len([h for h in decoded if h.source_alias == "east"]) >= 2
     assert read_all(west.bootstrap, "east.heartbeats"), "east's heartbeats were not mirrored"
     assert {Heartbeat.from_record(r.key, r.value).target_alias
             for r in read_all(west.bootstrap, "east.heartbeats")} == {"east"}
