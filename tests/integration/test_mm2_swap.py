@@ -25,6 +25,7 @@ from live import LiveProducer
 
 from mm2py.kafka_local import KafkaCluster, resolve_jars
 from mm2py.kafka_local.jars import QUICK_JVM, java_executable
+from mm2py.kafka_local.layout import LOG4J2
 from mm2py.protocol.connect_offsets import decode, progress_topic
 from mm2py.protocol.partitioner import partition_for_key
 from mm2py.stores.admin import ClusterAdmin
@@ -33,15 +34,6 @@ pytestmark = pytest.mark.timeout(600)
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
-LOG4J2 = """status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.file.ref = file
-"""
 
 
 def _properties(path: Path, src: str, dst: str, east: str, west: str, topic: str, **extra: object) -> Path:
@@ -92,7 +84,7 @@ def _stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 def _mm2(cfg: Path, work: Path) -> list[str]:
     log4j = work / "mm2-log4j2.properties"
-    log4j.write_text(LOG4J2.format(log=work / "mm2.log"))
+    log4j.write_text(LOG4J2.format(log=work / "mm2.log", level="INFO"))
     return [java_executable(), "-Xms128m", "-Xmx512m", QUICK_JVM, f"-Dlog4j2.configurationFile={log4j}",
             "-cp", f"{resolve_jars(profile='mirrormaker')}/*", "org.apache.kafka.connect.mirror.MirrorMaker",
             str(cfg)]
