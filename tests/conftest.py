@@ -174,13 +174,15 @@ def secured_west() -> KafkaCluster:
     return _CLUSTERS.get("secured-west")
 
 
-#: modules that alone use a cluster run on one xdist worker together, so it starts once
-SHARED_CLUSTER = {"test_acl_sync": "secured", "test_oauth": "secured", "test_security": "secured"}
+#: modules that alone use a cluster (or the embedded Spark) run on one xdist worker together, so it
+#: starts once
+SHARED_CLUSTER = {"test_acl_sync": "secured", "test_oauth": "secured", "test_security": "secured",
+                  "test_spark_runtime": "local-spark", "test_spark_halting": "local-spark"}
 #: about how many seconds each slow group of tests takes (summed test durations of a full run on
 #: this 2-core machine kind): the slowest start first, so that the workers finish together
 #: instead of one starting the Spark cluster's tests last; the rest weigh 1
-SLOW = {"test_spark_cluster": 275, "secured": 150, "test_leadership": 120, "test_spark_runtime": 95,
-        "test_connect_differential": 75, "test_mm2_swap": 75, "test_spark_halting": 65,
+SLOW = {"test_spark_cluster": 275, "local-spark": 160, "secured": 150, "test_leadership": 120,
+        "test_connect_differential": 75, "test_mm2_swap": 75,
         "test_mirror_flow": 65, "test_ui_browser": 60, "test_harness": 40, "test_outage": 35,
         "test_fetch_sessions": 35, "test_raw_client": 30, "test_tiered_storage": 30}
 
@@ -221,11 +223,38 @@ OWNED_BY = {"secured": ("secured", "secured-west"), "test_leadership": ("trio",)
             "test_fetch_sessions": ("scarce",)}
 
 
+#: the embedded SparkSession of the ``local-spark`` group, while it runs
+_LOCAL_SPARK: list[Any] = []
+
+
+@pytest.fixture(scope="session")
+def local_spark() -> Iterator[Any]:
+    """One embedded ``local[4]`` SparkSession for the modules of the ``local-spark`` group (a Spark
+    JVM starts slowly): two tasks, each with a lease and room for its successor. Stopped once the
+    group is done."""
+    from mm2py.runtime.spark.driver.session import spark_session
+
+    session = spark_session("local[4]", app_name="mm2py-tests",
+                            conf={"spark.driver.defaultJavaOptions": QUICK_JVM})
+    _LOCAL_SPARK.append(session)
+    yield session
+    _stop_local_spark()
+
+
+def _stop_local_spark() -> None:
+    while _LOCAL_SPARK:
+        _LOCAL_SPARK.pop().stop()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     group = _group(item)
-    if group in OWNED_BY and (nextitem is None or _group(nextitem) != group):
+    if nextitem is not None and _group(nextitem) == group:
+        return
+    if group in OWNED_BY:
         _CLUSTERS.stop(OWNED_BY[group])
+    if group == "local-spark":
+        _stop_local_spark()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -30,7 +29,6 @@ from helpers import (
 )
 
 from mm2py.kafka_local import KafkaCluster
-from mm2py.kafka_local.jars import QUICK_JVM
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
 from mm2py.runtime.spark.driver.worker import SparkWorker
 
@@ -38,13 +36,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from mm2py.runtime.spark.driver.session import spark_session
-
-    session = spark_session("local[4]", app_name="mm2py-halting-tests",
-                            conf={"spark.driver.defaultJavaOptions": QUICK_JVM})  # two tasks, two successors
-    yield session
-    session.stop()
+def spark(local_spark: Any) -> Any:
+    return local_spark
 
 
 class SparkRest:

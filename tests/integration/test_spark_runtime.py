@@ -1,8 +1,9 @@
 """The Spark runtime (embedded local mode) against real brokers: the same task code, in leases
 (continuous, the default) and in rounds (bounded backfills).
 
-One SparkSession for the whole module (Spark starts slowly); each test runs its own SparkWorker on
-it in a thread, as ``mm2py run --runtime spark`` would.
+One SparkSession for this module and test_spark_halting (``local_spark`` in conftest: Spark starts
+slowly); each test runs its own SparkWorker on it in a thread, as ``mm2py run --runtime spark``
+would.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,7 +31,6 @@ from helpers import (
 )
 
 from mm2py.kafka_local import KafkaCluster
-from mm2py.kafka_local.jars import QUICK_JVM
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseSettings
 from mm2py.runtime.spark.driver.worker import SparkWorker
@@ -43,14 +42,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from mm2py.runtime.spark.driver.session import spark_session
-
-    # two tasks, each with a lease and room for its successor
-    session = spark_session("local[4]", app_name="mm2py-tests",
-                            conf={"spark.driver.defaultJavaOptions": QUICK_JVM})
-    yield session
-    session.stop()
+def spark(local_spark: Any) -> Any:
+    return local_spark
 
 
 class SparkRun:
