@@ -70,6 +70,9 @@ class SessionKeeper:
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self._gate: asyncio.Future[None] | None = None
+        #: the last request waiting for its turn (IN-ORDER): set once it may go, so the next may
+        self._last: asyncio.Future[None] | None = None
+        self._waiting = 0  # requests waiting for their turn
         #: when the current session ends (event loop time), None without a session lifetime
         self.session_end: float | None = None
 
@@ -113,10 +116,30 @@ class SessionKeeper:
             gate.set_result(None)
 
     async def wait(self) -> None:
-        """Return once no re-authentication is running (at once from the re-authentication itself)."""
-        gate = self._gate
-        if gate is not None and asyncio.current_task() is not self._task:
-            await asyncio.shield(gate)
+        """Return once no re-authentication is running (at once from the re-authentication itself),
+        and after every request that waited before this one (IN-ORDER: a caller writes its request
+        as soon as this returns, so requests leave in the order they were made; a request made just
+        as the gate opens would otherwise overtake those still waking up behind it, and a broker
+        refuses a produce batch that arrives before the one before it as if it forgot our
+        producer)."""
+        if asyncio.current_task() is self._task or (self._gate is None and not self._waiting):
+            return
+        before, mine = self._last, asyncio.get_running_loop().create_future()
+        self._last = mine
+        self._waiting += 1
+        try:
+            if before is not None:
+                await asyncio.shield(before)
+            while self._gate is not None:  # (another re-authentication may have begun meanwhile)
+                await asyncio.shield(self._gate)
+        finally:
+            self._waiting -= 1
+            if self._last is mine:
+                self._last = None
+            if before is None or before.done():
+                _release(mine)
+            else:  # cancelled while waiting: the next goes only after the one before us
+                before.add_done_callback(lambda _: _release(mine))
 
     def lost(self, *, by_client: bool) -> None:
         """The connection is gone: stop; count a broker's close after the session ended."""
@@ -132,3 +155,8 @@ class SessionKeeper:
         if task is not None and task is not asyncio.current_task():
             task.cancel()
         self._open_gate()
+
+
+def _release(turn: asyncio.Future[None]) -> None:
+    if not turn.done():
+        turn.set_result(None)
