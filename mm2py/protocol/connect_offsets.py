@@ -34,6 +34,7 @@ __all__ = [
     "encode_key",
     "encode_value",
     "fold",
+    "newest_partition",
     "progress_topic",
 ]
 
@@ -110,6 +111,13 @@ def fold(positions: dict[TopicPartition, Position], source_alias: str, key: byte
         positions[tp] = pos
 
 
+def newest_partition(stamps: Mapping[int, int], home: int) -> int:
+    """ONE-VALUE-PER-KEY: of the partitions holding a key (partition -> the timestamp of its last
+    record of the key), the one whose record counts: the newest, a tie going to the key's proper
+    partition ``home``."""
+    return max(stamps, key=lambda p: (stamps[p], p == home))
+
+
 class _Latest(NamedTuple):
     """A key's newest record in one partition of the progress topic."""
 
@@ -176,8 +184,7 @@ class ProgressFold:
         if len(seen) == 1:
             winner: Position | None = pos
         else:
-            best = max(seen.values(), key=lambda r: (r.timestamp, r.proper))
-            winner = best.position
+            winner = seen[newest_partition({p: r.timestamp for p, r in seen.items()}, home)].position
             live = sum(r.position is not None for r in seen.values())
             if live > 1 and tp not in self._warned:
                 self._warned.add(tp)

@@ -6,8 +6,8 @@ Kafka Connect (MM2) writes it to, and be live in two. mm2py reads such a topic r
 record wins), MM2 does not (it keeps whichever partition it read last). The repair:
 
 1. reads the whole topic: each key's last record in each partition;
-2. decides each key's value as ``ProgressFold`` does (newest timestamp, a tie to the proper
-   partition) and finds the partitions that hold a key live outside its proper one;
+2. decides each key's value as ``ProgressFold`` does (``newest_partition``: the newest timestamp,
+   a tie to the proper partition) and finds the partitions that hold a key live outside its proper one;
 3. writes, to its proper partition, the value of every key that has a record in one of those
    partitions (a tombstone where the newest record was one and an older value would revive);
 4. deletes the records of those partitions below where step 1 stopped (DeleteRecords: everything
@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from mm2py.protocol.connect_offsets import newest_partition
 from mm2py.protocol.partitioner import partition_for_key
 from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.topic_tail import watermarks
@@ -69,7 +70,7 @@ def plan_repair(
     winners: dict[bytes, tuple[int, bytes | None]] = {}
     for key, seen in last.items():
         home = partition_for_key(key, partitions)
-        best = max(seen, key=lambda p: (seen[p].timestamp, p == home))
+        best = newest_partition({p: r.timestamp for p, r in seen.items()}, home)
         winners[key] = (home, seen[best].value)
         strays = [p for p, r in seen.items() if p != home and r.value is not None]
         if strays:
