@@ -26,14 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from mm2py.protocol.connect_offsets import newest_partition
 from mm2py.protocol.partitioner import partition_for_key
 from mm2py.stores.admin import ClusterAdmin
-from mm2py.stores.topic_tail import watermarks
+from mm2py.stores.topic_tail import TopicTail
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class RepairPlan:
 
     #: (partition, key, value) to produce, value None a tombstone
     writes: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
-    #: partition -> the offset below which its records are deleted (its end when it was read)
+    #: partition -> the offset below which its records are deleted (where its reading stopped)
     cuts: dict[int, int] = field(default_factory=dict)
     #: keys that were live outside their proper partition
     strays: list[bytes] = field(default_factory=list)
@@ -90,37 +90,23 @@ def plan_repair(
 
 
 def read_last(
-    consumer: Consumer, topic: str, timeout: float,
+    admin: ClusterAdmin, topic: str, timeout: float,
 ) -> tuple[dict[bytes, dict[int, Last]], dict[int, int]]:
-    """Each key's last record per partition of ``topic``, and each partition's end offset."""
-    md = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    if md is None or md.error is not None:
-        raise KafkaException(md.error if md is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
-    ends: dict[int, int] = {}
-    pending: dict[int, int] = {}
-    for p in md.partitions:
-        low, high = watermarks(consumer, topic, p, timeout)
-        ends[p] = high
-        if high > low:
-            pending[p] = low
+    """Each key's last record per partition of ``topic``, and where the reading of each stopped (its
+    end: everything below was read)."""
     last: dict[bytes, dict[int, Last]] = {}
-    consumer.assign([CKTopicPartition(topic, p, low) for p, low in pending.items()])
-    while pending:
-        msg = consumer.poll(timeout)
-        if msg is None:
-            raise TimeoutError(f"reading {topic} timed out")
-        err = msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                pending.pop(msg.partition() or 0, None)
-                continue
-            raise KafkaException(err)
-        p, key = msg.partition() or 0, msg.key()
+
+    def keep(partition: int, timestamp: int, key: bytes | None, value: bytes | None) -> None:
         if key is not None:  # a compacted topic holds none
-            last.setdefault(bytes(key), {})[p] = Last(msg.timestamp()[1], msg.value())
-        if (msg.offset() or 0) + 1 >= ends[p]:
-            pending.pop(p, None)
-    return last, ends
+            last.setdefault(bytes(key), {})[partition] = Last(timestamp, value)
+
+    tail = TopicTail(admin.client_config(), topic, placed=keep, name="progress-repair")
+    try:
+        if not tail.catch_up(timeout):
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no topic {topic}"))
+        return last, tail.read_to
+    finally:
+        tail.close()
 
 
 @dataclass
@@ -135,13 +121,7 @@ class RepairReport:
 
 def repair(admin: ClusterAdmin, topic: str, *, dry_run: bool = False, timeout: float = 60.0) -> RepairReport:
     """Repair ``topic`` on ``admin``'s cluster (see the module's docstring); ``dry_run`` only reads."""
-    consumer = Consumer(admin.client_config({
-        "group.id": "mm2py-progress-repair", "enable.auto.commit": False, "enable.partition.eof": True,
-    }))
-    try:
-        last, ends = read_last(consumer, topic, timeout)
-    finally:
-        consumer.close()
+    last, ends = read_last(admin, topic, timeout)
     plan = plan_repair(last, ends, len(ends))
     report = RepairReport(topic, len(ends), len(last), len(plan.strays), len(plan.writes), sorted(plan.cuts))
     if dry_run or not plan.cuts:

@@ -104,6 +104,11 @@ class TopicTail:
             # idle end of the topic every fetch.wait.max.ms (20 requests a second to each broker)
             self._consumer.pause(parts)
 
+    @property
+    def read_to(self) -> dict[int, int]:
+        """Where the reading of each partition stopped (after a catch-up: its end then)."""
+        return dict(self._next)
+
     def _read_to_end(self, deadline: float, timeout: float) -> bool:
         ends: dict[int, int] = {}
         for p in self._next:
