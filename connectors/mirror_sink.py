@@ -34,8 +34,12 @@ class MirrorSink:
         producer: RawProducer,
         rename: Callable[[str], str],
         coalescing: CoalesceSettings | None = None,
+        *,
+        owns_cluster: bool = True,
     ) -> None:
         self.producer = producer
+        #: False when the producer's cluster client is shared with other tasks (left open on close)
+        self.owns_cluster = owns_cluster
         self.rename = rename
         self.coalescing = coalescing  # None or not enabled: every batch as it came
         self._names: dict[str, str] = {}
@@ -79,7 +83,8 @@ class MirrorSink:
 
     async def close(self) -> None:
         await self.producer.close()
-        await self.producer.cluster.close()
+        if self.owns_cluster:
+            await self.producer.cluster.close()
 
 
 class PendingPut:

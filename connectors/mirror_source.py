@@ -11,6 +11,10 @@ out of the next fetches for a while, doubling up to ``error_backoff[1]`` seconds
 lasts: a broker answers such a fetch at once (e.g. UNKNOWN_SERVER_ERROR when reading remote,
 tiered storage fails), which would otherwise turn the task's fetch loop into a busy loop, while the
 other partitions keep being fetched as usual.
+
+With a ``member`` of a :class:`~mm2py.client.fetch_hub.FetchHub` (the in-process worker's tasks of
+one flow) its polls go through the hub's one fetch session per source broker, paced there per
+broker; the cluster client is the hub's, and closing the source leaves the hub.
 """
 
 from __future__ import annotations
@@ -18,33 +22,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
 from mm2py.client.errors import ClientError
-from mm2py.client.fetcher import FetcherConfig, RawFetcher
+from mm2py.client.fetch_hub import HubMember, Linger
+from mm2py.client.fetcher import FetchedPartition, FetcherConfig, RawFetcher
 from mm2py.engine.task_api import START_LOOKUP_SECONDS, Polled, TaskError
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE, BrokerError
 from mm2py.protocol.types import TopicPartition
 
+__all__ = ["Linger", "MirrorSource", "SourceError"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Linger:
-    """``mm2py.fetch.linger.*``: a fetch that brought fewer than ``bytes`` makes the next one wait
-    ``seconds``, or ``per_partition`` seconds for each partition fetched if that is longer: trickling
-    traffic moves in fewer, fuller requests. The per-partition part bounds the source broker's
-    work, which reads every partition of a fetch session for each fetch, data or not (at 2,000
-    partitions and the default 25 µs: at most twenty such reads of all of them a second)."""
-
-    seconds: float = 0.0
-    bytes: int = 0
-    per_partition: float = 0.0
-
-    def delay(self, partitions: int) -> float:
-        return max(self.seconds, self.per_partition * partitions)
 
 
 class SourceError(TaskError):
@@ -61,9 +51,12 @@ class MirrorSource:
         reset_to_earliest: bool = True,
         error_backoff: tuple[float, float] = (0.1, 5.0),
         linger: Linger | None = None,
+        member: HubMember | None = None,
     ) -> None:
         self.cluster = cluster
         self.fetcher = RawFetcher(cluster, config)
+        #: polls with sessions go through the hub (which owns ``cluster``) when given
+        self.member = member
         self.corrupt_retries = corrupt_retries
         self.reset_to_earliest = reset_to_earliest
         self.corrupt_batches_seen = 0
@@ -73,6 +66,9 @@ class MirrorSource:
         self._failing: dict[TopicPartition, tuple[float, float]] = {}
         self.linger = linger or Linger()
         self._linger_until = 0.0
+        #: a poll through the hub returns empty after this long without news (the task's loop
+        #: then does what else is due: commits, a new assignment)
+        self._member_timeout = self.fetcher.config.max_wait_ms / 1000 + 0.5
 
     async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """MM2's default for partitions never mirrored: start at the earliest offset."""
@@ -87,6 +83,8 @@ class MirrorSource:
         """The batches from ``positions`` on; ``sessions=False`` for a one-off read of a few
         partitions (see :meth:`RawFetcher.fetch`)."""
         now = asyncio.get_running_loop().time()
+        if self.member is not None and sessions:
+            return await self._poll(positions, now, sessions)  # paced by the hub, per broker
         if self._linger_until > now:
             await asyncio.sleep(self._linger_until - now)
             now = asyncio.get_running_loop().time()
@@ -104,6 +102,17 @@ class MirrorSource:
         if positions and not ready:  # every partition waits after an error: wait for the first
             await asyncio.sleep(min(self._failing[tp][0] for tp in positions) - now)
             return {}
+        if self.member is not None and sessions:
+            # the hub retries an unreachable broker and a corrupt batch by itself; what it raises
+            # is a batch that stayed corrupt
+            fetched = await self.member.poll(ready, self._member_timeout)
+        else:
+            fetched = await self._fetch(ready, sessions)
+        return await self._polled(positions, fetched)
+
+    async def _fetch(
+        self, ready: Mapping[TopicPartition, int], sessions: bool
+    ) -> dict[TopicPartition, FetchedPartition]:
         attempt = 0
         while True:
             try:
@@ -125,6 +134,11 @@ class MirrorSource:
                 if attempt >= self.corrupt_retries:
                     raise
                 await asyncio.sleep(0.2 * attempt)
+        return fetched
+
+    async def _polled(
+        self, positions: Mapping[TopicPartition, int], fetched: Mapping[TopicPartition, FetchedPartition]
+    ) -> dict[TopicPartition, Polled]:
         out: dict[TopicPartition, Polled] = {}
         resets: list[TopicPartition] = []
         for tp, f in fetched.items():
@@ -150,13 +164,15 @@ class MirrorSource:
         log.warning("fetch %s: %s; fetching it again in %.1fs", tp, error, delay)
 
     async def close(self) -> None:
+        if self.member is not None:
+            self.member.close()  # the hub and its cluster client stay for the other tasks
+            return
         await self.fetcher.close()  # its fetch sessions
         await self.cluster.close()
 
 
 def _fewer_bytes(polled: Mapping[TopicPartition, Polled], limit: int) -> bool:
-    """The fetch brought fewer than ``limit`` bytes (counted only until ``limit``: a backlog's
-    fetch of thousands of batches is not walked)."""
+    """The fetch brought fewer than ``limit`` bytes (counted only until ``limit``)."""
     total = 0
     for p in polled.values():
         for b in p.batches:

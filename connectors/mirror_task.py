@@ -11,6 +11,7 @@ from connectors.mirror_source import Linger, MirrorSource
 from connectors.outgoing import CoalesceSettings
 from connectors.resume import TailReconciler
 from mm2py.client.cluster import ClusterClient
+from mm2py.client.fetch_hub import FetchHub
 from mm2py.client.producer import RawProducer
 from mm2py.config.models import FlowConfig
 from mm2py.config.security import Side
@@ -80,21 +81,77 @@ def coalesce_settings(flow: FlowConfig) -> CoalesceSettings:
 PIPELINE_DEPTH = 3
 
 
-async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRunner:
-    """Connect to both clusters and assemble source, sink and checkpointer for ``spec``.
+def _fetch_max(flow: FlowConfig, tasks: int = 1) -> int:
+    """A fetch response's bound: ``tasks`` tasks' shares of ``mm2py.max.inflight.bytes.per.task``
+    (each task's share: one fetch of its pipeline), at least one partition's, at most
+    ``mm2py.fetch.max.bytes``."""
+    share = flow.max_inflight_bytes_per_task // (PIPELINE_DEPTH + 1)
+    return min(flow.fetch_max_bytes, max(PARTITION_MAX_BYTES, share * tasks))
+
+
+#: ``max.partition.fetch.bytes`` unless the consumer overrides say otherwise
+PARTITION_MAX_BYTES = 1024 * 1024
+
+
+class FlowClients:
+    """What the tasks of one flow in one process share: one client per cluster (one set of
+    connections per broker; the producers' requests go out on the same connections), and one
+    :class:`FetchHub` (one fetch session per source broker for all the tasks' partitions, paced
+    per broker). Tasks stay the unit of assignment, progress and producer id; closing a task
+    leaves the hub and these clients to the others. Used by the in-process runtime; a Spark lease
+    is a process of its own and fetches by itself."""
+
+    def __init__(self, flow: FlowConfig) -> None:
+        self.flow = flow
+        settings = raw_client_settings(flow, fetch_max_bytes=_fetch_max(flow, flow.tasks_max),
+                                       partition_max_bytes=PARTITION_MAX_BYTES)
+        self.source = ClusterClient(bootstrap_of(flow, "source"), settings.source_client)
+        self.target = ClusterClient(bootstrap_of(flow, "target"), settings.target_client)
+        #: None when ``mm2py.fetch.sessions`` is off: each task then fetches by itself
+        self.hub: FetchHub | None = None
+        if settings.fetcher.sessions:
+            self.hub = FetchHub(self.source, settings.fetcher, _linger(flow))
+        self._started: asyncio.Future[tuple[None, None]] | None = None
+
+    async def start(self) -> None:
+        """Connect both clients (once; every task waits for the same start)."""
+        if self._started is None or (self._started.done() and self._started.exception() is not None):
+            self._started = asyncio.gather(self.source.start(), self.target.start())
+        started = self._started
+        await asyncio.shield(started)
+
+    async def close(self) -> None:
+        if self.hub is not None:
+            await self.hub.close()
+        await asyncio.gather(self.source.close(), self.target.close(), return_exceptions=True)
+
+
+def _linger(flow: FlowConfig) -> Linger:
+    return Linger(flow.fetch_linger_ms / 1000, flow.fetch_linger_bytes, flow.fetch_linger_partition_us / 1e6)
+
+
+async def build_task(
+    spec: TaskSpec, *, commit_interval: float = 1.0, clients: FlowClients | None = None
+) -> TaskRunner:
+    """Connect to both clusters and assemble source, sink and checkpointer for ``spec``: on
+    ``clients`` shared with the flow's other tasks in this process, else on clients of its own.
 
     Both raw clients carry their cluster's TLS/SASL settings (``raw_client_settings``)."""
     flow: FlowConfig = spec.flow
-    per_partition = 1024 * 1024
-    share = flow.max_inflight_bytes_per_task // (PIPELINE_DEPTH + 1)
-    fetch_max = min(flow.fetch_max_bytes, max(per_partition, share))
-    settings = raw_client_settings(flow, fetch_max_bytes=fetch_max, partition_max_bytes=per_partition)
-    source_client = ClusterClient(bootstrap_of(flow, "source"), settings.source_client)
-    target_client = ClusterClient(bootstrap_of(flow, "target"), settings.target_client)
-    await asyncio.gather(source_client.start(), target_client.start())
+    fetch_max = _fetch_max(flow)
+    settings = raw_client_settings(flow, fetch_max_bytes=fetch_max, partition_max_bytes=PARTITION_MAX_BYTES)
+    if clients is not None:
+        await clients.start()
+        source_client, target_client = clients.source, clients.target
+    else:
+        source_client = ClusterClient(bootstrap_of(flow, "source"), settings.source_client)
+        target_client = ClusterClient(bootstrap_of(flow, "target"), settings.target_client)
+        await asyncio.gather(source_client.start(), target_client.start())
+    member = None
+    if clients is not None and clients.hub is not None:
+        member = clients.hub.member(f"task {spec.task_id}", budget_bytes=fetch_max)
     source = MirrorSource(source_client, settings.fetcher, reset_to_earliest=settings.reset_to_earliest,
-                          linger=Linger(flow.fetch_linger_ms / 1000, flow.fetch_linger_bytes,
-                                        flow.fetch_linger_partition_us / 1e6))
+                          linger=_linger(flow), member=member)
     policy = flow.replication_policy()
 
     def rename(topic: str) -> str:
@@ -102,7 +159,7 @@ async def build_task(spec: TaskSpec, *, commit_interval: float = 1.0) -> TaskRun
 
     producer = RawProducer(target_client, settings.producer)
     producer.start()  # the producer id is asked for while the task resolves its starts
-    sink = MirrorSink(producer, rename, coalesce_settings(flow))
+    sink = MirrorSink(producer, rename, coalesce_settings(flow), owns_cluster=clients is None)
     return TaskRunner(
         spec, source, sink, FlowProgressKeeper(flow),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,

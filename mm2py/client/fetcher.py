@@ -48,6 +48,7 @@ from mm2py.protocol.api import (
 )
 from mm2py.protocol.api_fetch import FIRST_TOPIC_ID_VERSION, READ_COMMITTED
 from mm2py.protocol.batch_edit import crop
+from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import NONE, error_name
 from mm2py.protocol.fetch_session import (
     FINAL_EPOCH,
@@ -373,7 +374,11 @@ class RawFetcher:
                 continue
             tp = TopicPartition(name, p.partition)
             if tp in batch:
-                fetched = process_partition(tp, batch[tp], p, read_committed)
+                try:
+                    fetched = process_partition(tp, batch[tp], p, read_committed)
+                except CorruptBatchError as exc:
+                    exc.partition = tp
+                    raise
                 self._waiting.note(fetched)
                 out[tp] = fetched
         return out

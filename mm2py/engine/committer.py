@@ -47,6 +47,13 @@ class Committer:
         self._last = now
         self._periodic = asyncio.create_task(self._in_background(snapshot()))
 
+    def due_in(self) -> float | None:
+        """Seconds until :meth:`maybe` will start the next periodic commit (the task's loop
+        wakes then even if nothing else happens); None while one is under way."""
+        if self._periodic is not None and not self._periodic.done():
+            return None
+        return max(0.001, self.interval - (self.clock() - self._last))
+
     async def now(self, snapshot: Callable[[], Mapping[TopicPartition, Position]]) -> None:
         """Commit ``snapshot()`` now (after the periodic one under way); raises if it failed."""
         await self.settle()

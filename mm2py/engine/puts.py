@@ -105,8 +105,11 @@ class Wakeup:
             self._put = None
         self._wake()
 
-    async def until_any(self, fetch: asyncio.Future[Any] | None, put: Put | None) -> bool:
-        """Until ``fetch`` is done or ``put`` answered; False if ``stop`` is set (or was)."""
+    async def until_any(
+        self, fetch: asyncio.Future[Any] | None, put: Put | None, timeout: float | None = None
+    ) -> bool:
+        """Until ``fetch`` is done, ``put`` answered or ``timeout`` seconds passed; False if
+        ``stop`` is set (or was)."""
         if self._stop.is_set():
             return False
         if (fetch is not None and fetch.done()) or (put is not None and put.pending.done()):
@@ -117,11 +120,15 @@ class Wakeup:
         if put is not None and put is not self._put:
             self._put = put
             put.pending.add_done_callback(lambda: self._put_done(put))
-        self._sleep = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._sleep = loop.create_future()
+        timer = loop.call_later(timeout, self._wake) if timeout is not None else None
         try:
             await self._sleep
         finally:
             self._sleep = None
+            if timer is not None:
+                timer.cancel()
         return not self._stop.is_set()
 
     def close(self) -> None:

@@ -238,7 +238,8 @@ class TaskRunner:
                 # fetch the next round while earlier ones are being produced (up to the depth)
                 if prefetch is None and wanted and len(puts) < self.pipeline_depth:
                     prefetch = asyncio.create_task(self.source.poll(wanted))
-                if not await wakeup.until_any(prefetch, puts.head()):
+                # the periodic commit is due on time even when neither the fetch nor a put moves
+                if not await wakeup.until_any(prefetch, puts.head(), self.committer.due_in()):
                     break  # stopped
                 if not puts.settle_ready():
                     await puts.settle_all()  # the failed partitions' later batches failed too

@@ -6,7 +6,12 @@ input, never ``IndexError``/``struct.error``/``ValueError`` leaking from the par
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mm2py.errors import Mm2pyError
+
+if TYPE_CHECKING:
+    from mm2py.protocol.types import TopicPartition
 
 
 class ProtocolError(Mm2pyError):
@@ -19,6 +24,10 @@ class TruncatedError(ProtocolError):
 
 class CorruptBatchError(ProtocolError):
     """A RecordBatch whose CRC, length or header fields are invalid. Never forwarded."""
+
+    #: the partition it was fetched from, when the fetcher knows it (a shared fetch fails only the
+    #: task that mirrors that partition)
+    partition: TopicPartition | None = None
 
 
 class UnsupportedError(ProtocolError):

@@ -13,6 +13,7 @@ import importlib
 import logging
 from collections.abc import Awaitable, Callable
 from types import ModuleType
+from typing import Any
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Plan
@@ -39,6 +40,8 @@ class MirrorTaskBuilder:
     def __init__(self, commit_interval: float) -> None:
         self.commit_interval = commit_interval
         self._module: asyncio.Future[ModuleType] | None = None
+        #: the flow's tasks' shared clients and fetch hub (``connectors.mirror_task.FlowClients``)
+        self._clients: Any = None
 
     def preload(self) -> None:
         if self._module is None:
@@ -49,8 +52,17 @@ class MirrorTaskBuilder:
         self.preload()
         assert self._module is not None
         module = await asyncio.shield(self._module)
-        runner: TaskRunner = await module.build_task(spec, commit_interval=self.commit_interval)
+        if self._clients is None:
+            self._clients = module.FlowClients(spec.flow)
+        runner: TaskRunner = await module.build_task(spec, commit_interval=self.commit_interval,
+                                                     clients=self._clients)
         return runner
+
+    async def close(self) -> None:
+        """Close what the flow's tasks shared (once every task is closed)."""
+        clients, self._clients = self._clients, None
+        if clients is not None:
+            await clients.close()
 
 
 class FlowRunner(FlowRunnerBase[TaskRunner]):
@@ -139,6 +151,9 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
         for runner in self.tasks.values():
             with contextlib.suppress(Exception):
                 await runner.close()
+        if isinstance(self.builder, MirrorTaskBuilder):
+            with contextlib.suppress(Exception):
+                await self.builder.close()
         self.state = TaskState.STOPPED
 
 

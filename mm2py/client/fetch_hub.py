@@ -1,0 +1,359 @@
+"""One fetch session per source broker for all of a worker's tasks of a flow.
+
+Each task fetching its own partitions in its own session (KIP-227) makes the source broker read
+every partition of every session on every fetch, and the request rate grows with ``tasks.max``
+rather than with the data. :class:`FetchHub` serves many *members* (a task's
+:class:`HubMember`) from one :class:`~mm2py.client.fetcher.RawFetcher`: one loop per source broker
+sends one request for every partition that broker leads, whichever task mirrors it, paced per
+broker (:class:`Linger`), and hands each partition's result to the member that owns it. A broker
+that stops answering holds up only its own loop: the partitions other brokers lead keep moving.
+
+Invariants (each named where it is kept):
+
+``TAKEN``
+    A partition whose result was handed to its member is left out of the hub's requests (the
+    session forgets it) until the member polls again and says where it now stands: the hub never
+    guesses a position, so a member that went back (after a failed produce) is fetched from where
+    it says, and a result is never handed over twice for one position.
+``STALE``
+    A result is handed over only if it was fetched from the position the member last asked for
+    (a member that moved meanwhile gets nothing of it); the task checks it again
+    (``Polled.fetch_offset``).
+``BOUNDED``
+    A member that is not asking (its pipeline is full) holds at most one result per partition,
+    and once what it holds reaches its byte budget none of its partitions is fetched until it asks.
+``ONE-OWNER``
+    A partition belongs to the last member that asked for it; partitions are assigned to tasks
+    disjointly, so this changes only when one task hands a partition to another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from mm2py.client.cluster import ClusterClient
+from mm2py.client.errors import ClientError
+from mm2py.client.fetcher import FetchedPartition, FetcherConfig, RawFetcher
+from mm2py.client.routes import LeaderRoutes
+from mm2py.protocol.errors import CorruptBatchError
+from mm2py.protocol.errors_codes import BrokerError
+from mm2py.protocol.types import TopicPartition
+
+__all__ = ["FetchHub", "HubMember", "Linger"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Linger:
+    """``mm2py.fetch.linger.*``: a fetch that brought fewer than ``bytes`` makes the next one wait
+    ``seconds``, or ``per_partition`` seconds for each partition fetched if that is longer: trickling
+    traffic moves in fewer, fuller requests. The per-partition part bounds the source broker's
+    work, which reads every partition of a fetch session for each fetch, data or not (at 2,000
+    partitions and the default 25 µs: at most twenty such reads of all of them a second)."""
+
+    seconds: float = 0.0
+    bytes: int = 0
+    per_partition: float = 0.0
+
+    def delay(self, partitions: int) -> float:
+        return max(self.seconds, self.per_partition * partitions)
+
+
+def fetched_bytes(fetched: Mapping[TopicPartition, FetchedPartition], limit: int) -> int:
+    """The bytes of ``fetched``'s batches, counted only until ``limit`` (a backlog's fetch of
+    thousands of batches is not walked)."""
+    total = 0
+    for f in fetched.values():
+        for b in f.batches:
+            total += b.size
+            if total >= limit:
+                return total
+    return total
+
+
+class HubMember:
+    """One task's view of the hub: :meth:`poll` as a task's own fetcher would answer it."""
+
+    def __init__(self, hub: FetchHub, name: str, budget_bytes: int) -> None:
+        self.hub = hub
+        self.name = name
+        #: BOUNDED: the bytes of results held for this member before its partitions wait
+        self.budget_bytes = budget_bytes
+        #: the partitions to fetch for this member and from where (TAKEN ones left out)
+        self.fetchable: dict[TopicPartition, int] = {}
+        #: every partition of the member's last poll and its position then (STALE)
+        self.asked: dict[TopicPartition, int] = {}
+        #: results fetched and not yet handed over by :meth:`poll`; their partitions are TAKEN
+        self.inbox: dict[TopicPartition, FetchedPartition] = {}
+        self.inbox_bytes = 0
+        #: a failure to raise from the next :meth:`poll` (a corrupt batch that stayed corrupt)
+        self.error: BaseException | None = None
+        self.asking = False
+        self._woken: asyncio.Event = asyncio.Event()
+
+    @property
+    def full(self) -> bool:
+        return self.inbox_bytes >= self.budget_bytes
+
+    async def poll(self, positions: Mapping[TopicPartition, int], timeout: float) -> dict[
+            TopicPartition, FetchedPartition]:
+        """The results for ``positions`` ({tp: next offset}) fetched since the last poll, or the
+        next ones; ``{}`` after ``timeout`` seconds without any. Partitions not in ``positions``
+        are no longer fetched for this member."""
+        self._update(positions)
+        if not self.inbox and self.error is None:
+            self.asking = True
+            self._woken.clear()
+            self.hub.asked()
+            handle = asyncio.get_running_loop().call_later(timeout, self._woken.set)
+            try:
+                await self._woken.wait()
+            finally:
+                handle.cancel()
+                self.asking = False
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        out, self.inbox, self.inbox_bytes = self.inbox, {}, 0
+        return out
+
+    def _update(self, positions: Mapping[TopicPartition, int]) -> None:
+        hub = self.hub
+        owners = hub.owners
+        if positions.keys() != self.asked.keys():
+            for tp in self.asked.keys() - positions.keys():
+                if owners.get(tp) is self:
+                    del owners[tp]
+            for tp in positions.keys() - self.asked.keys():
+                previous = owners.get(tp)
+                if previous is not None and previous is not self:  # ONE-OWNER: handed over
+                    previous.drop(tp)
+                owners[tp] = self
+        inbox = self.inbox
+        self.asked = dict(positions)
+        if not inbox:
+            self.fetchable = dict(positions)
+        else:  # a result about to be handed over for the position asked stays TAKEN
+            self.fetchable = {tp: o for tp, o in positions.items()
+                              if (f := inbox.get(tp)) is None or f.fetch_offset != o}
+            for tp, f in list(inbox.items()):
+                if positions.get(tp) != f.fetch_offset:  # STALE: the member moved meanwhile
+                    del inbox[tp]
+        hub.changed()
+
+    def drop(self, tp: TopicPartition) -> None:
+        """Forget ``tp`` (another member now owns it)."""
+        self.asked.pop(tp, None)
+        self.fetchable.pop(tp, None)
+        self.inbox.pop(tp, None)
+
+    def deliver(self, fetched: FetchedPartition) -> bool:
+        """Hold ``fetched`` for the next poll if it answers the position last asked (STALE)."""
+        tp = fetched.tp
+        if self.asked.get(tp) != fetched.fetch_offset or tp not in self.fetchable:
+            return False
+        del self.fetchable[tp]  # TAKEN
+        self.inbox[tp] = fetched
+        self.inbox_bytes += sum(b.size for b in fetched.batches)
+        return True
+
+    def fail(self, tp: TopicPartition, error: BaseException) -> None:
+        self.fetchable.pop(tp, None)
+        self.error = error
+        self.wake()
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    def close(self) -> None:
+        """Leave the hub: none of this member's partitions is fetched any more."""
+        self._update({})
+        self.hub.members.pop(self, None)
+        self.wake()
+
+
+class FetchHub:
+    """Fetches for many members over one incremental fetch session per source broker (module doc).
+
+    ``config.max_bytes`` bounds a response (all members' partitions a broker leads);
+    ``corrupt_retries``: fetches of a partition whose batch is corrupt before its member's poll
+    raises :class:`CorruptBatchError` (nothing of it is handed over meanwhile)."""
+
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        config: FetcherConfig,
+        linger: Linger | None = None,
+        *,
+        corrupt_retries: int = 3,
+    ) -> None:
+        self.cluster = cluster
+        self.fetcher = RawFetcher(cluster, replace(config, sessions=True))
+        self.linger = linger or Linger()
+        self.corrupt_retries = corrupt_retries
+        #: the members, in the order they joined (an ordered set: requests keep one order)
+        self.members: dict[HubMember, None] = {}
+        #: ONE-OWNER: each partition's member
+        self.owners: dict[TopicPartition, HubMember] = {}
+        self._routes = LeaderRoutes(cluster.leader_of)
+        #: one loop per source broker that leads a partition to fetch
+        self._loops: dict[int, asyncio.Task[None]] = {}
+        #: looks for the leaders of partitions whose leader is not known
+        self._finding: asyncio.Task[None] | None = None
+        #: set when a member asks or the partitions change: loops waiting for work look again
+        self._work = asyncio.Event()
+        self._closed = False
+        #: fetches that failed for want of the source (for figures and logs)
+        self.unavailable_fetches = 0
+        self.corrupt_batches_seen = 0
+
+    def member(self, name: str, budget_bytes: int) -> HubMember:
+        m = HubMember(self, name, budget_bytes)
+        self.members[m] = None
+        return m
+
+    # ------------------------------------------------------------------ members tell the hub
+    def asked(self) -> None:
+        self._work.set()
+
+    def changed(self) -> None:
+        self._work.set()
+        if not self._closed:
+            self._start_loops()
+
+    # ---------------------------------------------------------------------------- the loops
+    def _fetchable(self) -> dict[TopicPartition, int]:
+        """Every partition to fetch now: each member's fetchable ones, unless it is full."""
+        out: dict[TopicPartition, int] = {}
+        for m in self.members:
+            if m.fetchable and not m.full:
+                out.update(m.fetchable)
+        return out
+
+    def _by_leader(self) -> tuple[dict[int, dict[TopicPartition, int]], list[TopicPartition]]:
+        return self._routes.group(self._fetchable(), self.cluster.generation)
+
+    def _start_loops(self) -> None:
+        groups, leaderless = self._by_leader()
+        for node in groups:
+            if node not in self._loops:
+                self._loops[node] = asyncio.create_task(self._loop(node), name=f"fetch hub: broker {node}")
+        if leaderless and self._finding is None:
+            self._finding = asyncio.create_task(self._find_leaders(), name="fetch hub: leaders")
+
+    def _someone_asks(self) -> bool:
+        return any(m.asking for m in self.members)
+
+    def _leads_any(self, node: int) -> bool:
+        leader_of = self.cluster.leader_of
+        return any(leader_of(tp) == node for tp in self.owners)
+
+    async def _loop(self, node: int) -> None:
+        """Fetch what ``node`` leads while any member asks; end once it leads no partition of any
+        member (a later change starts it again)."""
+        clock = asyncio.get_running_loop().time
+        linger_until = 0.0
+        failures = corrupt = 0
+        try:
+            while not self._closed:
+                while not self._someone_asks():
+                    self._work.clear()
+                    await self._work.wait()
+                    if self._closed:
+                        return
+                if (wait := linger_until - clock()) > 0:
+                    await asyncio.sleep(wait)
+                positions = self._by_leader()[0].get(node)
+                if not positions:  # all TAKEN, or their members full: until a member asks again
+                    if not self._leads_any(node):
+                        return
+                    self._work.clear()
+                    await self._work.wait()
+                    continue
+                try:
+                    fetched = await self.fetcher.fetch(positions)
+                    failures = corrupt = 0
+                except (ClientError, BrokerError) as exc:
+                    # the broker is unreachable or leaderless beyond the client's own retries:
+                    # nothing this time; positions are unchanged, so nothing is skipped
+                    failures += 1
+                    self.unavailable_fetches += 1
+                    log.warning("fetch from source broker %d failed (%s); retrying", node, exc)
+                    await asyncio.sleep(min(5.0, 0.5 * failures))
+                    continue
+                except CorruptBatchError as exc:
+                    corrupt += 1
+                    self.corrupt_batches_seen += 1
+                    log.error("corrupt batch from source broker %d (attempt %d/%d), not forwarded: %s",
+                              node, corrupt, self.corrupt_retries, exc)
+                    if corrupt < self.corrupt_retries:
+                        await asyncio.sleep(0.2 * corrupt)
+                    else:  # its member's poll raises it; that partition is not fetched meanwhile
+                        corrupt = 0
+                        self._fail(exc, positions)
+                    continue
+                self._hand_over(fetched)
+                delay = self.linger.delay(len(positions))
+                if delay and fetched_bytes(fetched, self.linger.bytes) < self.linger.bytes:
+                    linger_until = clock() + delay
+        finally:
+            if self._loops.get(node) is asyncio.current_task():
+                del self._loops[node]
+
+    def _fail(self, exc: CorruptBatchError, positions: Mapping[TopicPartition, int]) -> None:
+        """The partition of a batch that stayed corrupt fails its member (every member fetched
+        with it if the error does not say which)."""
+        suspects = [exc.partition] if exc.partition is not None else list(positions)
+        for tp in suspects:
+            owner = self.owners.get(tp)
+            if owner is not None:
+                owner.fail(tp, exc)
+
+    def _hand_over(self, fetched: Mapping[TopicPartition, FetchedPartition]) -> None:
+        owners = self.owners
+        woken: dict[HubMember, None] = {}
+        for tp, f in fetched.items():
+            m = owners.get(tp)
+            if m is not None and m.deliver(f):
+                woken[m] = None
+        for m in woken:
+            m.wake()
+
+    async def _find_leaders(self) -> None:
+        """Partitions without a known leader: the metadata asked again, 0.2 s doubling to 5 s,
+        and each leader found gets its loop."""
+        delay = 0.2
+        try:
+            while not self._closed:
+                with contextlib.suppress(ClientError, BrokerError):
+                    _, leaderless = self._by_leader()
+                    if not leaderless:
+                        return
+                    await self.cluster.refresh_metadata({tp.topic for tp in leaderless})
+                groups, leaderless = self._by_leader()
+                for node in groups:
+                    if node not in self._loops:
+                        self._loops[node] = asyncio.create_task(self._loop(node))
+                if not leaderless:
+                    return
+                await asyncio.sleep(delay)
+                delay = min(5.0, delay * 2)
+        finally:
+            self._finding = None
+
+    async def close(self) -> None:
+        """Stop every loop and close the fetch sessions on their brokers."""
+        self._closed = True
+        self._work.set()
+        loops = [*self._loops.values(), *([self._finding] if self._finding is not None else [])]
+        for t in loops:
+            t.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        for m in list(self.members):
+            m.wake()
+        await self.fetcher.close()
