@@ -12,7 +12,7 @@ from connectors.outgoing import CoalesceSettings
 from connectors.resume import TailReconciler
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.fetch_hub import FetchHub
-from mm2py.client.producer import RawProducer
+from mm2py.client.producer import RawProducer, RequestMux
 from mm2py.config.models import FlowConfig
 from mm2py.config.security import Side
 from mm2py.engine.task import TaskRunner
@@ -95,7 +95,8 @@ PARTITION_MAX_BYTES = 1024 * 1024
 
 class FlowClients:
     """What the tasks of one flow in one process share: one client per cluster (one set of
-    connections per broker; the producers' requests go out on the same connections), and one
+    connections per broker; the producers' requests ready together on a connection go out as one
+    request, :class:`RequestMux`, each batch under its own task's producer id), and one
     :class:`FetchHub` (one fetch session per source broker for all the tasks' partitions, paced
     per broker). Tasks stay the unit of assignment, progress and producer id; closing a task
     leaves the hub and these clients to the others. Used by the in-process runtime; a Spark lease
@@ -109,6 +110,8 @@ class FlowClients:
         self.target = ClusterClient(bootstrap_of(flow, "target"), settings.target_client)
         #: None when ``mm2py.fetch.sessions`` is off: each task then fetches by itself
         self.hub: FetchHub | None = None
+        #: the tasks' Produce requests ready together on a connection go out as one
+        self.mux = RequestMux(settings.producer.max_request_bytes)
         if settings.fetcher.sessions:
             self.hub = FetchHub(self.source, settings.fetcher, _linger(flow))
         self._started: asyncio.Future[tuple[None, None]] | None = None
@@ -157,7 +160,7 @@ async def build_task(
     def rename(topic: str) -> str:
         return policy.format_remote_topic(flow.source, topic)
 
-    producer = RawProducer(target_client, settings.producer)
+    producer = RawProducer(target_client, settings.producer, mux=clients.mux if clients is not None else None)
     producer.start()  # the producer id is asked for while the task resolves its starts
     sink = MirrorSink(producer, rename, coalesce_settings(flow), owns_cluster=clients is None)
     return TaskRunner(

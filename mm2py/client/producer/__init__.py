@@ -14,7 +14,7 @@ from __future__ import annotations
 from mm2py.client.errors import ProduceError
 from mm2py.client.producer.batches import BatchLike, normalize_batch, prepare_batch
 from mm2py.client.producer.raw import RawProducer
-from mm2py.client.producer.requests import MAX_WINDOW, ProducerConfig
+from mm2py.client.producer.requests import MAX_WINDOW, ProducerConfig, RequestMux
 from mm2py.client.producer.results import Acknowledged, LaneStoppedError, PartitionFailure, Submission
 from mm2py.client.producer.state import CONFIRMED_FOR_S, PRODUCER_STATE_LOST, producer_state_lost
 
@@ -29,6 +29,7 @@ __all__ = [
     "ProduceError",
     "ProducerConfig",
     "RawProducer",
+    "RequestMux",
     "Submission",
     "normalize_batch",
     "prepare_batch",

@@ -25,7 +25,7 @@ from mm2py.client.cluster import ClusterClient
 from mm2py.client.errors import ProduceError
 from mm2py.client.producer.batches import BatchLike, normalize_batch, split_waves, stamp
 from mm2py.client.producer.pipeline import ProducePipeline
-from mm2py.client.producer.requests import ProducerConfig, ProduceRequests
+from mm2py.client.producer.requests import ProducerConfig, ProduceRequests, RequestMux
 from mm2py.client.producer.results import Submission
 from mm2py.client.producer.state import ProducerState
 from mm2py.protocol.api import ProducePartitionResponse
@@ -40,10 +40,12 @@ Normalized = Sequence[tuple[TopicPartition, RecordBatch]]
 
 
 class RawProducer:
-    def __init__(self, cluster: ClusterClient, config: ProducerConfig | None = None) -> None:
+    def __init__(
+        self, cluster: ClusterClient, config: ProducerConfig | None = None, *, mux: RequestMux | None = None
+    ) -> None:
         self.cluster = cluster
         self.config = config or ProducerConfig()
-        self.requests = ProduceRequests(cluster, self.config)
+        self.requests = ProduceRequests(cluster, self.config, mux)
         self.state = ProducerState(self.requests.init_producer_id)
         self.pipeline = ProducePipeline(self.state, self.requests, self.config.max_in_flight,
                                         self.config.connections_per_broker)

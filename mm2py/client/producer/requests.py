@@ -31,7 +31,7 @@ from mm2py.protocol.wire import Buf
 
 __all__ = [
     "MAX_CONNECTIONS_PER_BROKER", "MAX_WINDOW", "REMEMBERED",
-    "ProduceRequests", "ProducerConfig", "by_partition",
+    "ProduceRequests", "ProducerConfig", "RequestMux", "by_partition",
 ]
 
 #: batches per producer and partition a broker keeps for its duplicate check
@@ -86,12 +86,116 @@ def by_partition(
     return out
 
 
-class ProduceRequests:
-    """The requests a producer sends to ``cluster`` under ``config``."""
+Answers = dict[TopicPartition, ProducePartitionResponse]
 
-    def __init__(self, cluster: ClusterClient, config: ProducerConfig) -> None:
+
+class _Shared:
+    """One request being filled on one connection: the parts of several producers, each with the
+    future its caller waits on."""
+
+    __slots__ = ("partitions", "parts", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[Mapping[TopicPartition, bytes], asyncio.Future[Answers]]] = []
+        self.partitions: set[TopicPartition] = set()
+        self.size = 0
+
+
+class RequestMux:
+    """Produce requests of several producers (the tasks of one flow in one process, each with its
+    own producer id) that are ready together on one connection go out as one request
+    (``SHARED-REQUEST``): a request carries one batch per partition, each batch its own producer
+    id and sequence, so the broker checks each as if it came alone. A part joins the last request
+    being filled on its connection unless that one already names one of its partitions (then it
+    starts the next): each partition's batches still go out in the order they were made, on the
+    connection their producer chose (IN-ORDER). The requests being filled go out once an
+    iteration of the event loop passed without a new part, or after :data:`MAX_TICKS`; so the
+    tasks woken by one fetch produce with one request, not one each. Every producer of a mux
+    sends to the same cluster client with the same acks and time-out (a flow's tasks)."""
+
+    #: event-loop iterations a request waits for more parts at most
+    MAX_TICKS = 4
+
+    def __init__(self, max_request_bytes: int = ProducerConfig.max_request_bytes) -> None:
+        self.max_request_bytes = max_request_bytes
+        #: per connection, the requests being filled, in the order they go out
+        self._filling: dict[BrokerConnection, list[_Shared]] = {}
+        self._ticks = 0
+        self._added = False
+        self._scheduled = False
+        #: requests sent (each possibly carrying several producers' parts)
+        self.sent = 0
+        #: parts that went out in a request of their own or with others
+        self.parts = 0
+        self._sending: set[asyncio.Future[None]] = set()
+
+    async def request(self, requests: ProduceRequests, conn: BrokerConnection,
+                      part: Mapping[TopicPartition, bytes]) -> Answers:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Answers] = loop.create_future()
+        size = sum(len(d) for d in part.values())
+        queue = self._filling.setdefault(conn, [])
+        shared = queue[-1] if queue else None
+        if (shared is None or not shared.partitions.isdisjoint(part)
+                or (shared.parts and shared.size + size > self.max_request_bytes)):
+            shared = _Shared()
+            queue.append(shared)
+        shared.parts.append((part, future))
+        shared.partitions.update(part)
+        shared.size += size
+        self._added = True
+        if not self._scheduled:
+            self._scheduled = True
+            self._ticks = 0
+            loop.call_soon(self._tick, requests)
+        return await future
+
+    def _tick(self, requests: ProduceRequests) -> None:
+        self._ticks += 1
+        if self._added and self._ticks < self.MAX_TICKS:
+            self._added = False
+            asyncio.get_running_loop().call_soon(self._tick, requests)
+            return
+        self._scheduled = self._added = False
+        filling, self._filling = self._filling, {}
+        for conn, queue in filling.items():
+            for shared in queue:  # tasks run in creation order: written in this order
+                parts = [(p, f) for p, f in shared.parts if not f.done()]  # a cancelled caller's left out
+                if parts:
+                    self.sent += 1
+                    self.parts += len(parts)
+                    task = asyncio.ensure_future(self._send(requests, conn, parts))
+                    self._sending.add(task)
+                    task.add_done_callback(self._sending.discard)
+
+    @staticmethod
+    async def _send(requests: ProduceRequests, conn: BrokerConnection,
+                    parts: list[tuple[Mapping[TopicPartition, bytes], asyncio.Future[Answers]]]) -> None:
+        merged: dict[TopicPartition, bytes] = {}
+        for part, _ in parts:
+            merged.update(part)
+        try:
+            answers = await requests.request_now(conn, merged)
+        except BaseException as exc:
+            for _, future in parts:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for part, future in parts:
+            if not future.done():
+                future.set_result({tp: answers[tp] for tp in part if tp in answers})
+
+
+class ProduceRequests:
+    """The requests a producer sends to ``cluster`` under ``config`` (through ``mux`` when the
+    producer shares its connections' requests with others)."""
+
+    def __init__(self, cluster: ClusterClient, config: ProducerConfig, mux: RequestMux | None = None) -> None:
         self.cluster = cluster
         self.config = config
+        self.mux = mux
 
     def chunks(self, part: Mapping[TopicPartition, bytes]) -> list[dict[TopicPartition, bytes]]:
         """Split one broker's share of a round into requests of at most max_request_bytes."""
@@ -126,7 +230,16 @@ class ProduceRequests:
     async def request(
         self, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]
     ) -> dict[TopicPartition, ProducePartitionResponse]:
-        """One Produce request on ``conn``; it is written before the coroutine first waits."""
+        """One Produce request on ``conn``; it is written before the coroutine first waits, or,
+        with a mux, in the order of the calls on that connection."""
+        if self.mux is not None:
+            return await self.mux.request(self, conn, part)
+        return await self.request_now(conn, part)
+
+    async def request_now(
+        self, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]
+    ) -> dict[TopicPartition, ProducePartitionResponse]:
+        """One Produce request on ``conn``, written before the coroutine first waits."""
         version, body, ids = self.encode(conn, part)
         timeout = conn.config.request_timeout_s + self.config.timeout_ms / 1000
         resp = await conn.request(ApiKey.PRODUCE, version, body, decode_produce_response, timeout)
