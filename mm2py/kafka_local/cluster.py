@@ -268,6 +268,14 @@ class KafkaCluster:
                 return
             time.sleep(0.1)
 
+    def pause_node(self, node_id: int) -> None:
+        """SIGSTOP one node: it holds its connections and answers nothing until :meth:`resume_node`."""
+        _signal(self.nodes[node_id - 1], signal.SIGSTOP)
+
+    def resume_node(self, node_id: int) -> None:
+        """SIGCONT a node paused by :meth:`pause_node`."""
+        _signal(self.nodes[node_id - 1], signal.SIGCONT)
+
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)

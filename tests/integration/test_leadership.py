@@ -18,6 +18,7 @@ from helpers import (
     BackgroundWorker,
     by_partition,
     create_topic,
+    end_offsets,
     make_records,
     mirror_config,
     produce_records,
@@ -142,3 +143,62 @@ def test_target_leader_lost_mid_stream(east: KafkaCluster, trio: KafkaCluster) -
 def test_source_leader_lost_mid_stream(trio: KafkaCluster, west: KafkaCluster) -> None:
     topic = create_topic(trio.bootstrap, unique("lead-src"), partitions=PARTITIONS, replication_factor=3)
     _mirror_through_a_leader_kill(trio, west, trio, topic, **{"offset-syncs.topic.replication.factor": 3})
+
+
+def test_a_source_broker_that_stops_answering_holds_up_only_the_partitions_it_leads(
+    trio: KafkaCluster, west: KafkaCluster
+) -> None:
+    """One source broker SIGSTOPped for 5 s while a catch-up runs (tasks.max=4, one fetch session
+    per broker for all four tasks): the partitions other brokers lead go on being mirrored
+    meanwhile, and the stopped broker's move again soon after its SIGCONT."""
+    parts = 6
+    topic = create_topic(trio.bootstrap, unique("stop-src"), partitions=parts, replication_factor=1)
+    target = f"src.{topic}"
+    stopped = _leader(trio.bootstrap, topic, 0)
+    theirs = [p for p in range(parts) if _leader(trio.bootstrap, topic, p) == stopped]
+    others = [p for p in range(parts) if p not in theirs]
+    assert others, "every partition on one broker"
+    for p in range(parts):
+        produce_records(trio.bootstrap, topic, make_records(100, partition=p, tag=f"a{p}"))
+    config = mirror_config({"src": trio.bootstrap, "dst": west.bootstrap},
+                           {"src->dst": {"topics": topic, "tasks.max": 4}},
+                           **{"offset-syncs.topic.location": "target"})
+
+    def on_target(partitions: list[int]) -> int:
+        try:
+            ends = end_offsets(west.bootstrap, target)
+        except Exception:
+            return 0
+        return sum(ends.get(p, 0) for p in partitions)
+
+    late: Producer | None = None
+    with BackgroundWorker(config) as bg:
+        wait_until(lambda: on_target(list(range(parts))) == 100 * parts, 90, 0.1, "the first records")
+        trio.pause_node(stopped)
+        try:
+            # a catch-up on the other brokers' partitions while the stopped one answers nothing
+            for p in others:
+                produce_records(trio.bootstrap, topic, make_records(2_000, partition=p, tag=f"b{p}"))
+            # and records for the stopped broker's partitions, held in the producer until it is back
+            late = Producer({"bootstrap.servers": trio.bootstrap, "linger.ms": 5, "acks": "all",
+                             "message.timeout.ms": 120_000})
+            for p in theirs:
+                for r in make_records(50, partition=p, tag=f"c{p}"):
+                    late.produce(topic, r.value, r.key, partition=p, timestamp=r.timestamp)
+            late.poll(0)
+            time.sleep(5.0)  # the scenario: the broker stays stopped for 5 s
+            moved = on_target(others) - 100 * len(others)
+        finally:
+            trio.resume_node(stopped)
+        resumed = time.monotonic()
+        assert moved > 0, "nothing of the other brokers' partitions was mirrored while one was stopped"
+        assert late.flush(60) == 0
+        wait_until(lambda: on_target(theirs) == 150 * len(theirs), 60, 0.1, "the stopped broker's partitions")
+        back_after = time.monotonic() - resumed
+        wait_until(lambda: on_target(others) == 2_100 * len(others), 60, 0.1, "the catch-up")
+        tasks = bg.worker.flows["src->dst"].tasks.values()
+        assert all(t.state == "RUNNING" for t in tasks), [t.trace for t in tasks]
+    print(f"while stopped: {moved} records of the others' partitions mirrored; "
+          f"the stopped broker's partitions complete {back_after:.1f} s after SIGCONT")
+    assert back_after < 10, back_after
+    _assert_exact(trio.bootstrap, topic, west.bootstrap, target)
