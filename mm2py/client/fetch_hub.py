@@ -37,8 +37,8 @@ from dataclasses import dataclass, replace
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.errors import ClientError
-from mm2py.client.fetcher import FetchedPartition, FetcherConfig, RawFetcher
-from mm2py.client.routes import LeaderRoutes
+from mm2py.client.fetched import FetchedPartition, fetched_bytes
+from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import BrokerError
 from mm2py.protocol.types import TopicPartition
@@ -64,16 +64,17 @@ class Linger:
         return max(self.seconds, self.per_partition * partitions)
 
 
-def fetched_bytes(fetched: Mapping[TopicPartition, FetchedPartition], limit: int) -> int:
-    """The bytes of ``fetched``'s batches, counted only until ``limit`` (a backlog's fetch of
-    thousands of batches is not walked)."""
-    total = 0
-    for f in fetched.values():
-        for b in f.batches:
-            total += b.size
-            if total >= limit:
-                return total
-    return total
+@dataclass(frozen=True)
+class _Leaders:
+    """Each member partition's leader as of one (metadata generation, partitions version)."""
+
+    key: tuple[int, int]
+    leaders: dict[TopicPartition, int | None]
+    nodes: set[int]
+    #: some partition has no known leader
+    leaderless: bool
+    #: the one broker that leads every partition, if there is one
+    only: int | None
 
 
 class HubMember:
@@ -125,7 +126,8 @@ class HubMember:
     def _update(self, positions: Mapping[TopicPartition, int]) -> None:
         hub = self.hub
         owners = hub.owners
-        if positions.keys() != self.asked.keys():
+        moved = positions.keys() != self.asked.keys()
+        if moved:
             for tp in self.asked.keys() - positions.keys():
                 if owners.get(tp) is self:
                     del owners[tp]
@@ -144,7 +146,7 @@ class HubMember:
             for tp, f in list(inbox.items()):
                 if positions.get(tp) != f.fetch_offset:  # STALE: the member moved meanwhile
                     del inbox[tp]
-        hub.changed()
+        hub.changed(moved)
 
     def drop(self, tp: TopicPartition) -> None:
         """Forget ``tp`` (another member now owns it)."""
@@ -200,11 +202,16 @@ class FetchHub:
         self.members: dict[HubMember, None] = {}
         #: ONE-OWNER: each partition's member
         self.owners: dict[TopicPartition, HubMember] = {}
-        self._routes = LeaderRoutes(cluster.leader_of)
+        #: bumped whenever a member's partitions change (not their positions); with the metadata
+        #: generation it guards :attr:`_plan`
+        self._version = 0
+        self._plan = _Leaders((-1, -1), {}, set(), False, None)
         #: one loop per source broker that leads a partition to fetch
         self._loops: dict[int, asyncio.Task[None]] = {}
         #: looks for the leaders of partitions whose leader is not known
         self._finding: asyncio.Task[None] | None = None
+        #: the metadata generation the loops were last started for
+        self._started_at = -1
         #: set when a member asks or the partitions change: loops waiting for work look again
         self._work = asyncio.Event()
         self._closed = False
@@ -221,9 +228,13 @@ class FetchHub:
     def asked(self) -> None:
         self._work.set()
 
-    def changed(self) -> None:
+    def changed(self, partitions: bool = True) -> None:
+        """A member's positions changed (``partitions``: which partitions it has, too)."""
+        if partitions:
+            self._version += 1
         self._work.set()
-        if not self._closed:
+        if not self._closed and (partitions or not self._loops
+                                 or self._started_at != self.cluster.generation):
             self._start_loops()
 
     # ---------------------------------------------------------------------------- the loops
@@ -235,23 +246,42 @@ class FetchHub:
                 out.update(m.fetchable)
         return out
 
-    def _by_leader(self) -> tuple[dict[int, dict[TopicPartition, int]], list[TopicPartition]]:
-        return self._routes.group(self._fetchable(), self.cluster.generation)
+    def _leaders(self) -> _Leaders:
+        """Which broker leads each member's partition, worked out again only when the metadata or
+        some member's partitions changed (a round asks for it; thousands of partitions)."""
+        key = (self.cluster.generation, self._version)
+        if self._plan.key != key:
+            leader_of = self.cluster.leader_of
+            leaders = {tp: leader_of(tp) for tp in self.owners}
+            nodes = set(leaders.values())
+            self._plan = _Leaders(key, leaders, nodes - {None},  # type: ignore[arg-type]
+                                  None in nodes, next(iter(nodes)) if len(nodes) == 1 else None)
+        return self._plan
+
+    def _positions_for(self, node: int) -> dict[TopicPartition, int]:
+        """The partitions ``node`` leads that are to be fetched now, and from where."""
+        plan = self._leaders()
+        fetchable = self._fetchable()
+        if plan.only is not None:  # one broker leads them all: no lookup per partition
+            return fetchable if plan.only == node else {}
+        leaders = plan.leaders
+        return {tp: o for tp, o in fetchable.items() if leaders.get(tp) == node}
 
     def _start_loops(self) -> None:
-        groups, leaderless = self._by_leader()
-        for node in groups:
+        """A loop for every broker that leads a partition to fetch (the leaders as of now)."""
+        self._started_at = self.cluster.generation
+        plan = self._leaders()
+        for node in plan.nodes:
             if node not in self._loops:
                 self._loops[node] = asyncio.create_task(self._loop(node), name=f"fetch hub: broker {node}")
-        if leaderless and self._finding is None:
+        if plan.leaderless and self._finding is None:
             self._finding = asyncio.create_task(self._find_leaders(), name="fetch hub: leaders")
 
     def _someone_asks(self) -> bool:
         return any(m.asking for m in self.members)
 
     def _leads_any(self, node: int) -> bool:
-        leader_of = self.cluster.leader_of
-        return any(leader_of(tp) == node for tp in self.owners)
+        return node in self._leaders().nodes
 
     async def _loop(self, node: int) -> None:
         """Fetch what ``node`` leads while any member asks; end once it leads no partition of any
@@ -268,7 +298,7 @@ class FetchHub:
                         return
                 if (wait := linger_until - clock()) > 0:
                     await asyncio.sleep(wait)
-                positions = self._by_leader()[0].get(node)
+                positions = self._positions_for(node)
                 if not positions:  # all TAKEN, or their members full: until a member asks again
                     if not self._leads_any(node):
                         return
@@ -298,6 +328,8 @@ class FetchHub:
                         self._fail(exc, positions)
                     continue
                 self._hand_over(fetched)
+                if self._started_at != self.cluster.generation:  # leaders may have moved
+                    self._start_loops()
                 delay = self.linger.delay(len(positions))
                 if delay and fetched_bytes(fetched, self.linger.bytes) < self.linger.bytes:
                     linger_until = clock() + delay
@@ -331,15 +363,16 @@ class FetchHub:
         try:
             while not self._closed:
                 with contextlib.suppress(ClientError, BrokerError):
-                    _, leaderless = self._by_leader()
-                    if not leaderless:
+                    plan = self._leaders()
+                    if not plan.leaderless:
                         return
-                    await self.cluster.refresh_metadata({tp.topic for tp in leaderless})
-                groups, leaderless = self._by_leader()
-                for node in groups:
+                    await self.cluster.refresh_metadata(
+                        {tp.topic for tp, node in plan.leaders.items() if node is None})
+                plan = self._leaders()
+                for node in plan.nodes:
                     if node not in self._loops:
                         self._loops[node] = asyncio.create_task(self._loop(node))
-                if not leaderless:
+                if not plan.leaderless:
                     return
                 await asyncio.sleep(delay)
                 delay = min(5.0, delay * 2)

@@ -29,17 +29,16 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from operator import itemgetter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from operator import is_, itemgetter
 
 from mm2py.client.cluster import ClusterClient, topic_namer
 from mm2py.client.connection import BrokerConnection
+from mm2py.client.fetched import FetchedPartition, WaitingPartitions, process_partition
 from mm2py.protocol.api import (
-    AbortedTransaction,
     ApiKey,
     FetchPartitionRequest,
-    FetchPartitionResponse,
     FetchResponse,
     FetchTopicRequest,
     ForgottenTopic,
@@ -47,9 +46,8 @@ from mm2py.protocol.api import (
     encode_fetch_request,
 )
 from mm2py.protocol.api_fetch import FIRST_TOPIC_ID_VERSION, READ_COMMITTED
-from mm2py.protocol.batch_edit import crop
 from mm2py.protocol.errors import CorruptBatchError
-from mm2py.protocol.errors_codes import NONE, error_name
+from mm2py.protocol.errors_codes import error_name
 from mm2py.protocol.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -59,15 +57,15 @@ from mm2py.protocol.fetch_session import (
     SessionRequest,
     changed_keys,
 )
-from mm2py.protocol.native import CONTROL_SEEN, OUT_OF_ORDER
-from mm2py.protocol.records import RecordBatch, split_checked, split_record_set
-from mm2py.protocol.transactions import AbortedTransactionFilter
 from mm2py.protocol.types import TopicPartition
 
 PROTOCOL_MIN_FETCH_VERSION = 4
 FIRST_SESSION_VERSION = 7
 
 log = logging.getLogger(__name__)
+
+#: (the last request's parameters, the partitions whose parameters differ from them)
+Moved = tuple[dict[TopicPartition, "Params"], list[TopicPartition]]
 
 #: a TopicPartition's topic, as a C-level function (maps over thousands of partitions per fetch)
 _topic = itemgetter(0)
@@ -85,147 +83,6 @@ class FetcherConfig:
     #: incremental fetch sessions (KIP-227); for fetchers that fetch the same partitions again and
     #: again (a one-off read would leave a session behind on the broker until it is evicted)
     sessions: bool = False
-
-
-@dataclass(slots=True)
-class FetchedPartition:
-    tp: TopicPartition
-    fetch_offset: int
-    batches: list[RecordBatch] = field(default_factory=list)
-    #: where the next fetch should start (past filtered/control batches); == fetch_offset if none
-    next_offset: int = -1
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    aborted_transactions: tuple[AbortedTransaction, ...] = ()
-    error_code: int = NONE
-    #: bytes of an incomplete trailing batch that were dropped
-    truncated_bytes: int = 0
-    #: nothing at all was returned although the partition has (visible) data at ``fetch_offset``:
-    #: the broker gave it no room in this response (see the module docstring)
-    starved: bool = False
-
-    @property
-    def error_name(self) -> str:
-        return error_name(self.error_code)
-
-    @property
-    def ok(self) -> bool:
-        return self.error_code == NONE
-
-    @property
-    def stalled(self) -> bool:
-        """No complete batch returned although data was sent: the next batch exceeds the size
-        limit for this partition (the fetcher then puts it first in the next request, where
-        brokers always return at least one whole batch)."""
-        return (
-            self.ok
-            and not self.batches
-            and self.next_offset == self.fetch_offset
-            and (self.truncated_bytes > 0)
-        )
-
-
-def _keep_from(batches: list[RecordBatch], fetch_offset: int, kept: list[RecordBatch]) -> int:
-    """Append to ``kept`` the (CRC-checked, non-control) ``batches`` from ``fetch_offset`` on, the
-    first cropped to it; return the position after the last batch kept or skipped by the crop."""
-    skip = 0
-    while skip < len(batches) and batches[skip].last_offset < fetch_offset:
-        skip += 1  # entirely below the requested offset
-    if skip == len(batches):
-        return fetch_offset
-    first = batches[skip]
-    if first.base_offset < fetch_offset:
-        cropped = crop(first, fetch_offset)
-        if cropped is not None:
-            kept.append(cropped)
-        skip += 1
-    kept.extend(batches[skip:])
-    return batches[-1].next_offset
-
-
-def _filter(batches: list[RecordBatch], fetch_offset: int, aborted: Sequence[AbortedTransaction] | None,
-            kept: list[RecordBatch]) -> int:
-    """Check every batch's CRC and append to ``kept`` those a consumer at ``fetch_offset`` sees
-    (read_committed: ``aborted`` is the response's aborted transactions); return the position
-    after the last batch at or past ``fetch_offset``."""
-    filt = None
-    if aborted is not None:
-        filt = AbortedTransactionFilter((a.producer_id, a.first_offset) for a in aborted)
-    next_offset = fetch_offset
-    for batch in batches:
-        batch.verify()
-        # The filter sees every batch in offset order (ABORT markers close aborted ranges).
-        accepted = filt.accept(batch) if filt is not None else True
-        if batch.last_offset < fetch_offset:
-            continue  # entirely below the requested offset
-        next_offset = batch.next_offset
-        if not accepted or batch.is_control:
-            continue
-        if batch.base_offset < fetch_offset:
-            cropped = crop(batch, fetch_offset)
-            if cropped is None:
-                continue
-            batch = cropped
-        kept.append(batch)
-    return next_offset
-
-
-def process_partition(
-    tp: TopicPartition, fetch_offset: int, resp: FetchPartitionResponse, read_committed: bool
-) -> FetchedPartition:
-    """Turn one partition of a Fetch response into a FetchedPartition (pure, no I/O)."""
-    aborted = resp.aborted_transactions or ()
-    out = FetchedPartition(
-        tp,
-        fetch_offset,
-        next_offset=fetch_offset,
-        high_watermark=resp.high_watermark,
-        last_stable_offset=resp.last_stable_offset,
-        log_start_offset=resp.log_start_offset,
-        aborted_transactions=aborted,
-        error_code=resp.error_code,
-    )
-    if resp.error_code != NONE:
-        return out
-    checked = split_checked(resp.records) if not aborted else None
-    if checked is not None and not checked[2] & (CONTROL_SEEN | OUT_OF_ORDER):
-        # every CRC checked, batches in offset order, no control batch, no aborted transaction:
-        # every batch from the requested offset on is kept, the first one cropped (as _filter does)
-        batches, trailing, _ = checked
-        out.truncated_bytes = trailing
-        next_offset = _keep_from(batches, fetch_offset, out.batches)
-    else:
-        batches, trailing = split_record_set(resp.records)
-        out.truncated_bytes = trailing
-        next_offset = _filter(batches, fetch_offset, aborted if read_committed else None, out.batches)
-    out.next_offset = next_offset
-    end = resp.last_stable_offset if read_committed and resp.last_stable_offset >= 0 else resp.high_watermark
-    out.starved = not batches and trailing == 0 and fetch_offset < end
-    return out
-
-
-class WaitingPartitions:
-    """The order of partitions in a fetch request: those left without data (stalled or starved)
-    for the most consecutive fetches first, ties and the rest in the caller's order. A partition
-    served is back to the end, so partitions waiting together take turns at the front."""
-
-    def __init__(self) -> None:
-        #: partition -> fetches in a row that left it without data
-        self.waited: dict[TopicPartition, int] = {}
-
-    def order(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
-        return sorted(partitions, key=lambda tp: -self.waited.get(tp, 0))
-
-    def longest(self, partitions: Container[TopicPartition]) -> int:
-        """The most fetches in a row any of ``partitions`` has waited (few wait: it walks those)."""
-        return max((n for tp, n in self.waited.items() if tp in partitions), default=0)
-
-    def note(self, fetched: FetchedPartition) -> None:
-        if fetched.stalled or fetched.starved:
-            self.waited[fetched.tp] = self.waited.get(fetched.tp, 0) + 1
-        else:
-            self.waited.pop(fetched.tp, None)
 
 
 #: a partition left without data for this many fetches in a row makes the next request of its fetch
@@ -247,6 +104,8 @@ class RawFetcher:
         self.sessions: dict[int, FetchSession] = {}
         #: per broker: (metadata generation, positions, parameters) of the last request (_wanted)
         self._last: dict[int, tuple[int, dict[TopicPartition, int], dict[TopicPartition, Params]]] = {}
+        #: per broker: (metadata generation, partitions, topic ids) of the last request (_topic_ids)
+        self._ids: dict[int, tuple[int, list[TopicPartition], dict[str, uuid.UUID | None]]] = {}
 
     async def fetch(
         self,
@@ -265,7 +124,7 @@ class RawFetcher:
         async def send(
             conn: BrokerConnection, batch: dict[TopicPartition, int]
         ) -> dict[TopicPartition, FetchedPartition]:
-            ids = {t: self.cluster.topic_id(t) for t in set(map(_topic, batch))}
+            ids = self._topic_ids(conn.node_id, batch) if incremental else self._ids_of(batch)
             cap = None if all(ids.values()) else FIRST_TOPIC_ID_VERSION - 1
             version = self.cluster.version_for(conn, ApiKey.FETCH, cap)
             session = self._session(conn.node_id, version) if incremental else None
@@ -277,11 +136,13 @@ class RawFetcher:
                 resp = await self._request(conn, version, body)
                 return self._results(resp, ids, batch)
             for _ in range(2):  # a session error makes the next request a full one: send it now
-                wanted = self._wanted(conn.node_id, batch, limits)
+                wanted, moved = self._wanted(conn.node_id, batch, limits)
                 full = self._waiting.longest(batch) >= REORDER_AFTER_FETCHES
                 if full or session.epoch == INITIAL_EPOCH:
                     wanted = {tp: wanted[tp] for tp in self._waiting.order(batch)}
-                req = session.request(wanted, ids, by_id=version >= FIRST_TOPIC_ID_VERSION, full=full)
+                    moved = None
+                req = session.request(wanted, ids, by_id=version >= FIRST_TOPIC_ID_VERSION, full=full,
+                                      moved=moved)
                 body = self._encode(version, ids, req.send, req.forget, session.topic_ids,
                                     req.session_id, req.epoch)
                 try:
@@ -310,10 +171,12 @@ class RawFetcher:
 
     def _wanted(
         self, node: int, batch: dict[TopicPartition, int], limits: Mapping[TopicPartition, int]
-    ) -> dict[TopicPartition, Params]:
-        """Each partition's fetch parameters. Between two requests to a broker only a few positions
-        move: the last request's parameters are kept, and while the partitions and the metadata
-        (the leader epochs) are the same, only the moved ones are computed again."""
+    ) -> tuple[dict[TopicPartition, Params], Moved | None]:
+        """Each partition's fetch parameters, and (the last request's parameters, the partitions
+        whose parameters differ from them) when both name the same partitions in the same order.
+        Between two requests to a broker only a few positions move: the last request's parameters
+        are kept, and while the partitions and the metadata (the leader epochs) are the same, only
+        the moved ones are computed again."""
         kept = self._last.get(node)
         generation = self.cluster.generation
         moved = None
@@ -328,7 +191,22 @@ class RawFetcher:
                 params[tp] = (batch[tp], size, params[tp][2])
         if not limits:
             self._last[node] = (generation, dict(batch), params)
-        return params
+        return params, ((kept[2], moved) if kept is not None and moved is not None else None)
+
+    def _ids_of(self, batch: Mapping[TopicPartition, int]) -> dict[str, uuid.UUID | None]:
+        return {t: self.cluster.topic_id(t) for t in set(map(_topic, batch))}
+
+    def _topic_ids(self, node: int, batch: Mapping[TopicPartition, int]) -> dict[str, uuid.UUID | None]:
+        """The topic ids of ``batch``'s topics; the last request's to ``node`` while it named the
+        same partitions in the same order under the same metadata (checked without hashing them)."""
+        kept = self._ids.get(node)
+        generation = self.cluster.generation
+        if (kept is not None and kept[0] == generation and len(kept[1]) == len(batch)
+                and all(map(is_, batch, kept[1]))):
+            return kept[2]
+        ids = self._ids_of(batch)
+        self._ids[node] = (generation, list(batch), ids)
+        return ids
 
     def _params(self, tp: TopicPartition, offset: int, limits: Mapping[TopicPartition, int]) -> Params:
         return (offset, limits.get(tp, self.config.partition_max_bytes), self.cluster.leader_epoch_of(tp))

@@ -120,10 +120,14 @@ class FetchSession:
         *,
         by_id: bool,
         full: bool = False,
+        moved: tuple[Mapping[TopicPartition, Params], list[TopicPartition]] | None = None,
     ) -> SessionRequest:
         """The next request for ``wanted`` (in the order a full request should name them), whose
         topics have ``topic_ids`` (None: named by name); ``full`` asks for a full request (e.g. to
-        change the order in which the broker reads the partitions)."""
+        change the order in which the broker reads the partitions). ``moved``: the keys of
+        ``wanted`` whose values differ from a mapping with the same keys in the same order, which
+        the caller compared already; used when that mapping is what the broker holds (the last
+        request's ``wanted``, answered), instead of comparing again (thousands of partitions)."""
         if self._pending is not None:
             raise RuntimeError("a fetch session has one request out at a time")
         ids = dict(topic_ids)
@@ -132,16 +136,18 @@ class FetchSession:
             req = SessionRequest(self.session_id, INITIAL_EPOCH, list(wanted.items()), [])
         else:
             held = self.held
-            moved = changed_keys(wanted, held)
-            if moved is not None:
-                send = [(tp, wanted[tp]) for tp in moved]
+            changed = moved[1] if moved is not None and moved[0] is held else changed_keys(wanted, held)
+            if changed is not None:
+                send = [(tp, wanted[tp]) for tp in changed]
             else:
                 send = [(tp, p) for tp, p in wanted.items() if held.get(tp) != p]
             added = sum(1 for tp, _ in send if tp not in held)
             # some held partition is not wanted any more exactly when there are more than wanted
             forget = [tp for tp in held if tp not in wanted] if len(held) + added > len(wanted) else []
             req = SessionRequest(self.session_id, self.epoch, send, forget)
-        self._pending = _Pending(req, dict(wanted), ids)
+        # kept as it is when it is a dict (the caller hands a new one to every request and does
+        # not change it afterwards): its identity tells the next request's ``moved`` it applies
+        self._pending = _Pending(req, wanted if type(wanted) is dict else dict(wanted), ids)
         self.by_id = by_id
         return req
 
