@@ -34,6 +34,7 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from operator import is_
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.errors import ClientError
@@ -126,7 +127,11 @@ class HubMember:
     def _update(self, positions: Mapping[TopicPartition, int]) -> None:
         hub = self.hub
         owners = hub.owners
-        moved = positions.keys() != self.asked.keys()
+        asked = self.asked
+        # the same partitions as last time, in the same order, as the same objects (a task's
+        # positions are copies of one dict): checked without hashing them; else as sets
+        moved = not (len(positions) == len(asked) and all(map(is_, positions, asked))) and (
+            positions.keys() != asked.keys())
         if moved:
             for tp in self.asked.keys() - positions.keys():
                 if owners.get(tp) is self:
