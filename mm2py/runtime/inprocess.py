@@ -58,6 +58,11 @@ class MirrorTaskBuilder:
                                                      clients=self._clients)
         return runner
 
+    @property
+    def shared(self) -> Any:
+        """The flow's tasks' shared clients (``connectors.mirror_task.FlowClients``), once built."""
+        return self._clients
+
     async def close(self) -> None:
         """Close what the flow's tasks shared (once every task is closed)."""
         clients, self._clients = self._clients, None

@@ -41,7 +41,10 @@ def freeze_start_up_heap() -> None:
 
 
 class LoopWatch:
-    def __init__(self, threshold: float = 0.1, interval: float = 0.01, report_every: float = 60.0,
+    """``interval``: a quarter of ``threshold`` by default (a stall is measured to within it; each
+    tick is a callback on the loop and a wake-up of the watching thread, 40 of each a second)."""
+
+    def __init__(self, threshold: float = 0.1, interval: float = 0.025, report_every: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.threshold = threshold
         self.interval = interval

@@ -196,8 +196,15 @@ def test_a_source_broker_that_stops_answering_holds_up_only_the_partitions_it_le
         wait_until(lambda: on_target(theirs) == 150 * len(theirs), 60, 0.1, "the stopped broker's partitions")
         back_after = time.monotonic() - resumed
         wait_until(lambda: on_target(others) == 2_100 * len(others), 60, 0.1, "the catch-up")
-        tasks = bg.worker.flows["src->dst"].tasks.values()
+        runner = bg.worker.flows["src->dst"]
+        tasks = runner.tasks.values()
         assert all(t.state == "RUNNING" for t in tasks), [t.trace for t in tasks]
+        assert len(tasks) == 4
+        shared = runner.builder.shared
+        # the four tasks fetched over one session per broker and produced through one mux
+        assert set(shared.hub.fetcher.sessions) <= {1, 2, 3}
+        assert all(t.source.member is not None for t in tasks)
+        assert shared.mux.parts >= shared.mux.sent > 0
     print(f"while stopped: {moved} records of the others' partitions mirrored; "
           f"the stopped broker's partitions complete {back_after:.1f} s after SIGCONT")
     assert back_after < 10, back_after

@@ -2,7 +2,8 @@
 member that owns the partition, TAKEN / STALE / BOUNDED / ONE-OWNER, a stalled broker holding up
 only its own partitions, a batch that stays corrupt failing only its member.
 
-The hub against real brokers: tests/integration/test_shared_fetch.py."""
+The hub against real brokers: tests/integration/test_leadership.py (a source broker
+SIGSTOPped under four tasks)."""
 
 from __future__ import annotations
 

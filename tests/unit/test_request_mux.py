@@ -1,7 +1,8 @@
 """RequestMux: Produce requests of several producers ready together on one connection go out as one
 (SHARED-REQUEST), a partition's batches in the order they were made (IN-ORDER), each caller gets
 its own partitions' answers, a failure reaches every caller of that request, a cancelled caller's
-part is left out. The mux against real brokers: tests/integration/test_shared_fetch.py."""
+part is left out. The mux against real brokers: tests/integration/test_leadership.py (a source
+broker SIGSTOPped under four tasks)."""
 
 from __future__ import annotations
 
