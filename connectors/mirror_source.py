@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
 from mm2py.client.errors import ClientError
 from mm2py.client.fetch_hub import HubMember, Linger
+from mm2py.client.fetched import fetched_bytes
 from mm2py.client.fetcher import FetchedPartition, FetcherConfig, RawFetcher
 from mm2py.engine.task_api import START_LOOKUP_SECONDS, Polled, TaskError
 from mm2py.protocol.errors import CorruptBatchError
@@ -90,7 +91,7 @@ class MirrorSource:
             now = asyncio.get_running_loop().time()
         polled = await self._poll(positions, now, sessions)
         delay = self.linger.delay(len(positions))
-        if delay and _fewer_bytes(polled, self.linger.bytes):
+        if delay and fetched_bytes(polled, self.linger.bytes) < self.linger.bytes:
             self._linger_until = asyncio.get_running_loop().time() + delay
         return polled
 
@@ -169,14 +170,3 @@ class MirrorSource:
             return
         await self.fetcher.close()  # its fetch sessions
         await self.cluster.close()
-
-
-def _fewer_bytes(polled: Mapping[TopicPartition, Polled], limit: int) -> bool:
-    """The fetch brought fewer than ``limit`` bytes (counted only until ``limit``)."""
-    total = 0
-    for p in polled.values():
-        for b in p.batches:
-            total += b.size
-            if total >= limit:
-                return False
-    return total < limit

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from mm2py.protocol.api import AbortedTransaction, FetchPartitionResponse
 from mm2py.protocol.batch_edit import crop
@@ -161,9 +162,15 @@ class WaitingPartitions:
             self.waited.pop(fetched.tp, None)
 
 
-def fetched_bytes(fetched: Mapping[TopicPartition, FetchedPartition], limit: int) -> int:
-    """The bytes of ``fetched``'s batches, counted only until ``limit`` (a backlog's fetch of
-    thousands of batches is not walked)."""
+class _HasBatches(Protocol):
+    @property
+    def batches(self) -> Sequence[RecordBatch]: ...
+
+
+def fetched_bytes(fetched: Mapping[TopicPartition, _HasBatches], limit: int) -> int:
+    """The bytes of ``fetched``'s batches (per partition: a :class:`FetchedPartition`, or anything
+    else with ``batches``), counted only until ``limit`` (a backlog's fetch of thousands of batches
+    is not walked)."""
     total = 0
     for f in fetched.values():
         for b in f.batches:
