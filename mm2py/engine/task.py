@@ -1,9 +1,12 @@
 """A mirror task: the runtime-agnostic pipeline fetch → produce → offset syncs → progress.
 
 A task's work is plain data (:class:`TaskSpec`, picklable) so that any runtime can run it: the
-in-process runtime keeps tasks alive as asyncio coroutines; the Spark runtime runs bounded rounds
-(:meth:`TaskRunner.run_until`) on executors. The concrete source and sink (raw fetch / raw produce)
-come from ``connectors/`` through the :class:`BatchSource` and :class:`BatchSink` protocols.
+in-process runtime keeps tasks alive as asyncio coroutines (a flow's tasks sharing one fetch session
+per source broker and their Produce requests, ``connectors/mirror_task.FlowClients``); the Spark
+runtime runs each task as leases on executors (:meth:`TaskRunner.run`), or as bounded rounds
+(:meth:`TaskRunner.run_until`) with ``--spark-mode rounds``. The concrete source and sink (raw
+fetch / raw produce) come from ``connectors/`` through the :class:`BatchSource` and
+:class:`BatchSink` protocols.
 
 Invariants kept here:
 - per partition, batches are handed to the sink in source order, and the sink appends them in that
