@@ -276,11 +276,14 @@ class FetchHub:
         """A loop for every broker that leads a partition to fetch (the leaders as of now)."""
         self._started_at = self.cluster.generation
         plan = self._leaders()
+        self._start_broker_loops(plan)
+        if plan.leaderless and self._finding is None:
+            self._finding = asyncio.create_task(self._find_leaders(), name="fetch hub: leaders")
+
+    def _start_broker_loops(self, plan: _Leaders) -> None:
         for node in plan.nodes:
             if node not in self._loops:
                 self._loops[node] = asyncio.create_task(self._loop(node), name=f"fetch hub: broker {node}")
-        if plan.leaderless and self._finding is None:
-            self._finding = asyncio.create_task(self._find_leaders(), name="fetch hub: leaders")
 
     def _someone_asks(self) -> bool:
         return any(m.asking for m in self.members)
@@ -374,9 +377,7 @@ class FetchHub:
                     await self.cluster.refresh_metadata(
                         {tp.topic for tp, node in plan.leaders.items() if node is None})
                 plan = self._leaders()
-                for node in plan.nodes:
-                    if node not in self._loops:
-                        self._loops[node] = asyncio.create_task(self._loop(node))
+                self._start_broker_loops(plan)
                 if not plan.leaderless:
                     return
                 await asyncio.sleep(delay)
