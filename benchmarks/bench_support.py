@@ -29,7 +29,7 @@ def compile_package() -> None:
     peer does not compile its modules from source at every start when PYTHONDONTWRITEBYTECODE is set;
     the other peers run compiled code too (the JVM's jars, librdkafka)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "mm2py", "connectors", "rest_api"],
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "mm2py"],
                    cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
 
 

@@ -163,7 +163,7 @@ async def _serve_worker(
     worker = _worker(args, config, spark_conf)
     rest = None
     if args.rest_port:
-        from rest_api.server import RestServer
+        from mm2py.rest_api.server import RestServer
 
         rest = RestServer(worker, args.rest_host, args.rest_port, read_only=args.rest_read_only)
     from mm2py.runtime.loop_watch import LoopWatch, freeze_start_up_heap

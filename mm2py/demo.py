@@ -23,8 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from mm2py.config.models import MirrorMakerConfig
 from mm2py.kafka_local import dev
+from mm2py.rest_api.server import RestServer
 from mm2py.runtime.inprocess import Worker
-from rest_api.server import RestServer
 
 #: the flow of examples/east-to-west.properties
 FLOW = {

@@ -23,10 +23,10 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from connectors.checkpoint import mirror_rule
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig, load_config
 from mm2py.config.security import Side
+from mm2py.connectors.checkpoint import mirror_rule
 from mm2py.engine.checkpoints import CheckpointLog, translate_group
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.errors import Mm2pyError

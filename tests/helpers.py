@@ -466,7 +466,7 @@ def without_producer_state(b: RecordBatch) -> bytes:
 def served_worker(config: object, **worker_options: Any) -> Iterator[str]:
     """An in-process worker on ``config`` (a :class:`BackgroundWorker`) with its REST API on a
     free loopback port; yields the API's base URL."""
-    from rest_api.server import RestServer
+    from mm2py.rest_api.server import RestServer
 
     with BackgroundWorker(config, **worker_options) as bg:
 

@@ -14,7 +14,7 @@ MirrorMaker 2's MirrorSourceConnector (``syncTopicAcls``, ``shouldReplicateAcl``
 One deliberate difference: a LITERAL binding on ``*`` (Kafka's wildcard: every topic) is not
 copied. MM2 would copy it as a literal ACL on a topic named ``east.*``, which grants nothing.
 
-Pure: values in, values out. The connector (:mod:`connectors.acl_sync`) does the I/O.
+Pure: values in, values out. The connector (:mod:`mm2py.connectors.acl_sync`) does the I/O.
 """
 
 from __future__ import annotations

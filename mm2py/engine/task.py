@@ -2,10 +2,10 @@
 
 A task's work is plain data (:class:`TaskSpec`, picklable) so that any runtime can run it: the
 in-process runtime keeps tasks alive as asyncio coroutines (a flow's tasks sharing one fetch session
-per source broker and their Produce requests, ``connectors/mirror_task.FlowClients``); the Spark
+per source broker and their Produce requests, ``mm2py/connectors/mirror_task.FlowClients``); the Spark
 runtime runs each task as leases on executors (:meth:`TaskRunner.run`), or as bounded rounds
 (:meth:`TaskRunner.run_until`) with ``--spark-mode rounds``. The concrete source and sink (raw
-fetch / raw produce) come from ``connectors/`` through the :class:`BatchSource` and
+fetch / raw produce) come from ``mm2py/connectors/`` through the :class:`BatchSource` and
 :class:`BatchSink` protocols.
 
 Invariants kept here:

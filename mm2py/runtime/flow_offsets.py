@@ -8,7 +8,7 @@ says so).
 
 A moved position is written with the target partition's current end as its target offset: the
 flow is stopped, so nothing after that end was written for the new position, and the tail
-reconciler (``connectors/resume.py``) has nothing to skip when the flow resumes — while a worker
+reconciler (``mm2py/connectors/resume.py``) has nothing to skip when the flow resumes — while a worker
 killed after resuming, before its first commit, still resumes exactly. A target partition that
 does not exist yet gets no target offset (the reconciler is skipped). A forgotten position (a
 tombstone) makes the partition start as one never mirrored (``auto.offset.reset``, earliest by
@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from connectors.client_settings import raw_client_settings
 from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
 from mm2py.config.models import FlowConfig
+from mm2py.connectors.client_settings import raw_client_settings
 from mm2py.errors import Mm2pyError
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition

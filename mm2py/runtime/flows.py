@@ -19,10 +19,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from connectors.acl_sync import TopicAclSync
-from connectors.checkpoint import CheckpointConnector
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig
+from mm2py.connectors.acl_sync import TopicAclSync
+from mm2py.connectors.checkpoint import CheckpointConnector
 from mm2py.engine.controller import Controller, Plan
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task_api import TaskMetrics, TaskState
@@ -31,7 +31,7 @@ from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin
 
 if TYPE_CHECKING:
-    from connectors.client_settings import RawClientSettings
+    from mm2py.connectors.client_settings import RawClientSettings
 
 __all__ = ["FlowRunnerBase", "TaskView", "controller_for", "ensure_internal_topics", "internal_topic_jobs"]
 
@@ -113,7 +113,7 @@ class FlowRunnerBase(Generic[T]):
     acl_sync: TopicAclSync | None
 
     def _init_flow(self, flow: FlowConfig) -> RawClientSettings:
-        from connectors.client_settings import raw_client_settings
+        from mm2py.connectors.client_settings import raw_client_settings
 
         # a bad client override is a configuration error now, not a task failure later
         settings = raw_client_settings(flow, fetch_max_bytes=flow.fetch_max_bytes)

@@ -30,7 +30,7 @@ TaskBuilder = Callable[[TaskSpec], Awaitable[TaskRunner]]
 
 
 class MirrorTaskBuilder:
-    """Builds the mirror task of ``connectors/`` (the runtime composes connectors).
+    """Builds the mirror task of ``mm2py/connectors/`` (the runtime composes connectors).
 
     Its module is imported on first use in a worker thread, started by :meth:`preload` while the
     controller's first refresh is under way: the import (numpy, codecs, the connectors; about a
@@ -40,13 +40,13 @@ class MirrorTaskBuilder:
     def __init__(self, commit_interval: float) -> None:
         self.commit_interval = commit_interval
         self._module: asyncio.Future[ModuleType] | None = None
-        #: the flow's tasks' shared clients and fetch hub (``connectors.mirror_task.FlowClients``)
+        #: the flow's tasks' shared clients and fetch hub (``mm2py.connectors.mirror_task.FlowClients``)
         self._clients: Any = None
 
     def preload(self) -> None:
         if self._module is None:
             self._module = asyncio.ensure_future(
-                asyncio.to_thread(importlib.import_module, "connectors.mirror_task"))
+                asyncio.to_thread(importlib.import_module, "mm2py.connectors.mirror_task"))
 
     async def __call__(self, spec: TaskSpec) -> TaskRunner:
         self.preload()
@@ -60,7 +60,7 @@ class MirrorTaskBuilder:
 
     @property
     def shared(self) -> Any:
-        """The flow's tasks' shared clients (``connectors.mirror_task.FlowClients``), once built."""
+        """The flow's tasks' shared clients (``mm2py.connectors.mirror_task.FlowClients``), once built."""
         return self._clients
 
     async def close(self) -> None:

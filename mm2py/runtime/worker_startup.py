@@ -9,8 +9,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
-from connectors.heartbeat import HeartbeatEmitter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
+from mm2py.connectors.heartbeat import HeartbeatEmitter
 from mm2py.engine.scheduler import Scheduler
 from mm2py.errors import ClusterUnreachableError
 from mm2py.runtime.flows import FlowRunnerBase

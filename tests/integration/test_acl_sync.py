@@ -165,7 +165,7 @@ def test_without_an_authorizer_one_line_and_the_mirror_keeps_working(
     create_topic(east.bootstrap, topic, partitions=1)
     config = mirror_config({"east": east.bootstrap, "west": west.bootstrap},
                            {"east->west": {"topics": topic, "sync.topic.acls.interval.seconds": 1}})
-    caplog.set_level(logging.INFO, logger="connectors.acl_sync")
+    caplog.set_level(logging.INFO, logger="mm2py.connectors.acl_sync")
     with BackgroundWorker(config) as bg:
         produce_records(east.bootstrap, topic, make_records(40, tag="first"))
         wait_until(lambda: total(west.bootstrap, f"east.{topic}") == 40, 60, 0.2, "records mirrored")
@@ -176,7 +176,7 @@ def test_without_an_authorizer_one_line_and_the_mirror_keeps_working(
         produce_records(east.bootstrap, topic, make_records(10, tag="second"))
         wait_until(lambda: total(west.bootstrap, f"east.{topic}") == 50, 60, 0.2, "later records mirrored")
         status = bg.worker.flows["east->west"].status()["acl_sync"]
-    lines = [r for r in caplog.records if r.name == "connectors.acl_sync"]
+    lines = [r for r in caplog.records if r.name == "mm2py.connectors.acl_sync"]
     assert [r.levelno for r in lines] == [logging.INFO], [r.getMessage() for r in lines]
     assert "cluster 'east'" in lines[0].getMessage() and "no ACL authorizer" in lines[0].getMessage()
     assert "sync.topic.acls.enabled=false" in lines[0].getMessage()

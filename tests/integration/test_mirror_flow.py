@@ -227,7 +227,7 @@ def test_a_task_runs_a_bounded_round_from_its_spec(east: KafkaCluster, west: Kaf
     """What the Spark runtime does on an executor: build a task from plain data, mirror a range."""
     import pickle
 
-    from connectors.mirror_task import build_task
+    from mm2py.connectors.mirror_task import build_task
     from mm2py.engine.task_api import TaskSpec
     from mm2py.runtime.flows import controller_for, ensure_internal_topics
 

@@ -245,7 +245,7 @@ class _Api:
         self.server: Any = None
 
     def __enter__(self) -> httpx.Client:
-        from rest_api.server import RestServer
+        from mm2py.rest_api.server import RestServer
 
         self.bg.__enter__()
 

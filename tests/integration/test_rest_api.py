@@ -47,7 +47,7 @@ class Api:
         self.http: httpx.Client | None = None
 
     def __enter__(self) -> httpx.Client:
-        from rest_api.server import RestServer
+        from mm2py.rest_api.server import RestServer
 
         self.bg.__enter__()
 

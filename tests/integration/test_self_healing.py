@@ -19,8 +19,8 @@ from helpers import (
     unique,
 )
 
-from connectors.mirror_task import build_task
 from mm2py.client.connection import BrokerConnection, ConnectionFactory
+from mm2py.connectors.mirror_task import build_task
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskSpec
 from mm2py.kafka_local import KafkaCluster

@@ -57,7 +57,7 @@ class SparkRest:
         self._thread = threading.Thread(target=self._main, daemon=True)
 
     async def _serve(self) -> None:
-        from rest_api.server import RestServer
+        from mm2py.rest_api.server import RestServer
 
         stop = asyncio.Event()
         server = RestServer(self.worker, "127.0.0.1", 0)

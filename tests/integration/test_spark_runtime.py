@@ -32,11 +32,11 @@ from helpers import (
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.types import TopicPartition
+from mm2py.rest_api.models import FlowStatus
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseSettings
 from mm2py.runtime.spark.driver.worker import SparkWorker
 from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.positions import PositionStore
-from rest_api.models import FlowStatus
 
 pytestmark = pytest.mark.integration
 
@@ -261,7 +261,7 @@ def test_rest_api_steers_the_spark_runtime(east: KafkaCluster, west: KafkaCluste
 
     import httpx
 
-    from rest_api.server import RestServer
+    from mm2py.rest_api.server import RestServer
 
     prefix = unique("spk-rest")
     a = create_topic(east.bootstrap, f"{prefix}-a", partitions=2)

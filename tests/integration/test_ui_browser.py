@@ -75,7 +75,7 @@ class Served:
         self.url = ""
 
     def __enter__(self) -> Served:
-        from rest_api.server import RestServer
+        from mm2py.rest_api.server import RestServer
 
         self.bg.__enter__()
 
@@ -267,7 +267,7 @@ def test_the_page_shows_a_live_flow_creates_one_pauses_one_and_shows_the_apis_er
 def test_read_only_shows_no_actions_and_the_api_refuses_changes(
     browser: Any, east: KafkaCluster, west: KafkaCluster
 ) -> None:
-    from rest_api.server import RestServer
+    from mm2py.rest_api.server import RestServer
 
     config = mirror_config({"east": east.bootstrap, "west": west.bootstrap}, {})
     with Served(config) as served:

@@ -93,8 +93,8 @@ class FakeAdmin:
 def test_a_sync_round_creates_only_what_the_target_lacks_and_counts_it() -> None:
     from types import SimpleNamespace
 
-    from connectors.acl_sync import TopicAclSync
     from mm2py.config.models import MirrorMakerConfig
+    from mm2py.connectors.acl_sync import TopicAclSync
     from mm2py.runtime.metrics import WorkerCollector
 
     flow = MirrorMakerConfig.from_mapping({
@@ -139,8 +139,8 @@ class LaggingAdmin(FakeAdmin):
 
 
 def test_a_binding_the_targets_listing_does_not_show_yet_is_not_created_twice() -> None:
-    from connectors.acl_sync import CONFIRM_ROUNDS, TopicAclSync
     from mm2py.config.models import MirrorMakerConfig
+    from mm2py.connectors.acl_sync import CONFIRM_ROUNDS, TopicAclSync
 
     flow = MirrorMakerConfig.from_mapping({
         "clusters": {"east": "127.0.0.1:1", "west": "127.0.0.1:2"}, "flows": {"east->west": {}},
@@ -168,8 +168,8 @@ def test_the_sync_job_counts_a_failure_retries_and_ends_for_good_without_an_auth
     import logging
     import time
 
-    from connectors.acl_sync import TopicAclSync
     from mm2py.config.models import MirrorMakerConfig
+    from mm2py.connectors.acl_sync import TopicAclSync
     from mm2py.stores.acls import NoAuthorizerError
 
     flow = MirrorMakerConfig.from_mapping({

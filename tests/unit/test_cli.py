@@ -62,7 +62,7 @@ def test_without_pyspark_the_spark_runtime_is_a_one_line_error_and_in_process_ru
     assert "--runtime spark needs pyspark" in out.stderr and "pip install 'mm2py[spark]'" in out.stderr
     # the in-process worker, its REST API and metrics load without pyspark
     probe = ("import sys; sys.modules['pyspark'] = None\n"
-             "import mm2py.cli, mm2py.runtime.inprocess, mm2py.runtime.metrics, rest_api.app\n"
+             "import mm2py.cli, mm2py.runtime.inprocess, mm2py.runtime.metrics, mm2py.rest_api.app\n"
              "print(sorted(m for m in sys.modules if m.startswith('mm2py.runtime.spark.driver.worker')))\n")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stderr

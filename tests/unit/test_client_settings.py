@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.client_settings import raw_client_settings
 from mm2py.client.producer.requests import MAX_CONNECTIONS_PER_BROKER, MAX_WINDOW
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig
+from mm2py.connectors.client_settings import raw_client_settings
 from mm2py.protocol.api_fetch import READ_UNCOMMITTED
 
 

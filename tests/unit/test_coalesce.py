@@ -13,7 +13,7 @@ from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.outgoing import CoalesceSettings, prepare
+from mm2py.connectors.outgoing import CoalesceSettings, prepare
 from mm2py.engine.offset_syncs import OffsetSyncPlanner, OffsetSyncStore
 from mm2py.protocol.batch_edit import for_produce
 from mm2py.protocol.batch_merge import match_run, merge_eligible
@@ -256,9 +256,9 @@ def test_batches_of_different_source_producers_are_merged() -> None:
 
 
 def test_settings_default_on_with_documented_sizes_and_reach_the_sink() -> None:
-    from connectors.mirror_task import coalesce_settings
     from mm2py.config.errors import ConfigError
     from mm2py.config.models import MirrorMakerConfig
+    from mm2py.connectors.mirror_task import coalesce_settings
 
     keys = {"clusters": "a,b", "a.bootstrap.servers": "h:1", "b.bootstrap.servers": "h:2"}
     flow = MirrorMakerConfig.from_flat(keys).flow("a", "b")

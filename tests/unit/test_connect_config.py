@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from mm2py.config.models import MirrorMakerConfig
-from mm2py.runtime.steering import cluster_keys, flow_keys, layered
-from rest_api.connect_config import (
+from mm2py.rest_api.connect_config import (
     ConnectorConfigError,
     connector_kind,
     flow_connector_config,
     plan_connector,
     released_settings,
 )
+from mm2py.runtime.steering import cluster_keys, flow_keys, layered
 
 SOURCE = {
     "connector.class": "org.apache.kafka.connect.mirror.MirrorSourceConnector",

@@ -8,15 +8,13 @@ import pkgutil
 
 import pytest
 
-import connectors
 import mm2py
-import rest_api
 from mm2py.errors import ClusterUnreachableError, ConfigError, Mm2pyError, SecurityError
 
 
 def _error_classes() -> list[type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
-    for pkg in (mm2py, connectors, rest_api):
+    for pkg in (mm2py,):
         names = [pkg.__name__] + [m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]
         for name in names:
             module = importlib.import_module(name)

@@ -19,9 +19,9 @@ LAYERS = {
     "mm2py.config": 3,
     "mm2py.stores": 4,
     "mm2py.engine": 5,
-    "connectors": 6,
+    "mm2py.connectors": 6,
     "mm2py.runtime": 7,
-    "rest_api": 8,
+    "mm2py.rest_api": 8,
     "mm2py.cli": 8,
     "mm2py.demo": 8,
     "mm2py.failover": 8,
@@ -41,7 +41,7 @@ def _layer(module: str) -> int | None:
 
 def _modules() -> list[tuple[str, Path]]:
     out = []
-    for pkg in ("mm2py", "connectors", "rest_api"):
+    for pkg in ("mm2py",):
         for path in (ROOT / pkg).rglob("*.py"):
             rel = path.relative_to(ROOT).with_suffix("")
             out.append((".".join(rel.parts).removesuffix(".__init__"), path))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from fake_broker import A, B, FakeBroker, producer_on
 
-from connectors.mirror_sink import MirrorSink
 from mm2py.client.producer import ProducerConfig
+from mm2py.connectors.mirror_sink import MirrorSink
 from mm2py.engine.task_api import SinkError
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch

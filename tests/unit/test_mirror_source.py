@@ -6,8 +6,8 @@ import asyncio
 import time
 from collections.abc import Mapping
 
-from connectors.mirror_source import Linger, MirrorSource
 from mm2py.client.fetcher import FetchedPartition
+from mm2py.connectors.mirror_source import Linger, MirrorSource
 from mm2py.protocol.errors_codes import NONE, UNKNOWN_SERVER_ERROR
 from mm2py.protocol.types import TopicPartition
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from connectors.client_settings import raw_client_settings
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig
 from mm2py.config.security import cluster_security, parse_jaas_config, parse_security
+from mm2py.connectors.client_settings import raw_client_settings
 from mm2py.kafka_local.security import TlsFiles, generate_tls_files
 from mm2py.stores.admin import librdkafka_config
 

@@ -55,7 +55,7 @@ def test_the_task_module_is_imported_once_off_the_event_loop_thread(monkeypatch:
     (s1, i1, c1), (s2, i2, c2) = asyncio.run(main())
     assert (s1.name, i1, s2.name, i2) == ("spec-1", 0.5, "spec-2", 0.5)
     assert c1 is c2 and c1.flow == "flow" and c1.closed  # one set of clients for the flow's tasks
-    assert imports == [("connectors.mirror_task", False)]
+    assert imports == [("mm2py.connectors.mirror_task", False)]
 
 
 def test_a_build_without_preload_imports_the_module_itself(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,4 +71,4 @@ def test_a_build_without_preload_imports_the_module_itself(monkeypatch: pytest.M
     monkeypatch.setattr(inprocess.importlib, "import_module", import_module)
     spec = Spec("spec")
     assert asyncio.run(MirrorTaskBuilder(1.0)(spec)) is spec  # type: ignore[arg-type]
-    assert imports == ["connectors.mirror_task"]
+    assert imports == ["mm2py.connectors.mirror_task"]

@@ -15,9 +15,9 @@ from helpers import mirror_config
 from test_ui_samples import TP0, TP1, Clock, Task
 
 from mm2py.engine.latency import PartitionTimes
+from mm2py.rest_api.app import create_app
+from mm2py.rest_api.ui import STATIC
 from mm2py.runtime.inprocess import Worker
-from rest_api.app import create_app
-from rest_api.ui import STATIC
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,8 +52,8 @@ def test_the_page_and_its_files_are_served_from_the_package(worker: Worker) -> N
 
 def test_the_pages_files_are_package_data_so_a_wheel_ships_them() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["rest_api"]
-    files = {p.name for p in (ROOT / "rest_api" / "ui").iterdir()}
+    patterns = config["tool"]["setuptools"]["package-data"]["mm2py.rest_api"]
+    files = {p.name for p in (ROOT / "mm2py" / "rest_api" / "ui").iterdir()}
     assert files == set(STATIC)  # each file is served, and only those
     assert all(any(fnmatch(f"ui/{name}", pattern) for pattern in patterns) for name in files)
 

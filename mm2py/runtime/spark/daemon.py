@@ -13,7 +13,7 @@ standard output, which carries the daemon's port to Spark.
 
 from __future__ import annotations
 
-import connectors.mirror_task  # noqa: F401  (the task code every lease builds)
+import mm2py.connectors.mirror_task
 import mm2py.runtime.spark.executor.lease
 import mm2py.runtime.spark.executor.round  # noqa: F401
 

@@ -30,7 +30,7 @@ class _Warnings(logging.Handler):
 def capture_warnings() -> Iterator[list[str]]:
     """The last warnings the task code logs inside the block (they go back to the driver)."""
     warnings = _Warnings()
-    loggers = [logging.getLogger(name) for name in ("mm2py", "connectors")]
+    loggers = [logging.getLogger(name) for name in ("mm2py",)]
     for lg in loggers:
         lg.addHandler(warnings)
     try:

@@ -3,7 +3,7 @@
 The driver (:mod:`mm2py.runtime.spark.driver.worker`) submits one Spark job per lease with a
 :class:`LeaseWork` (plain picklable data). :func:`run_lease` says HELLO to the driver's coordinator
 first (a second attempt of a lease is refused before it builds anything), builds the task with the
-same code the in-process runtime uses (``connectors.mirror_task.build_task``), says READY and waits
+same code the in-process runtime uses (``mm2py.connectors.mirror_task.build_task``), says READY and waits
 for GO, which comes once no other lease holds its partitions, with the positions the predecessor
 released (so it neither re-reads the progress topic nor walks the target tail for them). Then it
 mirrors continuously, exactly as the in-process ``TaskRunner.run`` does — new data as it arrives, a
@@ -168,7 +168,7 @@ async def _hold(work: LeaseWork, runner: TaskRunner, link: _Link, codec_start: t
 
 
 async def _lease(work: LeaseWork, result: LeaseResult) -> None:
-    from connectors.mirror_task import build_task  # runtime composes connectors
+    from mm2py.connectors.mirror_task import build_task  # runtime composes connectors
 
     codec_start = CodecCounters.snapshot()
     opened = await _Link.open(work)  # who it is, before the seconds a task takes to build

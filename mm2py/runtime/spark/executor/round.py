@@ -3,7 +3,7 @@
 The driver (:mod:`mm2py.runtime.spark.driver.worker`) is the controller. Each round it ships, per
 task with work to do, a :class:`RoundWork` (plain picklable data: the task's :class:`TaskSpec` and
 the source end offsets seen at round start) to an executor, where :func:`run_round` builds the task
-with the same code the in-process runtime uses (``connectors.mirror_task.build_task``), mirrors
+with the same code the in-process runtime uses (``mm2py.connectors.mirror_task.build_task``), mirrors
 until every partition reached its bound or the round's time budget is spent, commits, closes its
 clients and returns a small :class:`RoundResult`.
 
@@ -74,7 +74,7 @@ def reached(positions: Mapping[TopicPartition, int], until: Mapping[TopicPartiti
 
 
 async def _mirror(work: RoundWork, result: RoundResult) -> None:
-    from connectors.mirror_task import build_task  # runtime composes connectors
+    from mm2py.connectors.mirror_task import build_task  # runtime composes connectors
 
     started = time.monotonic()
     deadline = started + work.budget

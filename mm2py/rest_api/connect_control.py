@@ -4,7 +4,7 @@
 ``POST .../restart`` and ``.../tasks/{n}/restart``; KIP-875's ``GET``/``PATCH``/``DELETE
 .../offsets`` of a MirrorSourceConnector; KIP-558's ``GET .../topics`` and ``PUT .../topics/reset``.
 Pause, stop, resume and restart apply to a MirrorSourceConnector's flow, and to a checkpoint or
-heartbeat connector's job (:mod:`rest_api.connect_states`); offset changes to a MirrorSourceConnector
+heartbeat connector's job (:mod:`mm2py.rest_api.connect_states`); offset changes to a MirrorSourceConnector
 (409 on the others).
 """
 
@@ -17,9 +17,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from mm2py.protocol.types import TopicPartition
+from mm2py.rest_api.connect import Facade, worker_id
+from mm2py.rest_api.connect_errors import ConnectError, ConnectRoute
 from mm2py.runtime.flow_offsets import Reset, read_offsets
-from rest_api.connect import Facade, worker_id
-from rest_api.connect_errors import ConnectError, ConnectRoute
 
 __all__ = ["control_router"]
 

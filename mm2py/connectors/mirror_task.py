@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
-from connectors.client_settings import raw_client_settings
-from connectors.mirror_sink import MirrorSink
-from connectors.mirror_source import Linger, MirrorSource
-from connectors.outgoing import CoalesceSettings
-from connectors.resume import TailReconciler
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.fetch_hub import FetchHub
 from mm2py.client.producer import RawProducer, RequestMux
 from mm2py.config.models import FlowConfig
 from mm2py.config.security import Side
+from mm2py.connectors.client_settings import raw_client_settings
+from mm2py.connectors.mirror_sink import MirrorSink
+from mm2py.connectors.mirror_source import Linger, MirrorSource
+from mm2py.connectors.outgoing import CoalesceSettings
+from mm2py.connectors.resume import TailReconciler
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TaskSpec
 from mm2py.protocol.connect_offsets import Position

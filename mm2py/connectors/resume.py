@@ -19,9 +19,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from connectors.mirror_source import MirrorSource
 from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
+from mm2py.connectors.mirror_source import MirrorSource
 from mm2py.engine.task_api import Delivered
 from mm2py.protocol.api_fetch import READ_UNCOMMITTED
 from mm2py.protocol.batch_edit import rebuild_contiguous

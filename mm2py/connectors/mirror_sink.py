@@ -5,7 +5,7 @@ came, except for what a stock broker requires: baseOffset 0 and no foreign produ
 (done by :class:`mm2py.client.producer.RawProducer`, a CRC recompute and no decompression), and a
 contiguous offset range — a batch with compaction gaps is rebuilt here, and the original source
 offset of each record is kept so offset syncs stay exact. Runs of small batches are merged into
-larger ones (``mm2py.coalesce.*``, :mod:`connectors.outgoing`); a merged batch covers several source
+larger ones (``mm2py.coalesce.*``, :mod:`mm2py.connectors.outgoing`); a merged batch covers several source
 batches, and its :class:`Delivered` says so (source range, source position after it).
 
 The producer re-sends unacknowledged batches itself (the same bytes); a put sees only what was
@@ -17,10 +17,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from connectors.outgoing import CoalesceSettings, Outgoing, prepare
 from mm2py.client.cluster import LATEST
 from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import RawProducer, Submission
+from mm2py.connectors.outgoing import CoalesceSettings, Outgoing, prepare
 from mm2py.engine.task_api import START_LOOKUP_SECONDS, Delivered, SinkError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition

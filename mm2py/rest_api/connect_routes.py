@@ -1,5 +1,5 @@
 """The ``/connectors`` routes of the Connect facade: list, read, create, change and delete
-(:class:`rest_api.connect.Facade` does the work; :mod:`rest_api.connect_control` has the state
+(:class:`mm2py.rest_api.connect.Facade` does the work; :mod:`mm2py.rest_api.connect_control` has the state
 changes, offsets and topics)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, BeforeValidator, Field
 
-from rest_api.connect import Facade, redacted, worker_id
-from rest_api.connect_errors import ConnectRoute
+from mm2py.rest_api.connect import Facade, redacted, worker_id
+from mm2py.rest_api.connect_errors import ConnectRoute
 
 __all__ = ["connect_router"]
 

@@ -2,10 +2,10 @@
 
 Tooling built for Kafka Connect (scripts, dashboards, ``kcctl``-style clients) can create, inspect,
 pause, resume, stop, restart and delete MirrorMaker 2's connectors here (this module: the
-:class:`Facade`; :mod:`rest_api.connect_routes`: the config and status routes;
-:mod:`rest_api.connect_control`: the state changes, KIP-875 offsets and KIP-558 topics;
-:mod:`rest_api.connect_plugins`: ``/``, the plugins and validation; :mod:`rest_api.loggers`:
-``/admin/loggers``). How connector configs map onto flows is :mod:`rest_api.connect_config`'s (a
+:class:`Facade`; :mod:`mm2py.rest_api.connect_routes`: the config and status routes;
+:mod:`mm2py.rest_api.connect_control`: the state changes, KIP-875 offsets and KIP-558 topics;
+:mod:`mm2py.rest_api.connect_plugins`: ``/``, the plugins and validation; :mod:`mm2py.rest_api.loggers`:
+``/admin/loggers``). How connector configs map onto flows is :mod:`mm2py.rest_api.connect_config`'s (a
 MirrorSourceConnector is a flow named as the connector, so a pair may have several); every flow not
 created as a connector is listed under its own name (``east->west``, ``mirror-east-west-fast``) as a
 MirrorSourceConnector. Errors have Connect's body, ``{"error_code": <status>, "message": "..."}``.
@@ -20,8 +20,7 @@ from typing import Any
 from fastapi import Request
 
 from mm2py import __version__
-from mm2py.runtime.worker_base import WorkerBase
-from rest_api.connect_config import (
+from mm2py.rest_api.connect_config import (
     CLASSES,
     Kind,
     as_text,
@@ -31,9 +30,10 @@ from rest_api.connect_config import (
     plan_connector,
     released_settings,
 )
-from rest_api.connect_errors import ConnectError
-from rest_api.connect_states import AuxStates
-from rest_api.connect_validate import problems
+from mm2py.rest_api.connect_errors import ConnectError
+from mm2py.rest_api.connect_states import AuxStates
+from mm2py.rest_api.connect_validate import problems
+from mm2py.runtime.worker_base import WorkerBase
 
 __all__ = ["Facade", "redacted", "worker_id"]
 

@@ -1,6 +1,6 @@
 """What the sink writes for one partition's fetched batches: coalesced and rebuilt.
 
-Pure (no I/O), used by :class:`connectors.mirror_sink.MirrorSink`: :func:`prepare` turns one
+Pure (no I/O), used by :class:`mm2py.connectors.mirror_sink.MirrorSink`: :func:`prepare` turns one
 source partition's fetched batches into the batches to produce, each with the source range it
 covers: runs of small batches merged (:func:`mm2py.protocol.coalesce.coalesce`, when enabled),
 batches with compaction gaps rebuilt contiguous (keeping each record's source offset for the

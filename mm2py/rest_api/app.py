@@ -2,7 +2,7 @@
 
 A flow is addressed by its name, ``/flows/{name}`` (a pair may have several flows, each with its own
 name; a pair's unnamed flow is ``east->west``), or by its pair, ``/flows/{source}/{target}``, where
-the pair has one (:mod:`rest_api.flow_paths`). Bodies use MM2's setting names; every change is
+the pair has one (:mod:`mm2py.rest_api.flow_paths`). Bodies use MM2's setting names; every change is
 validated like the configuration file (the error names the key) before anything is touched, and a
 flow whose clusters cannot be reached is not left half-created.
 """
@@ -28,6 +28,27 @@ from mm2py.failover import (
     check_topic_regex,
     translate,
 )
+from mm2py.rest_api import connect_errors
+from mm2py.rest_api.connect import Facade
+from mm2py.rest_api.connect_control import control_router
+from mm2py.rest_api.connect_plugins import plugins_router
+from mm2py.rest_api.connect_routes import connect_router
+from mm2py.rest_api.flow_control import flow_control_router
+from mm2py.rest_api.flow_paths import PairPaths
+from mm2py.rest_api.loggers import loggers_router
+from mm2py.rest_api.models import (
+    ClusterInfo,
+    ErrorBody,
+    FlowCreate,
+    FlowList,
+    FlowStatus,
+    FlowUpdate,
+    GroupOffsets,
+    OffsetsRequest,
+    TranslatedOffset,
+)
+from mm2py.rest_api.ui import page_address, read_only_guard, ui_router
+from mm2py.rest_api.ui_samples import Sampler
 from mm2py.runtime.flow_offsets import OffsetResetError
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.metrics import WorkerCollector
@@ -40,27 +61,6 @@ from mm2py.runtime.steering import (
     FlowStateError,
 )
 from mm2py.runtime.worker_base import WorkerBase
-from rest_api import connect_errors
-from rest_api.connect import Facade
-from rest_api.connect_control import control_router
-from rest_api.connect_plugins import plugins_router
-from rest_api.connect_routes import connect_router
-from rest_api.flow_control import flow_control_router
-from rest_api.flow_paths import PairPaths
-from rest_api.loggers import loggers_router
-from rest_api.models import (
-    ClusterInfo,
-    ErrorBody,
-    FlowCreate,
-    FlowList,
-    FlowStatus,
-    FlowUpdate,
-    GroupOffsets,
-    OffsetsRequest,
-    TranslatedOffset,
-)
-from rest_api.ui import page_address, read_only_guard, ui_router
-from rest_api.ui_samples import Sampler
 
 #: a worker of any runtime (the in-process ``Worker``, the ``SparkWorker``) and its flow runners
 AnyWorker = WorkerBase[Any]
@@ -123,7 +123,7 @@ def _redacted(values: dict[str, Any]) -> dict[str, Any]:
 def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds: float = 5.0) -> FastAPI:
     """The worker's API. ``read_only``: every change is refused (403) and the page at ``/ui`` shows
     no actions; ``app.state.ui_sampler`` keeps the page's 15 minutes of figures once started
-    (:class:`rest_api.server.RestServer` starts and stops it with the server)."""
+    (:class:`mm2py.rest_api.server.RestServer` starts and stops it with the server)."""
     app = FastAPI(
         title="mm2py",
         summary="Raw-batch Kafka mirroring: steer the mirror flows of a running worker",

@@ -18,13 +18,13 @@ from typing import Any
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig
-from rest_api.connect_config import (
+from mm2py.rest_api.connect_config import (
     CONNECT_KEYS,
     CONNECT_PREFIXES,
     ConnectorConfigError,
     connector_kind,
 )
-from rest_api.connect_defs import ConfigKey
+from mm2py.rest_api.connect_defs import ConfigKey
 
 __all__ = ["problems", "value_infos"]
 

@@ -14,9 +14,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from mm2py.protocol.types import TopicPartition
+from mm2py.rest_api.models import FlowStatus
 from mm2py.runtime.flow_offsets import PartitionOffset, Reset, read_offsets
 from mm2py.runtime.worker_base import WorkerBase
-from rest_api.models import FlowStatus
 
 AnyWorker = WorkerBase[Any]
 

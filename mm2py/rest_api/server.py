@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from rest_api.app import create_app
+from mm2py.rest_api.app import create_app
 
 if TYPE_CHECKING:
-    from rest_api.app import AnyWorker
+    from mm2py.rest_api.app import AnyWorker
 
 
 class _Server(uvicorn.Server):

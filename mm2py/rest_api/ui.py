@@ -1,7 +1,7 @@
 """The operator's page at ``GET /ui``: every flow, its tasks and partitions, charts of the last 15
 minutes, and the actions of the REST API (the page calls it; same rules, same error messages).
 
-The page is three static files shipped in the package (``rest_api/ui/``: no third-party code; the
+The page is three static files shipped in the package (``mm2py/rest_api/ui/``: no third-party code; the
 charts are inline SVG drawn by its own script). It asks ``GET /ui/state`` every few seconds for
 everything it shows in one answer, and ``GET /ui/partition`` for one partition's history. With
 ``read_only`` (``mm2py run --rest-read-only``) the page shows no actions and the whole REST API
@@ -20,9 +20,9 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from mm2py.protocol.types import TopicPartition
+from mm2py.rest_api.ui_samples import FlowNow, Sampler, finite, series_json
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
-from rest_api.ui_samples import FlowNow, Sampler, finite, series_json
 
 AnyWorker = WorkerBase[Any]
 
@@ -37,7 +37,7 @@ _READ_ONLY_EXEMPT = ("/config/validate",)
 
 
 def _static(name: str) -> bytes:
-    return resources.files("rest_api").joinpath("ui", name).read_bytes()
+    return resources.files("mm2py.rest_api").joinpath("ui", name).read_bytes()
 
 
 def flow_path(runner: FlowRunnerBase[Any]) -> str:
