@@ -11,17 +11,18 @@ that stops answering holds up only its own loop: the partitions other brokers le
 Invariants (each named where it is kept):
 
 ``TAKEN``
-    A partition whose result was handed to its member is left out of the hub's requests (the
-    session forgets it) until the member polls again and says where it now stands: the hub never
-    guesses a position, so a member that went back (after a failed produce) is fetched from where
-    it says, and a result is never handed over twice for one position.
+    A partition whose result was handed to its member is not read (it stays in the session,
+    limited to 0 bytes: no forget and add again, no request naming thousands of partitions) until
+    the member polls again and says where it now stands: the hub never guesses a position, so a
+    member that went back (after a failed produce) is fetched from where it says, and a result is
+    never handed over twice for one position.
 ``STALE``
     A result is handed over only if it was fetched from the position the member last asked for
     (a member that moved meanwhile gets nothing of it); the task checks it again
     (``Polled.fetch_offset``).
 ``BOUNDED``
     A member that is not asking (its pipeline is full) holds at most one result per partition,
-    and once what it holds reaches its byte budget none of its partitions is fetched until it asks.
+    and once what it holds reaches its byte budget none of its partitions is read until it asks.
 ``ONE-OWNER``
     A partition belongs to the last member that asked for it; partitions are assigned to tasks
     disjointly, so this changes only when one task hands a partition to another.
@@ -40,6 +41,7 @@ from mm2py.client.cluster import ClusterClient
 from mm2py.client.errors import ClientError
 from mm2py.client.fetched import FetchedPartition, fetched_bytes
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
+from mm2py.client.linger import Linger
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import BrokerError
 from mm2py.protocol.types import TopicPartition
@@ -47,22 +49,6 @@ from mm2py.protocol.types import TopicPartition
 __all__ = ["FetchHub", "HubMember", "Linger"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Linger:
-    """``mm2py.fetch.linger.*``: a fetch that brought fewer than ``bytes`` makes the next one wait
-    ``seconds``, or ``per_partition`` seconds for each partition fetched if that is longer: trickling
-    traffic moves in fewer, fuller requests. The per-partition part bounds the source broker's
-    work, which reads every partition of a fetch session for each fetch, data or not (at 2,000
-    partitions and the default 25 µs: at most twenty such reads of all of them a second)."""
-
-    seconds: float = 0.0
-    bytes: int = 0
-    per_partition: float = 0.0
-
-    def delay(self, partitions: int) -> float:
-        return max(self.seconds, self.per_partition * partitions)
 
 
 @dataclass(frozen=True)
@@ -86,10 +72,11 @@ class HubMember:
         self.name = name
         #: BOUNDED: the bytes of results held for this member before its partitions wait
         self.budget_bytes = budget_bytes
-        #: the partitions to fetch for this member and from where (TAKEN ones left out)
-        self.fetchable: dict[TopicPartition, int] = {}
         #: every partition of the member's last poll and its position then (STALE)
         self.asked: dict[TopicPartition, int] = {}
+        #: TAKEN: the partitions of :attr:`asked` not to read until the next poll (a result held
+        #: for them, or a failure raised by the next poll)
+        self.taken: set[TopicPartition] = set()
         #: results fetched and not yet handed over by :meth:`poll`; their partitions are TAKEN
         self.inbox: dict[TopicPartition, FetchedPartition] = {}
         self.inbox_bytes = 0
@@ -143,34 +130,32 @@ class HubMember:
                 owners[tp] = self
         inbox = self.inbox
         self.asked = dict(positions)
-        if not inbox:
-            self.fetchable = dict(positions)
-        else:  # a result about to be handed over for the position asked stays TAKEN
-            self.fetchable = {tp: o for tp, o in positions.items()
-                              if (f := inbox.get(tp)) is None or f.fetch_offset != o}
-            for tp, f in list(inbox.items()):
-                if positions.get(tp) != f.fetch_offset:  # STALE: the member moved meanwhile
-                    del inbox[tp]
+        self.taken = set()
+        for tp, f in list(inbox.items()):  # a result about to be handed over stays TAKEN
+            if positions.get(tp) == f.fetch_offset:
+                self.taken.add(tp)
+            else:  # STALE: the member moved meanwhile
+                del inbox[tp]
         hub.changed(moved)
 
     def drop(self, tp: TopicPartition) -> None:
         """Forget ``tp`` (another member now owns it)."""
         self.asked.pop(tp, None)
-        self.fetchable.pop(tp, None)
+        self.taken.discard(tp)
         self.inbox.pop(tp, None)
 
     def deliver(self, fetched: FetchedPartition) -> bool:
         """Hold ``fetched`` for the next poll if it answers the position last asked (STALE)."""
         tp = fetched.tp
-        if self.asked.get(tp) != fetched.fetch_offset or tp not in self.fetchable:
+        if self.asked.get(tp) != fetched.fetch_offset or tp in self.taken:
             return False
-        del self.fetchable[tp]  # TAKEN
+        self.taken.add(tp)  # TAKEN
         self.inbox[tp] = fetched
         self.inbox_bytes += sum(b.size for b in fetched.batches)
         return True
 
     def fail(self, tp: TopicPartition, error: BaseException) -> None:
-        self.fetchable.pop(tp, None)
+        self.taken.add(tp)
         self.error = error
         self.wake()
 
@@ -243,13 +228,18 @@ class FetchHub:
             self._start_loops()
 
     # ---------------------------------------------------------------------------- the loops
-    def _fetchable(self) -> dict[TopicPartition, int]:
-        """Every partition to fetch now: each member's fetchable ones, unless it is full."""
+    def _fetchable(self) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """Every member's partitions and positions, in one order from round to round, and those
+        not to read now (limited to 0 bytes): TAKEN ones, and all of a member that is full."""
         out: dict[TopicPartition, int] = {}
+        limits: dict[TopicPartition, int] = {}
         for m in self.members:
-            if m.fetchable and not m.full:
-                out.update(m.fetchable)
-        return out
+            out.update(m.asked)
+            if m.full:
+                limits.update(dict.fromkeys(m.asked, 0))
+            elif m.taken:
+                limits.update(dict.fromkeys(m.taken, 0))
+        return out, limits
 
     def _leaders(self) -> _Leaders:
         """Which broker leads each member's partition, worked out again only when the metadata or
@@ -263,14 +253,15 @@ class FetchHub:
                                   None in nodes, next(iter(nodes)) if len(nodes) == 1 else None)
         return self._plan
 
-    def _positions_for(self, node: int) -> dict[TopicPartition, int]:
-        """The partitions ``node`` leads that are to be fetched now, and from where."""
+    def _positions_for(self, node: int) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """The partitions ``node`` leads, from where, and those of them not to read now."""
         plan = self._leaders()
-        fetchable = self._fetchable()
+        positions, limits = self._fetchable()
         if plan.only is not None:  # one broker leads them all: no lookup per partition
-            return fetchable if plan.only == node else {}
+            return (positions, limits) if plan.only == node else ({}, {})
         leaders = plan.leaders
-        return {tp: o for tp, o in fetchable.items() if leaders.get(tp) == node}
+        return ({tp: o for tp, o in positions.items() if leaders.get(tp) == node},
+                {tp: n for tp, n in limits.items() if leaders.get(tp) == node})
 
     def _start_loops(self) -> None:
         """A loop for every broker that leads a partition to fetch (the leaders as of now)."""
@@ -306,15 +297,15 @@ class FetchHub:
                         return
                 if (wait := linger_until - clock()) > 0:
                     await asyncio.sleep(wait)
-                positions = self._positions_for(node)
-                if not positions:  # all TAKEN, or their members full: until a member asks again
-                    if not self._leads_any(node):
+                positions, limits = self._positions_for(node)
+                if len(limits) == len(positions):  # none, all TAKEN or their members full:
+                    if not self._leads_any(node):  # until a member asks again
                         return
                     self._work.clear()
                     await self._work.wait()
                     continue
                 try:
-                    fetched = await self.fetcher.fetch(positions)
+                    fetched = await self.fetcher.fetch(positions, partition_max_bytes=limits)
                     failures = corrupt = 0
                 except (ClientError, BrokerError) as exc:
                     # the broker is unreachable or leaderless beyond the client's own retries:

@@ -102,8 +102,10 @@ class RawFetcher:
         self._waiting = WaitingPartitions()
         #: one fetch session per broker (node id); guards the broker's view of our positions
         self.sessions: dict[int, FetchSession] = {}
-        #: per broker: (metadata generation, positions, parameters) of the last request (_wanted)
-        self._last: dict[int, tuple[int, dict[TopicPartition, int], dict[TopicPartition, Params]]] = {}
+        #: per broker: (metadata generation, positions, size limits, parameters) of the last
+        #: request (_wanted)
+        self._last: dict[int, tuple[int, dict[TopicPartition, int], dict[TopicPartition, int],
+                                    dict[TopicPartition, Params]]] = {}
         #: per broker: (metadata generation, partitions, topic ids) of the last request (_topic_ids)
         self._ids: dict[int, tuple[int, list[TopicPartition], dict[str, uuid.UUID | None]]] = {}
 
@@ -115,6 +117,8 @@ class RawFetcher:
         sessions: bool = True,
     ) -> dict[TopicPartition, FetchedPartition]:
         """One fetch for ``positions`` ({tp: next offset}); one request per leader.
+        ``partition_max_bytes``: the partitions whose size limit is not the configured one; a
+        partition limited to 0 stays in the session but is not read (its result is left out).
         ``sessions=False``: sessionless requests this time (a one-off read of a few partitions
         would otherwise make the session forget all the others)."""
         cfg = self.config
@@ -134,7 +138,7 @@ class RawFetcher:
                 send = [(tp, self._params(tp, batch[tp], limits)) for tp in order]
                 body = self._encode(version, ids, send, [], {}, NO_SESSION, FINAL_EPOCH)
                 resp = await self._request(conn, version, body)
-                return self._results(resp, ids, batch)
+                return self._results(resp, ids, batch, limits)
             for _ in range(2):  # a session error makes the next request a full one: send it now
                 wanted, moved = self._wanted(conn.node_id, batch, limits)
                 full = self._waiting.longest(batch) >= REORDER_AFTER_FETCHES
@@ -151,7 +155,7 @@ class RawFetcher:
                     session.failed()
                     raise
                 if session.answered(resp.error_code, resp.session_id):
-                    return self._results(resp, ids, batch)
+                    return self._results(resp, ids, batch, limits)
                 log.info("fetch session with broker %d: %s; starting a new one",
                          conn.node_id, error_name(resp.error_code))
             return {}  # twice refused: nothing this time, the next fetch starts afresh
@@ -174,24 +178,28 @@ class RawFetcher:
     ) -> tuple[dict[TopicPartition, Params], Moved | None]:
         """Each partition's fetch parameters, and (the last request's parameters, the partitions
         whose parameters differ from them) when both name the same partitions in the same order.
-        Between two requests to a broker only a few positions move: the last request's parameters
-        are kept, and while the partitions and the metadata (the leader epochs) are the same, only
-        the moved ones are computed again."""
+        Between two requests to a broker only a few positions and limits move: the last request's
+        parameters are kept, and while the partitions and the metadata (the leader epochs) are the
+        same, only the moved ones are computed again."""
         kept = self._last.get(node)
         generation = self.cluster.generation
         moved = None
-        if kept is not None and not limits and kept[0] == generation:
+        if kept is not None and kept[0] == generation:
             moved = changed_keys(batch, kept[1])
+            if moved is not None and (limits or kept[2]):  # and the partitions whose limit changed
+                before = kept[2]
+                limited = [tp for tp in limits.keys() ^ before.keys() if tp in batch]
+                limited += [tp for tp, n in limits.items() if before.get(tp, n) != n]
+                moved = list(dict.fromkeys(moved + limited)) if limited else moved
         if kept is None or moved is None:
             params = {tp: self._params(tp, o, limits) for tp, o in batch.items()}
         else:
-            params = dict(kept[2])
+            params = dict(kept[3])
             size = self.config.partition_max_bytes
             for tp in moved:
-                params[tp] = (batch[tp], size, params[tp][2])
-        if not limits:
-            self._last[node] = (generation, dict(batch), params)
-        return params, ((kept[2], moved) if kept is not None and moved is not None else None)
+                params[tp] = (batch[tp], limits.get(tp, size), params[tp][2])
+        self._last[node] = (generation, dict(batch), dict(limits), params)
+        return params, ((kept[3], moved) if kept is not None and moved is not None else None)
 
     def _ids_of(self, batch: Mapping[TopicPartition, int]) -> dict[str, uuid.UUID | None]:
         return {t: self.cluster.topic_id(t) for t in set(map(_topic, batch))}
@@ -241,7 +249,8 @@ class RawFetcher:
         return await conn.request(ApiKey.FETCH, version, body, decode_fetch_response, timeout)
 
     def _results(
-        self, resp: FetchResponse, ids: Mapping[str, uuid.UUID | None], batch: Mapping[TopicPartition, int]
+        self, resp: FetchResponse, ids: Mapping[str, uuid.UUID | None], batch: Mapping[TopicPartition, int],
+        limits: Mapping[TopicPartition, int],
     ) -> dict[TopicPartition, FetchedPartition]:
         read_committed = self.config.isolation_level == READ_COMMITTED
         name_of = topic_namer(ids)
@@ -251,7 +260,7 @@ class RawFetcher:
             if name is None:
                 continue
             tp = TopicPartition(name, p.partition)
-            if tp in batch:
+            if tp in batch and (not limits or limits.get(tp) != 0):  # a partition at 0 is not read
                 try:
                     fetched = process_partition(tp, batch[tp], p, read_committed)
                 except CorruptBatchError as exc:

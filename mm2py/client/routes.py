@@ -10,6 +10,7 @@ are grouped with one dict copy instead of one lookup each.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from operator import is_
 from typing import TypeVar
 
 from mm2py.protocol.types import TopicPartition
@@ -30,6 +31,10 @@ class LeaderRoutes:
         self._routes: dict[TopicPartition, int] = {}
         #: the distinct leaders in :attr:`_routes`
         self._leaders: set[int] = set()
+        #: by number of partitions, the last request's partitions (in order) found routed to the
+        #: one leader: a request naming the same ones again, as the same objects, is grouped
+        #: without hashing them (a fetch session's thousands, between other requests' few)
+        self._seen: dict[int, list[TopicPartition]] = {}
 
     def group(
         self, items: Mapping[TopicPartition, X], generation: int
@@ -38,9 +43,13 @@ class LeaderRoutes:
         if generation != self.generation:
             self._routes.clear()
             self._leaders.clear()
+            self._seen.clear()
             self.generation = generation
         routes = self._routes
         keys = items.keys()
+        seen = self._seen.get(len(items))
+        if seen is not None and len(self._leaders) == 1 and all(map(is_, keys, seen)):
+            return {next(iter(self._leaders)): dict(items)}, []
         if not keys <= routes.keys():
             for tp in keys - routes.keys():
                 leader = self._leader_of(tp)
@@ -48,9 +57,9 @@ class LeaderRoutes:
                     routes[tp] = leader
                     self._leaders.add(leader)
             if len(self._leaders) == 1 and keys <= routes.keys():
-                return {next(iter(self._leaders)): dict(items)}, []
+                return self._one_leader(items)
         elif len(self._leaders) == 1:
-            return {next(iter(self._leaders)): dict(items)}, []
+            return self._one_leader(items)
         groups: dict[int, dict[TopicPartition, X]] = {}
         leaderless: list[TopicPartition] = []
         for tp, x in items.items():
@@ -60,3 +69,10 @@ class LeaderRoutes:
             else:
                 groups.setdefault(leader, {})[tp] = x
         return groups, leaderless
+
+    def _one_leader(self, items: Mapping[TopicPartition, X]) -> tuple[dict[int, dict[TopicPartition, X]],
+                                                                     list[TopicPartition]]:
+        if len(self._seen) >= 8:  # a few request shapes recur; others come and go
+            self._seen.clear()
+        self._seen[len(items)] = list(items)
+        return {next(iter(self._leaders)): dict(items)}, []

@@ -54,7 +54,7 @@ class Outgoing:
 
 def prepare(batches: Sequence[RecordBatch], settings: CoalesceSettings | None) -> list[Outgoing]:
     """The batches to produce for one partition's ``batches`` (CRC-verified by the fetcher)."""
-    if settings is not None and settings.enabled:
+    if settings is not None and settings.enabled and len(batches) > 1:  # one batch: nothing to merge
         groups = [
             (c.batch, c.first_offset, c.last_offset, c.sources)
             for c in coalesce(batches, max_bytes=settings.max_bytes, threshold=settings.threshold,

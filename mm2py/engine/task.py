@@ -1,12 +1,9 @@
 """A mirror task: the runtime-agnostic pipeline fetch → produce → offset syncs → progress.
 
-A task's work is plain data (:class:`TaskSpec`, picklable) so that any runtime can run it: the
-in-process runtime keeps tasks alive as asyncio coroutines (a flow's tasks sharing one fetch session
-per source broker and their Produce requests, ``mm2py/connectors/mirror_task.FlowClients``); the Spark
-runtime runs each task as leases on executors (:meth:`TaskRunner.run`), or as bounded rounds
-(:meth:`TaskRunner.run_until`) with ``--spark-mode rounds``. The concrete source and sink (raw
-fetch / raw produce) come from ``mm2py/connectors/`` through the :class:`BatchSource` and
-:class:`BatchSink` protocols.
+A task's work is plain data (:class:`TaskSpec`, picklable) so that any runtime can run it, for
+good (:meth:`TaskRunner.run`) or up to given offsets (:meth:`TaskRunner.run_until`); how each
+runtime does is in ``docs/architecture.md``. The concrete source and sink (raw fetch / raw
+produce) come from ``mm2py/connectors/`` through the :class:`BatchSource` and :class:`BatchSink`.
 
 Invariants kept here:
 - per partition, batches are handed to the sink in source order, and the sink appends them in that
@@ -49,6 +46,9 @@ from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 
 log = logging.getLogger(__name__)
+
+#: a fetch under way (the loop's prefetch)
+Fetch = asyncio.Task[dict[TopicPartition, Polled]]
 
 
 class TaskRunner:
@@ -212,18 +212,14 @@ class TaskRunner:
         return self.positions()
 
     async def _loop(self, stop: asyncio.Event, until: dict[TopicPartition, int] | None) -> None:
-        prefetch: asyncio.Task[dict[TopicPartition, Polled]] | None = None
+        prefetch: Fetch | None = None
         puts = PutQueue(self.sink, self._settle)
         wakeup = Wakeup(stop)
         try:
             while not stop.is_set():
                 if puts and self._pending_assignment is not None and self._start_retry.due():
-                    ok = await puts.settle_all()  # the new owner starts from settled positions
-                    if not ok:
-                        self._rewind()
-                        await cancel_fetch(prefetch)
-                        prefetch = None
-                        await sleep_or_stop(stop, self.retry_backoff)
+                    if not await puts.settle_all():  # the new owner starts from settled positions
+                        prefetch = await self._recover(prefetch, stop)
                     continue
                 try:
                     await self._apply_assignment()
@@ -246,10 +242,7 @@ class TaskRunner:
                     break  # stopped
                 if not puts.settle_ready():
                     await puts.settle_all()  # the failed partitions' later batches failed too
-                    self._rewind()
-                    await cancel_fetch(prefetch)
-                    prefetch = None
-                    await sleep_or_stop(stop, self.retry_backoff)
+                    prefetch = await self._recover(prefetch, stop)
                     continue
                 if prefetch is not None and prefetch.done():
                     polled = prefetch.result()
@@ -272,7 +265,7 @@ class TaskRunner:
 
     async def _fetch_ahead(
         self, until: dict[TopicPartition, int] | None, puts: int
-    ) -> asyncio.Task[dict[TopicPartition, Polled]] | None:
+    ) -> Fetch | None:
         """The next fetch, sent now (``puts``: the puts there will be once this round's is
         submitted): the source broker reads and sends it while this round's batches are prepared
         (coalescing and compression run on this thread). None if the pipeline is full or nothing
@@ -333,6 +326,13 @@ class TaskRunner:
                 self._fetch_pos[tp] = p.next_offset
         return work
 
+    async def _recover(self, prefetch: Fetch | None, stop: asyncio.Event) -> Fetch | None:
+        """A put failed and all are settled: rewind, drop the fetch under way, back off."""
+        self._rewind()
+        await cancel_fetch(prefetch)
+        await sleep_or_stop(stop, self.retry_backoff)
+        return None
+
     def _rewind(self) -> None:
         """After a failed put (and every later one) was settled, the target holding exactly what
         was acknowledged: fetch again from there, and let the sink produce the failed partitions."""
@@ -381,9 +381,10 @@ class TaskRunner:
         return ok
 
     async def _commit(self, force: bool) -> None:
-        """Periodic (``force=False``): in the background when due. Forced: now; raises if it failed."""
-        snapshot = self.committed_positions  # called on the event loop, when the commit starts
-        await (self.committer.now(snapshot) if force else self.committer.maybe(snapshot))
+        if force:  # now, every partition (snapshotted on the event loop); raises if it failed
+            await self.committer.now(self.committed_positions)
+        else:  # in the background when due: what moved since the last periodic commit
+            await self.committer.maybe(self._acked, self._target_next, self._positions)
 
     def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Position]:
         """A snapshot of what to commit, taken on the event loop (built at C speed: thousands)."""

@@ -175,7 +175,9 @@ class ProgressKeeper(Protocol):
 
     def load(self) -> dict[TopicPartition, Position]: ...
 
-    def commit(self, positions: Mapping[TopicPartition, Position]) -> None: ...
+    def commit(self, positions: Mapping[TopicPartition, Position]) -> None:
+        """Persist ``positions``: every partition (a forced commit) or those that moved since the
+        last periodic one; partitions left out keep what was persisted for them."""
 
     def send_syncs(self, syncs: Sequence[OffsetSync]) -> None: ...
 

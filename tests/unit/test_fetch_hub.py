@@ -48,9 +48,16 @@ class Fetcher:
         self.stall: set[int] = set()
         self.corrupt: TopicPartition | None = None
 
-    async def fetch(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, FetchedPartition]:
+    async def fetch(self, positions: Mapping[TopicPartition, int],
+                    partition_max_bytes: Mapping[TopicPartition, int] | None = None,
+                    ) -> dict[TopicPartition, FetchedPartition]:
+        """``requests``: the partitions each request reads (those limited to 0 bytes are named
+        but not read, as a broker does: none of their batches comes back)."""
+        named = positions
+        limits = partition_max_bytes or {}
+        positions = {tp: o for tp, o in named.items() if limits.get(tp) != 0}
         self.requests.append(dict(positions))
-        if {LEADERS[tp] for tp in positions} & self.stall:
+        if {LEADERS[tp] for tp in named} & self.stall:
             await asyncio.Event().wait()
         if self.corrupt in positions:
             exc = CorruptBatchError("bad crc")
@@ -117,7 +124,6 @@ def test_a_member_that_stops_asking_holds_one_result_then_nothing_is_fetched_for
         hub = hub_of(f)
         t1, t2 = hub.member("t1", 100), hub.member("t2", 1 << 20)
         t1.asked = {A0: 0}
-        t1.fetchable = {A0: 0}
         hub.owners[A0] = t1
         got = await t2.poll({B0: 0}, 1.0)  # t1 does not ask, yet its partition is fetched with t2's
         assert B0 in got and A0 in t1.inbox and t1.full

@@ -53,3 +53,26 @@ def test_one_leader_for_all_yet_a_request_with_a_partition_it_does_not_lead() ->
     assert routes.group({_tp(0): 0, _tp(1): 1}, generation=1) == ({1: {_tp(0): 0, _tp(1): 1}}, [])
     groups, leaderless = routes.group({_tp(0): 0, _tp(0, "u"): 7}, generation=1)
     assert groups == {1: {_tp(0): 0}} and leaderless == [_tp(0, "u")]
+
+
+def test_the_same_partitions_again_are_grouped_without_a_lookup_until_the_metadata_changes() -> None:
+    leaders: dict[TopicPartition, int | None] = {_tp(p): 1 for p in range(3)}
+    asked: list[TopicPartition] = []
+
+    def leader_of(tp: TopicPartition) -> int | None:
+        asked.append(tp)
+        return leaders[tp]
+
+    routes = LeaderRoutes(leader_of)
+    items = {_tp(p): p for p in range(3)}
+    assert routes.group(items, generation=1) == ({1: items}, [])
+    routes._routes.clear()  # were the routes read again, each partition would be looked up again
+    assert routes.group({tp: 7 for tp in items}, generation=1) == ({1: dict.fromkeys(items, 7)}, [])
+    assert len(asked) == 3
+    # equal partitions that are other objects are looked up as before
+    assert routes.group({_tp(0): 1, _tp(1): 1, _tp(2): 1}, generation=1) == ({1: dict.fromkeys(items, 1)}, [])
+    assert len(asked) == 6
+    # a new generation: partition 2 lost its leader, and the same request says so
+    leaders[_tp(2)] = None
+    groups, leaderless = routes.group(items, generation=2)
+    assert groups == {1: {_tp(0): 0, _tp(1): 1}} and leaderless == [_tp(2)]
