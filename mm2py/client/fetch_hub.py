@@ -35,7 +35,6 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from operator import is_
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.errors import ClientError
@@ -116,8 +115,8 @@ class HubMember:
         owners = hub.owners
         asked = self.asked
         # the same partitions as last time, in the same order, as the same objects (a task's
-        # positions are copies of one dict): checked without hashing them; else as sets
-        moved = not (len(positions) == len(asked) and all(map(is_, positions, asked))) and (
+        # positions are copies of one dict): a list comparison, without hashing them; else as sets
+        moved = not (len(positions) == len(asked) and list(positions) == list(asked)) and (
             positions.keys() != asked.keys())
         if moved:
             for tp in self.asked.keys() - positions.keys():

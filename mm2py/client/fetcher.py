@@ -31,7 +31,7 @@ import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from operator import is_, itemgetter
+from operator import itemgetter
 
 from mm2py.client.cluster import ClusterClient, topic_namer
 from mm2py.client.connection import BrokerConnection
@@ -209,8 +209,8 @@ class RawFetcher:
         same partitions in the same order under the same metadata (checked without hashing them)."""
         kept = self._ids.get(node)
         generation = self.cluster.generation
-        if (kept is not None and kept[0] == generation and len(kept[1]) == len(batch)
-                and all(map(is_, batch, kept[1]))):
+        if kept is not None and kept[0] == generation and len(kept[1]) == len(batch) and (
+                list(batch) == kept[1]):
             return kept[2]
         ids = self._ids_of(batch)
         self._ids[node] = (generation, list(batch), ids)

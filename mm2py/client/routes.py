@@ -10,7 +10,6 @@ are grouped with one dict copy instead of one lookup each.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from operator import is_
 from typing import TypeVar
 
 from mm2py.protocol.types import TopicPartition
@@ -32,8 +31,8 @@ class LeaderRoutes:
         #: the distinct leaders in :attr:`_routes`
         self._leaders: set[int] = set()
         #: by number of partitions, the last request's partitions (in order) found routed to the
-        #: one leader: a request naming the same ones again, as the same objects, is grouped
-        #: without hashing them (a fetch session's thousands, between other requests' few)
+        #: one leader: a request naming the same ones again is grouped without hashing them (a
+        #: list comparison; a fetch session's thousands, between other requests' few)
         self._seen: dict[int, list[TopicPartition]] = {}
 
     def group(
@@ -48,7 +47,7 @@ class LeaderRoutes:
         routes = self._routes
         keys = items.keys()
         seen = self._seen.get(len(items))
-        if seen is not None and len(self._leaders) == 1 and all(map(is_, keys, seen)):
+        if seen is not None and len(self._leaders) == 1 and list(keys) == seen:
             return {next(iter(self._leaders)): dict(items)}, []
         if not keys <= routes.keys():
             for tp in keys - routes.keys():

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import eq, ne
+from operator import is_not
 from typing import Any, TypeVar
 
 from mm2py.protocol.errors_codes import NONE
@@ -53,11 +53,14 @@ V = TypeVar("V", bound=Any)
 
 def changed_keys(new: Mapping[K, V], old: Mapping[K, V]) -> list[K] | None:
     """The keys whose values differ, when both mappings have the same keys in the same order
-    (``None`` otherwise). Compared at C speed, without a tuple per entry: a request of thousands
-    of partitions of which a few moved (dicts copied from one another keep their order)."""
-    if len(new) != len(old) or not all(map(eq, new, old)):
+    (``None`` otherwise). Compared at C speed: a request of thousands of partitions of which a few
+    moved. Dicts copied from one another keep their order, and their keys and unchanged values
+    are the same objects: a list comparison passes those without calling ``__eq__``, and only
+    values that are other objects are compared by value."""
+    if len(new) != len(old) or list(new) != list(old):
         return None
-    return list(compress(new, map(ne, new.values(), old.values())))
+    other = list(compress(new, map(is_not, new.values(), old.values())))
+    return [k for k in other if new[k] != old[k]] if other else other
 
 
 def next_epoch(epoch: int) -> int:

@@ -69,8 +69,10 @@ def test_the_same_partitions_again_are_grouped_without_a_lookup_until_the_metada
     routes._routes.clear()  # were the routes read again, each partition would be looked up again
     assert routes.group({tp: 7 for tp in items}, generation=1) == ({1: dict.fromkeys(items, 7)}, [])
     assert len(asked) == 3
-    # equal partitions that are other objects are looked up as before
-    assert routes.group({_tp(0): 1, _tp(1): 1, _tp(2): 1}, generation=1) == ({1: dict.fromkeys(items, 1)}, [])
+    # as many partitions, but others: looked up as before (and found leaderless here)
+    leaders[_tp(3)] = None
+    assert routes.group({_tp(0): 1, _tp(1): 1, _tp(3): 1}, generation=1) == ({1: {_tp(0): 1, _tp(1): 1}},
+                                                                           [_tp(3)])
     assert len(asked) == 6
     # a new generation: partition 2 lost its leader, and the same request says so
     leaders[_tp(2)] = None
