@@ -135,6 +135,8 @@ class HubMember:
                 self.taken.add(tp)
             else:  # STALE: the member moved meanwhile
                 del inbox[tp]
+        if not moved and hub.merged is not None:  # the same partitions: positions in place
+            hub.merged.update(positions)
         hub.changed(moved)
 
     def drop(self, tp: TopicPartition) -> None:
@@ -194,6 +196,9 @@ class FetchHub:
         #: bumped whenever a member's partitions change (not their positions); with the metadata
         #: generation it guards :attr:`_plan`
         self._version = 0
+        #: every member's partitions and positions, in member order (see :meth:`_fetchable`);
+        #: None when some member's partitions changed (built again for the next request)
+        self.merged: dict[TopicPartition, int] | None = None
         self._plan = _Leaders((-1, -1), {}, set(), False, None)
         #: one loop per source broker that leads a partition to fetch
         self._loops: dict[int, asyncio.Task[None]] = {}
@@ -221,6 +226,7 @@ class FetchHub:
         """A member's positions changed (``partitions``: which partitions it has, too)."""
         if partitions:
             self._version += 1
+            self.merged = None
         self._work.set()
         if not self._closed and (partitions or not self._loops
                                  or self._started_at != self.cluster.generation):
@@ -230,15 +236,17 @@ class FetchHub:
     def _fetchable(self) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
         """Every member's partitions and positions, in one order from round to round, and those
         not to read now (limited to 0 bytes): TAKEN ones, and all of a member that is full."""
-        out: dict[TopicPartition, int] = {}
+        if self.merged is None:  # a member's partitions changed: merged again (thousands, hashed)
+            self.merged = {}
+            for m in self.members:
+                self.merged.update(m.asked)
         limits: dict[TopicPartition, int] = {}
         for m in self.members:
-            out.update(m.asked)
             if m.full:
                 limits.update(dict.fromkeys(m.asked, 0))
             elif m.taken:
                 limits.update(dict.fromkeys(m.taken, 0))
-        return out, limits
+        return dict(self.merged), limits  # a copy: the request's positions as they were sent
 
     def _leaders(self) -> _Leaders:
         """Which broker leads each member's partition, worked out again only when the metadata or

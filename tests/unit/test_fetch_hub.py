@@ -183,3 +183,27 @@ def test_a_batch_that_stays_corrupt_fails_only_its_member() -> None:
         await hub.close()
 
     asyncio.run(main())
+
+
+def test_requests_follow_each_poll_positions_and_partitions() -> None:
+    """The hub keeps every member's positions merged between rounds; each request names the
+    positions of the members' last polls, and a partition dropped is no longer named."""
+    async def main() -> None:
+        f = Fetcher()
+        hub = hub_of(f)
+
+        def last_to_broker_1() -> dict[TopicPartition, int]:  # A0 and B0's leader
+            return [r for r in f.requests if r and LEADERS[next(iter(r))] == 1][-1]
+
+        t1, t2 = hub.member("t1", 1 << 20), hub.member("t2", 1 << 20)
+        await asyncio.gather(t1.poll({A0: 0, B0: 0}, 0.05), t2.poll({A1: 0}, 0.05))
+        await t1.poll({A0: 5, B0: 0}, 0.05)  # a position moved
+        assert last_to_broker_1().get(A0) == 5 and last_to_broker_1().get(B0) == 0
+        await t1.poll({A0: 6}, 0.05)  # a partition left
+        assert B0 not in last_to_broker_1() and last_to_broker_1().get(A0) == 6
+        f.data = {B0: {3: [batch(3)]}}
+        got = await t2.poll({A1: 0, B0: 3}, 1.0)  # and joined another member
+        assert got[B0].fetch_offset == 3 and last_to_broker_1().get(A0) == 6
+        await hub.close()
+
+    asyncio.run(main())
