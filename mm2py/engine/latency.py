@@ -106,7 +106,8 @@ def observe_fetch(times: MutableMapping[TopicPartition, PartitionTimes], tp: Top
     t = times.get(tp)
     if t is None:
         t = times[tp] = PartitionTimes()
-    counted = native.batch_ages(batches, now, LATENCY_BUCKETS) if type(batches) is list else None
+    counted = (native.batch_ages(batches, now, LATENCY_BUCKETS)
+               if type(batches) is list and len(batches) > 1 else None)  # one: observed as below
     if counted is not None:  # the compiled path: the same counts, without a Python step per batch
         t.age.add_counts(*counted)
     else:
