@@ -132,12 +132,14 @@ class Swap:
         return lost, duplicated
 
 
-def _caught_up(swap: Swap, peer: str) -> None:
-    """Run ``peer`` until the target holds the whole (stopped) source, then stop it cleanly."""
+def _caught_up(swap: Swap, peer: str, repeats: int = 0) -> None:
+    """Run ``peer`` until the target holds the whole (stopped) source and the ``repeats`` expected
+    to be mirrored twice (counting only the source would stop a peer that is still that many
+    records short, on a slow machine), then stop it cleanly."""
     ends = end_offsets(swap.east.bootstrap, swap.topic)
     cmd = _mm2(swap.cfg, swap.work) if peer == "mm2" else _mm2py(swap.cfg)
     with _running(cmd, swap.work / f"{peer}.out") as proc:
-        wait_until(lambda: total(swap.west.bootstrap, swap.remote) >= sum(ends.values()), 240, 0.5,
+        wait_until(lambda: total(swap.west.bootstrap, swap.remote) >= sum(ends.values()) + repeats, 240, 0.5,
                    f"{peer} catching up (see {swap.work})")
         _stop(proc, signal.SIGTERM)
 
@@ -212,7 +214,7 @@ def test_mm2py_killed_then_mm2_loses_nothing_and_repeats_only_what_followed_its_
         expected = sum(at_kill[p] - committed.get(p, 0) for p in range(PARTITIONS))
         swap.turn("mm2")
         produced = live.stop()
-    _caught_up(swap, "mm2")
+    _caught_up(swap, "mm2", repeats=expected)
     lost, duplicated = swap.check(produced)
     assert (lost, duplicated) == (0, expected)
     errors = [line for line in (tmp_path / "mm2.log").read_text().splitlines() if "] ERROR " in line]
