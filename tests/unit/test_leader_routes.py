@@ -10,6 +10,18 @@ def _tp(p: int, topic: str = "t") -> TopicPartition:
     return TopicPartition(topic, p)
 
 
+def _counted(leaders: dict[TopicPartition, int | None]) -> tuple[LeaderRoutes, list[TopicPartition]]:
+    """Routes over ``leaders`` (read when looked up, so a test may change them), and the list of
+    partitions looked up so far."""
+    asked: list[TopicPartition] = []
+
+    def leader_of(tp: TopicPartition) -> int | None:
+        asked.append(tp)
+        return leaders[tp]
+
+    return LeaderRoutes(leader_of), asked
+
+
 def test_partitions_are_grouped_by_leader_and_the_leaderless_named() -> None:
     leaders = {_tp(0): 1, _tp(1): 2, _tp(2): 1, _tp(3): None}
     routes = LeaderRoutes(leaders.get)
@@ -20,13 +32,7 @@ def test_partitions_are_grouped_by_leader_and_the_leaderless_named() -> None:
 
 def test_a_leader_is_looked_up_once_per_generation_and_again_after_a_metadata_change() -> None:
     leaders: dict[TopicPartition, int | None] = {_tp(p): 1 for p in range(3)}
-    asked: list[TopicPartition] = []
-
-    def leader_of(tp: TopicPartition) -> int | None:
-        asked.append(tp)
-        return leaders[tp]
-
-    routes = LeaderRoutes(leader_of)
+    routes, asked = _counted(leaders)
     items = {_tp(p): p for p in range(3)}
     assert routes.group(items, generation=1) == ({1: items}, [])
     assert routes.group({**items, _tp(0): 99}, generation=1) == ({1: {**items, _tp(0): 99}}, [])
@@ -57,13 +63,7 @@ def test_one_leader_for_all_yet_a_request_with_a_partition_it_does_not_lead() ->
 
 def test_the_same_partitions_again_are_grouped_without_a_lookup_until_the_metadata_changes() -> None:
     leaders: dict[TopicPartition, int | None] = {_tp(p): 1 for p in range(3)}
-    asked: list[TopicPartition] = []
-
-    def leader_of(tp: TopicPartition) -> int | None:
-        asked.append(tp)
-        return leaders[tp]
-
-    routes = LeaderRoutes(leader_of)
+    routes, asked = _counted(leaders)
     items = {_tp(p): p for p in range(3)}
     assert routes.group(items, generation=1) == ({1: items}, [])
     routes._routes.clear()  # were the routes read again, each partition would be looked up again
