@@ -1,0 +1,122 @@
+"""What the audit compares of a batch and of a record (pure).
+
+**Batches.** A batch mm2py mirrored as it came keeps everything but the fields the target broker
+needs rewritten (base offset, partition leader epoch, producer id, epoch and base sequence, the
+transactional bit) and the CRC that covers them. :func:`batch_print` is the rest: records count,
+last offset delta, both timestamps, the attribute bits the mirror keeps (codec, timestamp type,
+control, delete horizon) and a CRC-32C of the records section (the bytes after the 61-byte
+header). Two batches with the same print hold the same records with the same offsets deltas and
+timestamps, compared without decompressing anything.
+
+**Records.** Where batches were cropped, merged, rebuilt or written by another mirror (Apache
+MirrorMaker 2 batches records its own way), records are compared one by one: :func:`records_of`
+decompresses a batch and gives each record as ``(offset, timestamp, body)``, the body being the
+record's key, value and headers exactly as encoded (so equal bodies are equal keys, values and
+headers) and the timestamp the one a consumer sees (the batch's ``maxTimestamp`` for
+LogAppendTime). :func:`difference` says which of those differ.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from mm2py.protocol.errors import CorruptBatchError
+from mm2py.protocol.record_codec import read_varint, records_section, scan_raw_records
+from mm2py.protocol.records import (
+    ATTR_CODEC_MASK,
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    HEADER_SIZE,
+    RecordBatch,
+)
+
+__all__ = ["BatchPrint", "Rec", "batch_print", "difference", "records_of"]
+
+#: the attribute bits a mirrored batch keeps (the transactional bit is cleared by the mirror's
+#: producer, which is idempotent, not transactional)
+KEPT_ATTRIBUTES = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_CONTROL | ATTR_DELETE_HORIZON
+
+# indexes into RecordBatch.fields
+_ATTRS, _LAST_DELTA, _BASE_TS, _MAX_TS, _COUNT = 5, 6, 7, 8, 12
+
+#: (records count, last offset delta, base timestamp, max timestamp, kept attributes, CRC-32C of
+#: the records section)
+BatchPrint = tuple[int, int, int, int, int, int]
+
+
+def batch_print(batch: RecordBatch) -> BatchPrint:
+    """What the mirror leaves alone in ``batch`` (see the module docstring)."""
+    h = batch.fields
+    return (h[_COUNT], h[_LAST_DELTA], h[_BASE_TS], h[_MAX_TS], h[_ATTRS] & KEPT_ATTRIBUTES,
+            crc32c(batch.buf[HEADER_SIZE:]))
+
+
+class Rec(NamedTuple):
+    """One record as the audit compares it: ``(timestamp, body)`` is its content."""
+
+    offset: int
+    timestamp: int
+    #: key, value and headers as encoded in the batch
+    body: bytes
+
+
+def records_of(batch: RecordBatch) -> list[Rec]:
+    """Every record of ``batch``, decompressed, in stored order. Raises :class:`CorruptBatchError`."""
+    section = records_section(batch)
+    base, base_ts = batch.base_offset, batch.base_timestamp
+    log_append = batch.timestamp_type == 1
+    max_ts = batch.max_timestamp
+    return [Rec(base + off, max_ts if log_append else base_ts + ts, section[t0:t1])
+            for _attrs, ts, off, t0, t1 in scan_raw_records(section, batch.records_count)]
+
+
+Fields = tuple[bytes | None, bytes | None, tuple[tuple[bytes, bytes | None], ...]]
+
+
+def _field(body: bytes, p: int) -> tuple[bytes | None, int]:
+    n, p = read_varint(body, p)
+    if n < 0:
+        return None, p
+    return body[p:p + n], p + n
+
+
+def parse_body(body: bytes) -> Fields:
+    """(key, value, headers) of a record body (validated when it was read)."""
+    try:
+        key, p = _field(body, 0)
+        value, p = _field(body, p)
+        count, p = read_varint(body, p)
+        headers = []
+        for _ in range(count):
+            hkey, p = _field(body, p)
+            hval, p = _field(body, p)
+            headers.append((hkey or b"", hval))
+    except IndexError:
+        raise CorruptBatchError("record body is truncated") from None
+    return key, value, tuple(headers)
+
+
+def _shown(value: bytes | None, limit: int = 40) -> str:
+    if value is None:
+        return "null"
+    text = repr(value[:limit])
+    return text + (f"... ({len(value)} bytes)" if len(value) > limit else "")
+
+
+def difference(source: Rec, target: Rec) -> str:
+    """Which of key, value, headers and timestamp differ between two records, with both values."""
+    skey, svalue, sheaders = parse_body(source.body)
+    tkey, tvalue, theaders = parse_body(target.body)
+    parts = []
+    if skey != tkey:
+        parts.append(f"key {_shown(skey)} != {_shown(tkey)}")
+    if svalue != tvalue:
+        parts.append(f"value {_shown(svalue)} != {_shown(tvalue)}")
+    if sheaders != theaders:
+        parts.append(f"headers {list(sheaders)!r:.120} != {list(theaders)!r:.120}")
+    if source.timestamp != target.timestamp:
+        parts.append(f"timestamp {source.timestamp} != {target.timestamp}")
+    return "; ".join(parts) or "record bodies encoded differently"
