@@ -251,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mm2py.flow_offsets_cli import add_parser as add_flow_offsets_parser
 
     add_flow_offsets_parser(sub)
+    from mm2py.audit_cli import add_parser as add_audit_parser
+
+    add_audit_parser(sub)
     return parser
 
 

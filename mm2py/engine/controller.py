@@ -100,15 +100,7 @@ class Controller:
 
     def selects(self, topic: str) -> bool:
         """MM2's rule alone (:meth:`should_replicate` without the other flows of the pair)."""
-        policy = self.policy
-        heartbeats = policy.is_heartbeats_topic(topic)
-        if heartbeats and not self.replicate_heartbeats:
-            return False
-        if policy.is_internal_topic(topic) and not heartbeats:
-            return False
-        if not (self._filter.should_replicate(topic) or heartbeats):
-            return False
-        return not is_cycle(policy, topic, self.target_alias)
+        return mm2_selects(topic, self.policy, self._filter, self.target_alias, self.replicate_heartbeats)
 
     def refresh(self) -> Plan:
         """One discovery round (blocking admin calls)."""
@@ -175,6 +167,20 @@ class Controller:
     def assignment(self) -> dict[int, list[TopicPartition]]:
         with self._lock:
             return {k: list(v) for k, v in self._assignment.items()}
+
+
+def mm2_selects(topic: str, policy: ReplicationPolicy, topic_filter: TopicFilter, target_alias: str,
+                replicate_heartbeats: bool) -> bool:
+    """MM2's rule for a source topic: the filter allows it (heartbeats always, unless
+    ``replicate_heartbeats`` is false), it is not internal, and it is not a cycle."""
+    heartbeats = policy.is_heartbeats_topic(topic)
+    if heartbeats and not replicate_heartbeats:
+        return False
+    if policy.is_internal_topic(topic) and not heartbeats:
+        return False
+    if not (topic_filter.should_replicate(topic) or heartbeats):
+        return False
+    return not is_cycle(policy, topic, target_alias)
 
 
 def _unclaimed(_topic: str) -> str | None:

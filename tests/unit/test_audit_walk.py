@@ -173,3 +173,11 @@ def test_a_source_fed_from_before_its_start_is_cropped_to_it() -> None:
     target = mirrored([crop(source[0], 3), source[1]])
     w = walk(source, target, source_start=3)
     assert w.mismatch is None and w.verified == (OffsetRange(3, 20), OffsetRange(0, 17))
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_keys_and_values_read_alone_are_the_records(codec: Codec) -> None:
+    from mm2py.engine.audit.records import keys_and_values, parse_body, records_of
+
+    for b in batches(2, 30, codec=codec):
+        assert keys_and_values(b) == [parse_body(r.body)[:2] for r in records_of(b)]

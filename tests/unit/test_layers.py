@@ -26,6 +26,7 @@ LAYERS = {
     "mm2py.demo": 8,
     "mm2py.failover": 8,
     "mm2py.flow_offsets_cli": 8,
+    "mm2py.audit_cli": 8,
 }
 
 

@@ -33,7 +33,7 @@ from mm2py.protocol.records import (
     RecordBatch,
 )
 
-__all__ = ["BatchPrint", "Rec", "batch_print", "difference", "records_of"]
+__all__ = ["BatchPrint", "Rec", "batch_print", "difference", "keys_and_values", "records_of"]
 
 #: the attribute bits a mirrored batch keeps (the transactional bit is cleared by the mirror's
 #: producer, which is idempotent, not transactional)
@@ -71,6 +71,44 @@ def records_of(batch: RecordBatch) -> list[Rec]:
     max_ts = batch.max_timestamp
     return [Rec(base + off, max_ts if log_append else base_ts + ts, section[t0:t1])
             for _attrs, ts, off, t0, t1 in scan_raw_records(section, batch.records_count)]
+
+
+def _varint(data: bytes, p: int) -> tuple[int, int]:
+    b = data[p]
+    if b < 0x80:  # one byte: most lengths of small records
+        return (b >> 1) ^ -(b & 1), p + 1
+    return read_varint(data, p)
+
+
+def keys_and_values(batch: RecordBatch) -> list[tuple[bytes | None, bytes | None]]:
+    """The key and value of every record of ``batch`` (an internal topic's: offset syncs, stored
+    positions), read without the rest of each record. Raises :class:`CorruptBatchError`."""
+    data = records_section(batch)
+    out: list[tuple[bytes | None, bytes | None]] = []
+    pos, end = 0, len(data)
+    try:
+        for _ in range(batch.records_count):
+            length, p = _varint(data, pos)
+            stop = p + length
+            if length < 1 or stop > end:
+                raise CorruptBatchError(f"invalid record length {length} at byte {pos}")
+            p += 1  # attributes
+            while data[p] & 0x80:  # timestamp delta
+                p += 1
+            p += 1
+            while data[p] & 0x80:  # offset delta
+                p += 1
+            n, p = _varint(data, p + 1)
+            key = None if n < 0 else data[p:p + n]
+            n, p = _varint(data, p + max(n, 0))
+            value = None if n < 0 else data[p:p + n]
+            if p + max(n, 0) > stop:
+                raise CorruptBatchError(f"record at byte {pos} runs past its length")
+            out.append((key, value))
+            pos = stop
+    except IndexError:
+        raise CorruptBatchError("records section is truncated") from None
+    return out
 
 
 Fields = tuple[bytes | None, bytes | None, tuple[tuple[bytes, bytes | None], ...]]
