@@ -80,7 +80,8 @@ def _report(*outcomes: PartitionOutcome) -> AuditReport:
     parts = [partition_report(_pair(i), o) for i, o in enumerate(outcomes)]
     return AuditReport(flow="east->west", source="east", target="west",
                        verdict=AuditReport.verdict_of([p.status for p in parts]),
-                       started_at="2026-01-01T00:00:00+00:00", seconds=2.0, source_bytes=400_000_000,
+                       started_at="2026-01-01T00:00:00+00:00", seconds=2.5, compare_seconds=2.0,
+                       source_bytes=400_000_000,
                        target_bytes=400_000_000, source_mb_per_s=200.0,
                        anchors=AnchorsRead(offset_syncs=3, stored_positions=1, malformed_records=0),
                        notes=[], partitions=parts)
@@ -121,5 +122,6 @@ def test_the_report_names_the_first_mismatch_in_json_and_in_the_table() -> None:
     assert lines[1].split() == ["orders", "0", "agree", "0..99", "7..106", "batches", "-"]
     assert lines[2].split()[:6] == ["orders", "1", "mismatch", "0..39", "0..39", "records"]
     assert "extra: source 40, target 40" in lines[2]
-    assert lines[3].startswith("east->west: DISAGREE: 2 partitions (1 agree, 1 mismatch); 400.0 MB")
+    assert lines[3] == ("east->west: DISAGREE: 2 partitions (1 agree, 1 mismatch); 400.0 MB of source "
+                        "batches compared in 2.0 s (200 MB/s), 2.5 s in all")
     assert lines[4] == "  orders-1: target records the source does not hold"

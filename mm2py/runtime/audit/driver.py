@@ -28,8 +28,8 @@ from mm2py.runtime.audit.scope import Clients, Pair
 __all__ = ["Progress", "compare"]
 
 #: the most one fetch brings of one partition, and of all
-PARTITION_FETCH_BYTES = 8 << 20
-FETCH_BYTES = 48 << 20
+PARTITION_FETCH_BYTES = 4 << 20
+FETCH_BYTES = 32 << 20
 #: fetches in a row that bring a partition nothing (below its end) before it is given up on
 STUCK_FETCHES = 50
 
@@ -42,11 +42,13 @@ class Progress:
     done: int = 0
     source_bytes: int = 0
     target_bytes: int = 0
+    #: when the comparison started and (once it is over) ended, ``time.monotonic()``
     started: float = 0.0
+    ended: float | None = None
 
     @property
     def seconds(self) -> float:
-        return time.monotonic() - self.started
+        return (time.monotonic() if self.ended is None else self.ended) - self.started
 
 
 def _config(isolation: int) -> FetcherConfig:
@@ -71,6 +73,7 @@ async def compare(clients: Clients, audits: Mapping[Pair, PartitionAudit],
         for pair, audit in list(active.items()):
             walk = audit.walk
             assert walk is not None
+            had = walk.source.bytes_read, walk.target.bytes_read
             try:
                 _feed(audit, got_s, pair.source, walk.add_source, stuck, "source")
                 _feed(audit, got_t, pair.target, walk.add_target, stuck, "target")
@@ -78,17 +81,20 @@ async def compare(clients: Clients, audits: Mapping[Pair, PartitionAudit],
                     walk.step()
             except ProtocolError as exc:  # a batch that does not decode: the partition stops here
                 audit.fail(f"cannot read {pair.source} / {pair.target}: {exc}")
+            progress.source_bytes += walk.source.bytes_read - had[0]
+            progress.target_bytes += walk.target.bytes_read - had[1]
             if audit.done:
                 del active[pair]
                 progress.done += 1
-                progress.source_bytes += walk.source.bytes_read
-                progress.target_bytes += walk.target.bytes_read
         if not want_s and not want_t and active:
             for audit in active.values():  # nothing to fetch and not done: cannot happen
                 audit.fail("the comparison stopped without reaching an end")
             break
+        if not active:
+            progress.ended = time.monotonic()
         if on_progress is not None:
             on_progress(progress)
+    progress.ended = progress.ended or time.monotonic()
     return progress
 
 

@@ -103,10 +103,12 @@ class AuditReport(BaseModel):
     source: str
     target: str
     verdict: Verdict
-    #: when the audit started (UTC, ISO 8601) and how long it took
+    #: when the audit started (UTC, ISO 8601) and how long it took: in all, and comparing (after
+    #: the clusters were connected and the anchors read)
     started_at: str
     seconds: float
-    #: stored (compressed) batch bytes read from each side, and the source's per second
+    compare_seconds: float
+    #: stored (compressed) batch bytes read from each side, and the source's per compare second
     source_bytes: int
     target_bytes: int
     source_mb_per_s: float
@@ -128,6 +130,10 @@ class AuditReport(BaseModel):
                 for pair in sorted(audits, key=lambda p: (p.source.topic, p.source.partition))]
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _cell(r: Offsets | None) -> str:
     return "-" if r is None else str(r)
 
@@ -146,9 +152,10 @@ def table(report: AuditReport) -> str:
     for p in report.partitions:
         counts[p.status] = counts.get(p.status, 0) + 1
     tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    lines.append(f"{report.flow}: {report.verdict.upper()}: {len(report.partitions)} partitions "
-                 f"({tally or 'none'}); {report.source_bytes / 1e6:.1f} MB of source batches read in "
-                 f"{report.seconds:.1f} s ({report.source_mb_per_s:.0f} MB/s)")
+    lines.append(f"{report.flow}: {report.verdict.upper()}: {_plural(len(report.partitions), 'partition')} "
+                 f"({tally or 'none'}); {report.source_bytes / 1e6:.1f} MB of source batches compared in "
+                 f"{report.compare_seconds:.1f} s ({report.source_mb_per_s:.0f} MB/s), "
+                 f"{report.seconds:.1f} s in all")
     lines += [f"  {p.topic}-{p.partition}: {p.first_mismatch.detail}" for p in report.partitions
               if p.first_mismatch is not None]
     return "\n".join(lines)
