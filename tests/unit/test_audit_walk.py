@@ -176,8 +176,41 @@ def test_a_source_fed_from_before_its_start_is_cropped_to_it() -> None:
 
 
 @pytest.mark.parametrize("codec", list(Codec))
-def test_keys_and_values_read_alone_are_the_records(codec: Codec) -> None:
+def test_records_read_for_comparison_are_the_records(codec: Codec) -> None:
     from mm2py.engine.audit.records import keys_and_values, parse_body, records_of
+    from mm2py.protocol.record_codec import decode_records
 
-    for b in batches(2, 30, codec=codec):
-        assert keys_and_values(b) == [parse_body(r.body)[:2] for r in records_of(b)]
+    source = batches(2, 30, codec=codec, start=77)
+    recs = [record(i, delta=2 * i, ts_delta=-5 * i) for i in range(9)]  # gaps, timestamps going back
+    for b in [*source, RecordBatch(build_batch(recs, codec=codec, base_offset=9, base_timestamp=BASE_TS))]:
+        got = records_of(b)
+        want = decode_records(b)
+        assert got.offsets == [b.base_offset + r.offset_delta for r in want]
+        assert [ts for ts, _ in got.contents] == [b.base_timestamp + r.timestamp_delta for r in want]
+        fields = [parse_body(body) for _, body in got.contents]
+        assert fields == [(r.key, r.value, tuple((k.encode(), v) for k, v in r.headers)) for r in want]
+        assert keys_and_values(b) == [f[:2] for f in fields]
+
+
+def test_a_log_append_time_batch_s_records_carry_its_timestamp() -> None:
+    from mm2py.engine.audit.records import records_of
+
+    b = RecordBatch(build_batch([record(i, i, i) for i in range(3)], base_timestamp=BASE_TS,
+                                max_timestamp=BASE_TS + 500, timestamp_type=1))
+    assert [ts for ts, _ in records_of(b).contents] == [BASE_TS + 500] * 3
+
+
+def test_a_corrupt_records_section_is_refused() -> None:
+    from mm2py.engine.audit.records import records_of
+    from mm2py.protocol.errors import CorruptBatchError
+    from mm2py.protocol.record_codec import assemble_batch
+
+    good = batches(1, 3, codec=Codec.NONE)[0]
+    section = bytes(good.records_view)
+    for bad in (section[:-1], section + b"\x00", b"\x7f" + section[1:]):
+        batch = RecordBatch(assemble_batch(bad, records_count=3, attributes=0, last_offset_delta=2,
+                                           base_offset=0, base_timestamp=BASE_TS, max_timestamp=BASE_TS,
+                                           producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                           partition_leader_epoch=-1))
+        with pytest.raises(CorruptBatchError):
+            records_of(batch)

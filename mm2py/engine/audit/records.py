@@ -10,9 +10,9 @@ timestamps, compared without decompressing anything.
 
 **Records.** Where batches were cropped, merged, rebuilt or written by another mirror (Apache
 MirrorMaker 2 batches records its own way), records are compared one by one: :func:`records_of`
-decompresses a batch and gives each record as ``(offset, timestamp, body)``, the body being the
-record's key, value and headers exactly as encoded (so equal bodies are equal keys, values and
-headers) and the timestamp the one a consumer sees (the batch's ``maxTimestamp`` for
+decompresses a batch and gives each record's offset and content, ``(timestamp, body)``, the body
+being the record's key, value and headers exactly as encoded (so equal bodies are equal keys,
+values and headers) and the timestamp the one a consumer sees (the batch's ``maxTimestamp`` for
 LogAppendTime). :func:`difference` says which of those differ.
 """
 
@@ -23,7 +23,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from mm2py.protocol.errors import CorruptBatchError
-from mm2py.protocol.record_codec import read_varint, records_section, scan_raw_records
+from mm2py.protocol.record_codec import read_varint, records_section
 from mm2py.protocol.records import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
@@ -33,7 +33,7 @@ from mm2py.protocol.records import (
     RecordBatch,
 )
 
-__all__ = ["BatchPrint", "Rec", "batch_print", "difference", "keys_and_values", "records_of"]
+__all__ = ["BatchPrint", "Rec", "Records", "batch_print", "difference", "keys_and_values", "records_of"]
 
 #: the attribute bits a mirrored batch keeps (the transactional bit is cleared by the mirror's
 #: producer, which is idempotent, not transactional)
@@ -63,14 +63,67 @@ class Rec(NamedTuple):
     body: bytes
 
 
-def records_of(batch: RecordBatch) -> list[Rec]:
-    """Every record of ``batch``, decompressed, in stored order. Raises :class:`CorruptBatchError`."""
-    section = records_section(batch)
+class Records(NamedTuple):
+    """The records of a batch: their offsets and their contents, ``(timestamp, body)`` each (kept
+    apart, so that runs of records compare as two lists, in one step)."""
+
+    offsets: list[int]
+    contents: list[tuple[int, bytes]]
+
+    def rec(self, i: int) -> Rec:
+        ts, body = self.contents[i]
+        return Rec(self.offsets[i], ts, body)
+
+
+def _zigzag(data: bytes, p: int, limit: int) -> tuple[int, int]:
+    """A zigzag varint of at most ``limit`` bytes at ``p``: (value, next position)."""
+    b = data[p]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), p + 1
+    v, shift, q = b & 0x7F, 7, p + 1
+    while True:
+        b = data[q]
+        q += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (v >> 1) ^ -(v & 1), q
+        shift += 7
+        if q - p >= limit:
+            raise CorruptBatchError("varint too long")
+
+
+def records_of(batch: RecordBatch) -> Records:
+    """Every record of ``batch``, decompressed, in stored order; each record's body (key, value and
+    headers) is taken as it is, its structure unchecked (equal bodies are equal records; a body
+    that differs is read field by field by :func:`difference`). Raises :class:`CorruptBatchError`."""
+    data = records_section(batch)
     base, base_ts = batch.base_offset, batch.base_timestamp
-    log_append = batch.timestamp_type == 1
-    max_ts = batch.max_timestamp
-    return [Rec(base + off, max_ts if log_append else base_ts + ts, section[t0:t1])
-            for _attrs, ts, off, t0, t1 in scan_raw_records(section, batch.records_count)]
+    fixed_ts = batch.max_timestamp if batch.timestamp_type == 1 else None  # LogAppendTime
+    offsets: list[int] = []
+    contents: list[tuple[int, bytes]] = []
+    pos, end = 0, len(data)
+    try:
+        for _ in range(batch.records_count):
+            # each varint read in line when it is one byte long (the common case), else by _zigzag
+            b = data[pos]
+            length, p = ((b >> 1) ^ -(b & 1), pos + 1) if b < 0x80 else _zigzag(data, pos, 5)
+            stop = p + length
+            if length < 1 or stop > end:
+                raise CorruptBatchError(f"invalid record length {length} at byte {pos}")
+            b = data[p + 1]  # after the attributes byte
+            ts, p = ((b >> 1) ^ -(b & 1), p + 2) if b < 0x80 else _zigzag(data, p + 1, 10)
+            b = data[p]
+            off, p = ((b >> 1) ^ -(b & 1), p + 1) if b < 0x80 else _zigzag(data, p, 5)
+            if p > stop:
+                raise CorruptBatchError(f"record at byte {pos} is shorter than its header")
+            offsets.append(base + off)
+            contents.append((base_ts + ts if fixed_ts is None else fixed_ts, data[p:stop]))
+            pos = stop
+    except IndexError:
+        raise CorruptBatchError("records section is truncated") from None
+    if pos != end:
+        raise CorruptBatchError(f"{end - pos} bytes remain after the declared records")
+    return Records(offsets, contents)
 
 
 def _varint(data: bytes, p: int) -> tuple[int, int]:

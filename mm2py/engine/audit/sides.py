@@ -4,10 +4,11 @@ compared, read either a batch at a time or a record at a time (pure, used by
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Sequence
 
-from mm2py.engine.audit.records import Rec, records_of
+from mm2py.engine.audit.records import Rec, Records, records_of
 from mm2py.protocol.batch_edit import crop
 from mm2py.protocol.records import RecordBatch
 
@@ -24,7 +25,7 @@ class Side:
         self.fetch_next = start
         self._batches: deque[RecordBatch] = deque()
         #: the decoded records of batches read record by record, by their place in _batches
-        self._decoded: deque[list[Rec] | None] = deque()
+        self._decoded: deque[Records | None] = deque()
         #: the next record of the first batch when it is read record by record (None: its start)
         self._at: int | None = None
         self.buffered = 0  # bytes of _batches
@@ -83,30 +84,37 @@ class Side:
     def at_batch_start(self) -> bool:
         return self._at is None
 
-    def _records(self, i: int) -> list[Rec]:
+    def _records(self, i: int) -> Records:
         recs = self._decoded[i]
         if recs is None:
             recs = self._decoded[i] = records_of(self._batches[i])
         return recs
 
-    def peek(self) -> Rec | None:
-        """The next record below :attr:`end`; None when none is buffered."""
+    def head(self) -> tuple[Records, int, int] | None:
+        """The first batch's records, the index of the next one and the index past the last one
+        below :attr:`end` (more than the next: at least one is there); None when no record below
+        :attr:`end` is buffered."""
         while self._batches:
             recs = self._records(0)
             at = self._at or 0
-            if at < len(recs):
-                rec = recs[at]
-                return rec if rec.offset < self.end else None
+            if at < len(recs.offsets):
+                stop = bisect.bisect_left(recs.offsets, self.end, at)
+                return (recs, at, stop) if stop > at else None
             self.pop_batch()  # a batch without a record left (e.g. every record compacted away)
         return None
 
-    def advance(self) -> None:
-        """Past the record :meth:`peek` returned."""
-        at = (self._at or 0) + 1
-        if at >= len(self._records(0)):
+    def skip(self, n: int) -> None:
+        """Past the next ``n`` records of the first batch (at most those :meth:`head` gives)."""
+        at = (self._at or 0) + n
+        if at >= len(self._records(0).offsets):
             self.pop_batch()
         else:
             self._at = at
+
+    def peek(self) -> Rec | None:
+        """The next record below :attr:`end`; None when none is buffered."""
+        head = self.head()
+        return None if head is None else head[0].rec(head[1])
 
     def lookahead(self, n: int) -> list[Rec]:
         """Up to ``n`` records from the next one on (below :attr:`end`), without consuming them."""
@@ -114,13 +122,13 @@ class Side:
         start = self._at or 0
         for i in range(len(self._batches)):
             recs = self._records(i)
-            for rec in recs[start:] if i == 0 else recs:
-                if rec.offset >= self.end or len(out) >= n:
+            for j in range(start if i == 0 else 0, len(recs.offsets)):
+                if recs.offsets[j] >= self.end or len(out) >= n:
                     return out
-                out.append(rec)
+                out.append(recs.rec(j))
         return out
 
     @property
     def exhausted(self) -> bool:
         """Every record below :attr:`end` was compared."""
-        return self.fetched_all and self.peek() is None
+        return self.fetched_all and self.head() is None

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mm2py.engine.audit.outcome import CompareMode, Mismatch, MismatchKind, OffsetRange
-from mm2py.engine.audit.records import Rec, batch_print, difference
+from mm2py.engine.audit.records import Rec, Records, batch_print, difference
 from mm2py.engine.audit.sides import Side
 from mm2py.protocol.records import RecordBatch
 
@@ -96,25 +96,36 @@ class PartitionWalk:
                 return
             if src.at_batch_start and tgt.at_batch_start and self._batches():
                 continue
-            t = tgt.peek()
+            t = tgt.head()
             if t is None:
                 if tgt.fetched_all:
                     self.done = True  # the target's end: everything on it was compared
                 return
-            s = src.peek()
+            s = src.head()
             if s is None:
                 if src.fetched_all:
-                    self._found(MismatchKind.EXTRA, None, OffsetRange(t.offset, tgt.end),
+                    first = t[0].offsets[t[1]]
+                    self._found(MismatchKind.EXTRA, None, OffsetRange(first, tgt.end),
                                 "target records past the last source record")
                 return
-            if s.timestamp == t.timestamp and s.body == t.body:
-                self._matched(s.offset, t.offset)
-                src.advance()
-                tgt.advance()
-                self.records_compared += 1
-                self.mode = CompareMode.RECORDS
-            else:
+            if not self._records(s, t):
                 self._classifying = True
+
+    def _records(self, s: tuple[Records, int, int], t: tuple[Records, int, int]) -> bool:
+        """The next records of both first batches compared as far as both go (one list
+        comparison while they agree); False at the first that differs."""
+        (srecs, si, s_stop), (trecs, ti, t_stop) = s, t
+        n = min(s_stop - si, t_stop - ti)
+        a, b = srecs.contents[si:si + n], trecs.contents[ti:ti + n]
+        same = n if a == b else next(k for k in range(n) if a[k] != b[k])
+        if same:
+            self._matched(srecs.offsets[si], trecs.offsets[ti], srecs.offsets[si + same - 1],
+                          trecs.offsets[ti + same - 1])
+            self.source.skip(same)
+            self.target.skip(same)
+            self.records_compared += same
+            self.mode = CompareMode.RECORDS
+        return same == n
 
     def _batches(self) -> bool:
         """Both next batches compared whole; False when they cannot be (not buffered, or not equal)."""
@@ -127,12 +138,10 @@ class PartitionWalk:
         self.batches_identical += 1
         return True
 
-    def _matched(self, s_first: int, t_first: int, s_last: int | None = None,
-                 t_last: int | None = None) -> None:
+    def _matched(self, s_first: int, t_first: int, s_last: int, t_last: int) -> None:
         if self.source_first is None:
             self.source_first, self.target_first = s_first, t_first
-        self.source_next = (s_first if s_last is None else s_last) + 1
-        self.target_next = (t_first if t_last is None else t_last) + 1
+        self.source_next, self.target_next = s_last + 1, t_last + 1
 
     def _classify(self) -> None:
         """Decide what the first difference is, once enough records on both sides are buffered."""
