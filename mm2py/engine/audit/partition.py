@@ -81,8 +81,8 @@ class PartitionAudit:
         if out.mismatch is not None:
             out.status = PartitionStatus.MISMATCH
         elif walk.done and walk.source_next < e.source_end:
-            out.notes.append(f"source offsets {OffsetRange(walk.source_next, e.source_end)} are not on "
-                             "the target yet")
+            out.notes.append(f"source offsets {OffsetRange(walk.source_next, e.source_end)} come after the "
+                             "target's end: not mirrored yet (or no record a consumer sees)")
         return out
 
     def _deleted(self, out: PartitionOutcome, gaps_seen: bool) -> Mismatch | None:

@@ -30,7 +30,8 @@ __all__ = ["Progress", "compare"]
 #: the most one fetch brings of one partition, and of all
 PARTITION_FETCH_BYTES = 4 << 20
 FETCH_BYTES = 32 << 20
-#: fetches in a row that bring a partition nothing (below its end) before it is given up on
+#: fetches in a row that bring a partition nothing although the broker had room for it (below the
+#: end it had when the audit began) before the partition is given up on
 STUCK_FETCHES = 50
 
 
@@ -129,7 +130,9 @@ def _feed(audit: PartitionAudit, fetched: Mapping[TopicPartition, Fetched], tp: 
         audit.fail(f"{side} {tp} could not be read at the audit's position: {reason}")
         return
     add(f.batches, f.next_offset)
-    if f.batches or f.next_offset > f.fetch_offset:
+    if f.batches or f.next_offset > f.fetch_offset or f.starved or f.stalled:
+        # progress, or a partition the broker had no room for in this response (it comes first
+        # in a later one): not stuck
         stuck.pop(tp, None)
         return
     at, times = stuck.get(tp, (f.fetch_offset, 0))
