@@ -27,8 +27,8 @@ __all__ = ["Ends", "PartitionAudit"]
 
 @dataclass(frozen=True)
 class Ends:
-    """Log start and end offsets of both partitions when the audit began (ends exclusive; the
-    source's end as the mirror reads it: the last stable offset under read_committed)."""
+    """Log start and end offsets of both partitions when the audit began (ends exclusive, as the
+    mirror reads: the last stable offset under read_committed)."""
 
     source_start: int
     source_end: int

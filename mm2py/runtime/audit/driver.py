@@ -2,12 +2,12 @@
 :class:`~mm2py.engine.audit.PartitionAudit` until each reaches its conclusion.
 
 One :class:`~mm2py.client.fetcher.RawFetcher` per cluster; each round sends one Fetch per leader
-on each side at once, for the partitions whose walk wants more of that side (each walk holds at
-most a few MiB a side it has not compared yet), then lets every walk compare what arrived. The
-source is read with the flow's isolation level (``read_committed`` by default: aborted
-transactions and control batches are left out, as the mirror leaves them out), the target with
-``read_uncommitted`` (everything on it counts). Fetches do not wait on the broker: every partition
-is read only up to the end it had when the audit began.
+on each side at once, for the partitions whose walk wants more of that side (a walk is fetched for
+while it holds under 16 MiB of a side it has not compared), then every walk compares what arrived. The
+sides are read with the flow's isolation level (``read_committed`` by default: aborted
+transactions and control batches are left out of the source, as the mirror leaves them out, and of
+the target, where only another writer's transactions can put them). Fetches do not wait on the
+broker: every partition is read only up to the end it had when the audit began.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from mm2py.client.fetcher import FetchedPartition, FetcherConfig, RawFetcher
 from mm2py.engine.audit import PartitionAudit
-from mm2py.protocol.api_fetch import READ_UNCOMMITTED
 from mm2py.protocol.errors import CorruptBatchError, ProtocolError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -60,8 +59,9 @@ def _config(isolation: int) -> FetcherConfig:
 async def compare(clients: Clients, audits: Mapping[Pair, PartitionAudit],
                   on_progress: Callable[[Progress], None] | None = None) -> Progress:
     """Read and compare until every audit is done; returns the totals."""
-    source = RawFetcher(clients.source, _config(clients.settings.fetcher.isolation_level))
-    target = RawFetcher(clients.target, _config(READ_UNCOMMITTED))
+    isolation = clients.settings.fetcher.isolation_level
+    source = RawFetcher(clients.source, _config(isolation))
+    target = RawFetcher(clients.target, _config(isolation))
     progress = Progress(len(audits), started=time.monotonic())
     active = {p: a for p, a in audits.items() if not a.done}
     progress.done = len(audits) - len(active)

@@ -4,8 +4,8 @@ The clusters are read with mm2py's own raw client (batches as bytes, never decom
 way in). A cluster that does not answer within the flow's ``mm2py.unreachable.timeout.ms`` is a
 :class:`~mm2py.errors.ClusterUnreachableError` naming it. The partitions are those of the source
 topics the flow mirrors (MM2's rule: its topic filter, no internal topic, no cycle), narrowed by
-``--topics``; each is paired with its remote partition. Ends are read target first, then source
-(as the mirror reads it: up to the last stable offset under read_committed), so every record on
+``--topics``; each is paired with its remote partition. Ends are read target first, then source,
+both as the mirror reads (up to the last stable offset under read_committed), so every record on
 the target was mirrored from below the source end the audit works to.
 """
 
@@ -118,11 +118,11 @@ async def pairs_and_ends(
 async def _ends(clients: Clients, pairs: Sequence[Pair]) -> dict[Pair, Ends]:
     if not pairs:
         return {}
+    isolation = clients.settings.fetcher.isolation_level
     targets = [p.target for p in pairs]
     t_low = await clients.target.list_offsets(targets, EARLIEST)
-    t_high = await clients.target.list_offsets(targets, LATEST)
+    t_high = await clients.target.list_offsets(targets, LATEST, isolation_level=isolation)
     sources = [p.source for p in pairs]
     s_low = await clients.source.list_offsets(sources, EARLIEST)
-    s_high = await clients.source.list_offsets(
-        sources, LATEST, isolation_level=clients.settings.fetcher.isolation_level)
+    s_high = await clients.source.list_offsets(sources, LATEST, isolation_level=isolation)
     return {p: Ends(s_low[p.source], s_high[p.source], t_low[p.target], t_high[p.target]) for p in pairs}
