@@ -202,3 +202,4 @@ def test_a_target_mirrored_by_apache_mirrormaker_2_agrees_record_by_record(
         assert part["source_verified"] == part["target_verified"] == {"first": 0, "last": ends[p] - 1}
         assert part["records_compared"] == ends[p]
     assert report["anchors"]["offset_syncs"] >= 3  # MirrorMaker 2's own syncs
+    assert {part["anchor"]["kind"] for part in parts.values()} == {"offset sync"}

@@ -88,7 +88,7 @@ def _report(*outcomes: PartitionOutcome) -> AuditReport:
 
 
 AGREE = PartitionOutcome(PartitionStatus.AGREE, OffsetRange(0, 100), OffsetRange(7, 107),
-                         CompareMode.BATCHES, 3)
+                         CompareMode.BATCHES, 3, anchor=(0, 7, "stored position"))
 EXTRA = PartitionOutcome(PartitionStatus.MISMATCH, OffsetRange(0, 40), OffsetRange(0, 40),
                          CompareMode.RECORDS, mismatch=Mismatch(
                              MismatchKind.EXTRA, OffsetRange(40, 41), OffsetRange(40, 41),
@@ -113,6 +113,8 @@ def test_the_report_names_the_first_mismatch_in_json_and_in_the_table() -> None:
     assert first["status"] == "agree" and first["compared"] == "batches" and first["first_mismatch"] is None
     assert first["source_verified"] == {"first": 0, "last": 99}
     assert first["target_verified"] == {"first": 7, "last": 106}
+    assert first["anchor"] == {"source": 0, "target": 7, "kind": "stored position"}
+    assert second["anchor"] is None
     assert second["first_mismatch"] == {"kind": "extra", "source": {"first": 40, "last": 40},
                                         "target": {"first": 40, "last": 40},
                                         "detail": "target records the source does not hold"}

@@ -89,6 +89,7 @@ def test_a_partition_that_agrees_says_what_it_verified_and_what_it_did_not() -> 
     assert out.status is PartitionStatus.AGREE and out.mismatch is None
     assert (out.source, out.target) == (OffsetRange(0, 80), OffsetRange(5, 85))
     assert out.batches_identical == 8 and out.source_bytes > 0 and out.target_bytes > 0
+    assert out.anchor == (0, 5, "offset sync")
     assert any("target offsets 0..4 come before the first anchor" in n for n in out.notes)
     assert any("source offsets 80..99 come after the target's end" in n for n in out.notes)
 

@@ -84,6 +84,8 @@ class PartitionOutcome:
     source_bytes: int = 0
     target_bytes: int = 0
     mismatch: Mismatch | None = None
+    #: (source offset, target offset, what it came from) the walk started at; None: no anchor
+    anchor: tuple[int, int, str] | None = None
     #: what was not compared, and why (target records before the anchor, source records not
     #: mirrored yet, gaps that cannot be told apart from aborted transactions, ...)
     notes: list[str] = field(default_factory=list)

@@ -67,7 +67,7 @@ class PartitionAudit:
             walk.source.bytes_read, walk.target.bytes_read)
         assert self.anchor is not None
         a = self.anchor
-        out.notes.append(f"anchored at source offset {a.source} = target offset {a.target} ({a.kind})")
+        out.anchor = (a.source, a.target, str(a.kind))
         if a.target > e.target_start:
             out.notes.append(f"target offsets {OffsetRange(e.target_start, a.target)} come before the "
                              "first anchor still on both sides: not compared")

@@ -65,6 +65,15 @@ class MismatchReport(BaseModel):
         return f"{self.kind}: {', '.join(where)}"
 
 
+class AnchorReport(BaseModel):
+    """Where a partition's comparison started: this source offset's record at this target offset."""
+
+    source: int
+    target: int
+    #: an offset sync or a stored position
+    kind: str
+
+
 class PartitionReport(BaseModel):
     topic: str
     partition: int
@@ -79,6 +88,7 @@ class PartitionReport(BaseModel):
     source_bytes: int
     target_bytes: int
     first_mismatch: MismatchReport | None
+    anchor: AnchorReport | None
     notes: list[str]
 
 
@@ -89,7 +99,10 @@ def partition_report(pair: Pair, out: PartitionOutcome) -> PartitionReport:
         source_verified=Offsets.of(out.source), target_verified=Offsets.of(out.target),
         batches_identical=out.batches_identical, records_compared=out.records_compared,
         source_bytes=out.source_bytes, target_bytes=out.target_bytes,
-        first_mismatch=None if out.mismatch is None else MismatchReport.of(out.mismatch), notes=out.notes)
+        first_mismatch=None if out.mismatch is None else MismatchReport.of(out.mismatch),
+        anchor=None if out.anchor is None else AnchorReport(source=out.anchor[0], target=out.anchor[1],
+                                                            kind=out.anchor[2]),
+        notes=out.notes)
 
 
 class AnchorsRead(BaseModel):
