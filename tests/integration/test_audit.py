@@ -174,6 +174,7 @@ def test_records_deleted_ahead_of_a_paused_flow_are_named(
     assert part["status"] == "mismatch", part
     assert part["first_mismatch"]["kind"] == "source_deleted"
     assert part["first_mismatch"]["source"] == {"first": 5000, "last": 5999}
+    assert part["first_mismatch"]["target"] == {"first": 5000, "last": 5000}  # where the mirror went on
     assert part["source_verified"] == {"first": 6000, "last": 7999}
     assert part["target_verified"] == {"first": 5000, "last": 6999}
     assert "source offsets 5000..5999 (1000 offsets) were never mirrored" in table

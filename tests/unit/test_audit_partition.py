@@ -58,8 +58,8 @@ def test_a_run_of_syncs_keeps_its_ends_only() -> None:
 def test_syncs_say_which_source_offsets_below_the_log_start_were_never_mirrored() -> None:
     # mirrored 0..999 to 0..999, paused; the source deleted up to 1500; resumed there at target 1000
     syncs = [(u, u) for u in range(0, 1000, 100)] + [(1500, 1000), (1600, 1100)]
-    assert book(1500, 0, syncs).deleted() == [OffsetRange(1000, 1500)]
-    assert book(1200, 0, syncs).deleted() == [OffsetRange(1000, 1200)]  # the rest is still readable
+    assert book(1500, 0, syncs).deleted() == [(OffsetRange(1000, 1500), 1000)]
+    assert book(1200, 0, syncs).deleted() == [(OffsetRange(1000, 1200), 1000)]  # the rest is readable
     assert book(900, 0, syncs).deleted() == []
     # a stored position is no point of the linear mapping; a source offset synced again
     # (mirrored twice) is no loss
@@ -104,6 +104,7 @@ def test_records_deleted_before_they_were_mirrored_are_a_mismatch() -> None:
     assert out.status is PartitionStatus.MISMATCH and out.mismatch is not None
     assert out.mismatch.kind is MismatchKind.SOURCE_DELETED
     assert out.mismatch.source == OffsetRange(100, 150) and "100..149" in out.mismatch.detail
+    assert out.mismatch.target == OffsetRange(100, 101)
     assert (out.source, out.target) == (OffsetRange(150, 200), OffsetRange(100, 150))
 
 

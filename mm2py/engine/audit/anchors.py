@@ -116,15 +116,15 @@ class AnchorBook:
                     return Anchor(at - delta, at)
         return None
 
-    def deleted(self) -> list[OffsetRange]:
+    def deleted(self) -> list[tuple[OffsetRange, int]]:
         """The source ranges below the source's log start that consecutive offset syncs say were
-        never mirrored, lowest first."""
-        out: list[OffsetRange] = []
+        never mirrored, lowest first, each with the target offset the mirror went on at."""
+        out: list[tuple[OffsetRange, int]] = []
         for (at, a), (bt, b) in itertools.pairwise(self._chain):
             if b <= a:  # the same or an earlier source offset again: mirrored twice
                 continue
             hole = a + (bt - at)
             end = min(b, self.source_start)
             if hole < end:
-                out.append(OffsetRange(hole, end))
+                out.append((OffsetRange(hole, end), bt))
         return out

@@ -62,7 +62,7 @@ class Mismatch:
     #: the source record compared at that place), None when the source had nothing left
     source: OffsetRange | None
     #: the target offsets concerned (EXTRA: the records the source does not hold; DIFFERENT: the
-    #: record that differs; MISSING: the record found where the missing ones belonged)
+    #: record that differs; MISSING, SOURCE_DELETED: the record found where the lost ones belonged)
     target: OffsetRange | None
     detail: str
 

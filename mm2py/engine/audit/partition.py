@@ -40,7 +40,8 @@ class PartitionAudit:
     def __init__(self, ends: Ends, anchors: AnchorBook) -> None:
         self.ends = ends
         self.anchor = anchors.start()
-        #: source ranges the syncs say were never mirrored, below the source's log start
+        #: source ranges the syncs say were never mirrored, below the source's log start, each with
+        #: the target offset the mirror went on at
         self.deleted = anchors.deleted()
         self.walk: PartitionWalk | None = None
         if self.anchor is not None:
@@ -90,7 +91,8 @@ class PartitionAudit:
         the source skips offsets itself)."""
         if not self.deleted:
             return None
-        shown = ", ".join(str(r) for r in self.deleted[:5]) + (" ..." if len(self.deleted) > 5 else "")
+        ranges = [r for r, _ in self.deleted]
+        shown = ", ".join(str(r) for r in ranges[:5]) + (" ..." if len(ranges) > 5 else "")
         start = self.ends.source_start
         if gaps_seen:
             out.notes.append(f"source offsets {shown} were not mirrored and are no longer on the source "
@@ -98,13 +100,13 @@ class PartitionAudit:
                              "transactions, transaction markers or compaction), so they may have held "
                              "no record a consumer sees")
             return None
-        if len(self.deleted) > 1:
+        if len(ranges) > 1:
             out.notes.append(f"source ranges deleted before they were mirrored: {shown}")
-        first = self.deleted[0]
-        return Mismatch(MismatchKind.SOURCE_DELETED, first, None,
+        first, went_on = self.deleted[0]
+        return Mismatch(MismatchKind.SOURCE_DELETED, first, OffsetRange(went_on, went_on + 1),
                         f"source offsets {first} ({first.count} offsets) were never mirrored and are "
                         f"no longer on the source (its log starts at {start}): deleted before the "
-                        "mirror read them")
+                        f"mirror read them; the target goes on at offset {went_on}")
 
     def _unanchored(self) -> PartitionOutcome:
         e = self.ends
