@@ -12,7 +12,8 @@
     ├── StoreError             a Kafka-backed store refused a write (progress, group offsets)
     ├── TaskError              a mirror task cannot go on (source or sink side)
     ├── SteeringError          a run-time change names no flow, an existing flow, a conflicting cluster
-    └── FailoverError          a consumer-group move that cannot be carried out
+    ├── FailoverError          a consumer-group move that cannot be carried out
+    └── AuditError             ``mm2py audit`` cannot read the offset-syncs or progress topic
 
 Each family lives beside the code that raises it; this module holds the root and the families
 that more than one layer raises (configuration, security, reachability). It imports nothing.

@@ -12,7 +12,15 @@ import pytest
 from audit_batches import batches, end_of, mirrored
 
 from mm2py.client.fetched import FetchedPartition
-from mm2py.engine.audit import AnchorBook, Ends, MismatchKind, PartitionAudit, PartitionStatus
+from mm2py.engine.audit import (
+    Anchor,
+    AnchorBook,
+    Ends,
+    MismatchKind,
+    OffsetRange,
+    PartitionAudit,
+    PartitionStatus,
+)
 from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -109,3 +117,61 @@ def test_a_partition_the_broker_never_serves_is_given_up_on(monkeypatch: pytest.
     out = audit.outcome()
     assert out.status is PartitionStatus.ERROR and out.target is not None and out.target.end == 10
     assert f"{driver.STUCK_FETCHES} fetches at offset 10 brought nothing" in out.notes[-1]
+
+
+class FakeClient:
+    """A cluster of one-partition topics held in memory (metadata and list_offsets only)."""
+
+    def __init__(self, topics: dict[str, list[RecordBatch]]) -> None:
+        self.topics = topics
+
+    async def refresh_metadata(self, _topics: object) -> None:
+        return None
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return [0] if topic in self.topics else []
+
+    async def list_offsets(self, tps: list[TopicPartition], timestamp: int, **_: object) -> dict[
+            TopicPartition, int]:
+        from mm2py.client.cluster import EARLIEST
+
+        return {tp: 0 if timestamp == EARLIEST else end_of(self.topics[tp.topic]) for tp in tps}
+
+
+def _topic(records: list[tuple[bytes | None, bytes | None]]) -> list[RecordBatch]:
+    from mm2py.protocol.record_codec import Record, build_batch
+
+    """``records`` as batches of three, from offset 0."""
+    return [RecordBatch(build_batch([Record(d, 0, k, v) for d, (k, v) in enumerate(records[i:i + 3])],
+                                    base_offset=i, base_timestamp=0)) for i in range(0, len(records), 3)]
+
+
+def test_anchors_are_read_from_the_offset_syncs_and_progress_topics(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mm2py.config.models import MirrorMakerConfig
+    from mm2py.protocol.connect_offsets import encode_key, encode_value
+    from mm2py.protocol.mm2_records import OffsetSync
+    from mm2py.runtime.audit import reads
+    from mm2py.runtime.audit.scope import Clients
+
+    flow = MirrorMakerConfig.from_mapping({"clusters": {"east": "h:1", "west": "h:2"},
+                                           "flows": {"east->west": {}}}).flow("east", "west")
+    tp, other = TopicPartition("orders", 0), TopicPartition("orders", 1)
+    syncs = [OffsetSync(tp, 0, 0), OffsetSync(other, 5, 5), OffsetSync(tp, 100, 100),
+             OffsetSync(tp, 250, 200)]
+    source = FakeClient({"mm2-offset-syncs.west.internal": _topic(
+        [(s.key_bytes(), s.value_bytes()) for s in syncs] + [(b"junk", b"x")])})
+    target = FakeClient({"mm2-offsets.east.internal": _topic([
+        (encode_key("east", tp), encode_value(49, 50)),  # next 50 at target 50
+        (encode_key("east", tp), encode_value(299)),  # MM2's: no target offset
+        (encode_key("east", tp, "other-flow"), encode_value(9, 9)),  # another flow's
+        (encode_key("east", tp), None)])})  # forgotten
+    FakeFetcher.logs = {TopicPartition(t, 0): bs for c in (source, target) for t, bs in c.topics.items()}
+    FakeFetcher.starve, FakeFetcher.errors = {}, {}
+    monkeypatch.setattr(reads, "RawFetcher", FakeFetcher)
+    books = {tp: AnchorBook(220, 0)}  # the source's log starts at 220
+    clients: Any = Clients(flow, SimpleNamespace(), source, target)  # type: ignore[arg-type]
+    counts = asyncio.run(reads.read_anchors(clients, books))
+    assert (counts.syncs, counts.positions, counts.malformed) == (3, 1, 1)
+    assert books[tp].syncs == [(0, 0), (100, 100), (200, 250)]
+    assert books[tp].deleted() == [(OffsetRange(200, 220), 200)]
+    assert books[tp].start() == Anchor(200, 250)  # the position (50 -> 50) is below the log start

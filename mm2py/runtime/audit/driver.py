@@ -22,16 +22,13 @@ from mm2py.engine.audit import PartitionAudit
 from mm2py.protocol.errors import CorruptBatchError, ProtocolError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.audit.scope import Clients, Pair
+from mm2py.runtime.audit.scope import STUCK_FETCHES, Clients, Pair
 
 __all__ = ["Progress", "compare"]
 
 #: the most one fetch brings of one partition, and of all
 PARTITION_FETCH_BYTES = 4 << 20
 FETCH_BYTES = 32 << 20
-#: fetches in a row that bring a partition nothing although the broker had room for it (below the
-#: end it had when the audit began) before the partition is given up on
-STUCK_FETCHES = 50
 
 
 @dataclass

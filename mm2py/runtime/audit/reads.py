@@ -19,10 +19,9 @@ from mm2py.engine.audit.records import keys_and_values
 from mm2py.protocol.api_fetch import READ_COMMITTED
 from mm2py.protocol.connect_offsets import decode, progress_topic
 from mm2py.protocol.errors import ProtocolError
-from mm2py.protocol.errors_codes import BrokerError
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.audit.scope import Clients
+from mm2py.runtime.audit.scope import STUCK_FETCHES, AuditError, Clients
 
 __all__ = ["AnchorCounts", "read_anchors"]
 
@@ -57,18 +56,24 @@ async def topic_records(client: ClusterClient, topic: str) -> AsyncIterator[list
     high = await client.list_offsets(tps, LATEST, isolation_level=READ_COMMITTED)
     fetcher = RawFetcher(client, _FETCH)
     positions = {tp: low[tp] for tp in tps if low[tp] < high[tp]}
+    idle = dict.fromkeys(positions, 0)  # fetches in a row that moved a partition nowhere
     while positions:
         fetched = await fetcher.fetch(positions, sessions=False)
         for tp, f in fetched.items():
             if not f.ok:
-                raise BrokerError(f.error_code, f"reading {tp}")
+                raise AuditError(f"reading {topic} failed: {tp} at offset {f.fetch_offset}: {f.error_name}")
             out: list[KeyValue] = []
             for batch in f.batches:
                 out += keys_and_values(batch)
             yield out
+            moved = f.next_offset > positions[tp]
             positions[tp] = max(positions[tp], f.next_offset)
+            idle[tp] = 0 if moved or f.starved or f.stalled else idle[tp] + 1
             if positions[tp] >= high[tp]:
                 del positions[tp]
+            elif idle[tp] >= STUCK_FETCHES:
+                raise AuditError(f"reading {topic} failed: {STUCK_FETCHES} fetches of {tp} at offset "
+                                 f"{positions[tp]} brought nothing (its end is {high[tp]})")
 
 
 async def read_anchors(clients: Clients, books: Mapping[TopicPartition, AnchorBook]) -> AnchorCounts:

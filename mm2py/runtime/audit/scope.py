@@ -24,10 +24,18 @@ from mm2py.config.models import FlowConfig
 from mm2py.connectors.client_settings import RawClientSettings, raw_client_settings
 from mm2py.engine.audit import Ends
 from mm2py.engine.controller import mm2_selects
-from mm2py.errors import ClusterUnreachableError
+from mm2py.errors import ClusterUnreachableError, Mm2pyError
 from mm2py.protocol.types import TopicPartition
 
-__all__ = ["Clients", "Pair", "connected", "mirrored_topics", "pairs_and_ends"]
+__all__ = ["STUCK_FETCHES", "AuditError", "Clients", "Pair", "connected", "mirrored_topics", "pairs_and_ends"]
+
+#: fetches in a row that bring a partition nothing although the broker had room for it (below the
+#: end it had when the audit began) before it is given up on
+STUCK_FETCHES = 50
+
+
+class AuditError(Mm2pyError):
+    """The audit cannot read what it must to run at all (the offset-syncs or progress topic)."""
 
 
 @dataclass(frozen=True)
