@@ -127,3 +127,37 @@ def test_the_report_names_the_first_mismatch_in_json_and_in_the_table() -> None:
     assert lines[3] == ("east->west: DISAGREE: 2 partitions (1 agree, 1 mismatch); 400.0 MB of source "
                         "batches compared in 2.0 s (200 MB/s), 2.5 s in all")
     assert lines[4] == "  orders-1: target records the source does not hold"
+
+
+def test_progress_lines_on_stderr() -> None:
+    import io
+
+    from mm2py.audit_cli import ProgressLine
+    from mm2py.runtime.audit import Progress
+
+    out = io.StringIO()
+    line = ProgressLine(out, "east->west")
+    line(Progress(4, 1, 50_000_000, 49_000_000, started=0.0))
+    line(Progress(4, 2, 60_000_000, 59_000_000, started=0.0))  # within 5 s of the last: not shown
+    line(Progress(4, 4, 80_000_000, 79_000_000, started=0.0, ended=1.0))  # the last one always is
+    lines = out.getvalue().splitlines()
+    assert lines == ["audit east->west: 1/4 partitions done, 50.0 MB source / 49.0 MB target read, "
+                     + lines[0].rsplit(", ", 1)[1],
+                     "audit east->west: 4/4 partitions done, 80.0 MB source / 79.0 MB target read, 80 MB/s"]
+
+
+def test_the_flow_to_audit() -> None:
+    from mm2py.audit_cli import pick_flow
+    from mm2py.config.errors import ConfigError
+    from mm2py.config.models import MirrorMakerConfig
+
+    config = MirrorMakerConfig.from_mapping({"clusters": {"east": "h:1", "west": "h:2", "south": "h:3"},
+                                             "flows": {"east->west": {}}})
+    assert pick_flow(config, None, None).name == "east->west"
+    assert pick_flow(config, "west -> south", None).name == "west->south"  # not enabled: audited all the same
+    named = pick_flow(config, "east->west", "fast-lane")
+    assert named.name == "fast-lane" and named.connector_name == "fast-lane"
+    two = MirrorMakerConfig.from_mapping({"clusters": {"east": "h:1", "west": "h:2"},
+                                          "flows": {"east->west": {}, "west->east": {}}})
+    with pytest.raises(ConfigError, match="enabled flows: east->west, west->east"):
+        pick_flow(two, None, None)
