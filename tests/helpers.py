@@ -407,9 +407,9 @@ class BackgroundWorker:
 
 
 def read_syncs(bootstrap: str, topic: str) -> list[Any]:
+    """Every OffsetSync record of an offset-syncs topic (MM2 binary format)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("syncs"),
                   "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    """Every OffsetSync record of an offset-syncs topic (MM2 binary format)."""
     from mm2py.protocol.mm2_records import OffsetSync
 
     out = []

@@ -9,23 +9,19 @@ order per partition across every hand-over.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from helpers import create_topic, end_offsets, placed_records, read_all, total, unique, wait_until
 from live import LiveProducer
+from mm2_process import mm2_command, mm2_properties, running, stop_process
 
-from mm2py.kafka_local import KafkaCluster, resolve_jars
-from mm2py.kafka_local.jars import QUICK_JVM, java_executable
-from mm2py.kafka_local.layout import LOG4J2
+from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.connect_offsets import decode, progress_topic
 from mm2py.protocol.partitioner import partition_for_key
 from mm2py.stores.admin import ClusterAdmin
@@ -34,60 +30,6 @@ pytestmark = pytest.mark.timeout(600)
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
-
-
-def _properties(path: Path, src: str, dst: str, east: str, west: str, topic: str, **extra: object) -> Path:
-    """An mm2.properties as an MM2 user writes it: MM2's own worker keys included."""
-    path.write_text("\n".join(f"{k} = {v}" for k, v in {
-        "clusters": f"{src}, {dst}",
-        f"{src}.bootstrap.servers": east,
-        f"{dst}.bootstrap.servers": west,
-        f"{src}->{dst}.enabled": "true",
-        f"{src}->{dst}.topics": topic,
-        f"{dst}->{src}.enabled": "false",
-        f"{dst}->{src}.emit.heartbeats.enabled": "false",
-        "tasks.max": 2,
-        "replication.factor": 1,
-        "offset.storage.replication.factor": 1,
-        "config.storage.replication.factor": 1,
-        "status.storage.replication.factor": 1,
-        "checkpoints.topic.replication.factor": 1,
-        "heartbeats.topic.replication.factor": 1,
-        "offset-syncs.topic.replication.factor": 1,
-        "sync.topic.acls.enabled": "false",
-        "emit.heartbeats.enabled": "false",
-        "emit.checkpoints.enabled": "false",
-        "scheduled.rebalance.max.delay.ms": 0,
-        **extra,
-    }.items()) + "\n")
-    return path
-
-
-@contextlib.contextmanager
-def _running(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=ROOT, start_new_session=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-
-
-def _stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    """SIGTERM (a clean stop: each commits its progress) or SIGKILL, and wait for the exit."""
-    proc.send_signal(sig)
-    proc.wait(90)
-
-
-def _mm2(cfg: Path, work: Path) -> list[str]:
-    log4j = work / "mm2-log4j2.properties"
-    log4j.write_text(LOG4J2.format(log=work / "mm2.log", level="INFO"))
-    return [java_executable(), "-Xms128m", "-Xmx512m", QUICK_JVM, f"-Dlog4j2.configurationFile={log4j}",
-            "-cp", f"{resolve_jars(profile='mirrormaker')}/*", "org.apache.kafka.connect.mirror.MirrorMaker",
-            str(cfg)]
 
 
 def _mm2py(cfg: Path) -> list[str]:
@@ -102,20 +44,20 @@ class Swap:
         self.src, self.dst = unique("a"), unique("b")
         self.topic = create_topic(east.bootstrap, unique("swap"), PARTITIONS)
         self.remote = f"{self.src}.{self.topic}"
-        self.cfg = _properties(work / "mm2.properties", self.src, self.dst, east.bootstrap, west.bootstrap,
+        self.cfg = mm2_properties(work / "mm2.properties", self.src, self.dst, east.bootstrap, west.bootstrap,
                                self.topic, **extra)
 
     def turn(self, peer: str, stop: signal.Signals = signal.SIGTERM, more: int = 300) -> None:
         """Run ``peer`` until it has mirrored ``more`` records past where the target stood, then stop it."""
         start = total(self.west.bootstrap, self.remote)
-        cmd = _mm2(self.cfg, self.work) if peer == "mm2" else _mm2py(self.cfg)
-        with _running(cmd, self.work / f"{peer}.out") as proc:
+        cmd = mm2_command(self.cfg, self.work) if peer == "mm2" else _mm2py(self.cfg)
+        with running(cmd, self.work / f"{peer}.out") as proc:
             def moved() -> bool:
                 assert proc.poll() is None, f"{peer} exited (see {self.work})"
                 return total(self.west.bootstrap, self.remote) >= start + more
 
             wait_until(moved, 240, 0.5, f"{peer} mirroring {more} more records (see {self.work})")
-            _stop(proc, stop)
+            stop_process(proc, stop)
 
     def check(self, produced: int) -> tuple[int, int]:
         """(lost, duplicated) once the last peer caught up; every partition in the source's order."""
@@ -137,11 +79,11 @@ def _caught_up(swap: Swap, peer: str, repeats: int = 0) -> None:
     to be mirrored twice (counting only the source would stop a peer that is still that many
     records short, on a slow machine), then stop it cleanly."""
     ends = end_offsets(swap.east.bootstrap, swap.topic)
-    cmd = _mm2(swap.cfg, swap.work) if peer == "mm2" else _mm2py(swap.cfg)
-    with _running(cmd, swap.work / f"{peer}.out") as proc:
+    cmd = mm2_command(swap.cfg, swap.work) if peer == "mm2" else _mm2py(swap.cfg)
+    with running(cmd, swap.work / f"{peer}.out") as proc:
         wait_until(lambda: total(swap.west.bootstrap, swap.remote) >= sum(ends.values()) + repeats, 240, 0.5,
                    f"{peer} catching up (see {swap.work})")
-        _stop(proc, signal.SIGTERM)
+        stop_process(proc, signal.SIGTERM)
 
 
 def _written_the_old_way(swap: Swap) -> int:
