@@ -3,7 +3,11 @@
 The checkpoint connector keeps its view of the offset-syncs, progress and checkpoints topics up to
 date with these: one consumer per topic, assigned (no group, nothing committed), positioned where
 the previous catch-up stopped, so a topic is read from the beginning once and never again; paused
-between catch-ups, so it sends no fetch requests while nobody reads.
+between catch-ups, so it sends no fetch requests while nobody reads. A catch-up with little to read
+takes a few milliseconds (the live group offset sync of a runtime without its tasks in the process
+catches up several times a second): the partitions' bounds in two requests per broker, asked after
+the resume (a request wakes librdkafka's broker thread, which otherwise sleeps up to a second before
+it fetches the resumed partitions) behind a fetch that waits at most 10 ms at the end of the topic.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ PlacedHandler = Callable[[int, int, bytes | None, bytes | None], None]
 #: moving): ask again
 _NO_LEADER_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                             KafkaError.UNKNOWN_TOPIC_OR_PART})
+#: ListOffsets' special timestamps: the log start and the end a reader of the client's isolation
+#: level reads to (the high watermark for read_uncommitted, the last stable offset for read_committed)
+_EARLIEST, _LATEST = -2, -1
 
 
 def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -> tuple[int, int]:
@@ -39,6 +46,29 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -
             if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def bounds(
+    consumer: Consumer, topic: str, partitions: list[int], timeout: float
+) -> dict[int, tuple[int, int]]:
+    """(low, end) offsets of ``partitions`` in two ListOffsets requests per leader instead of a round
+    trip per partition (asked again while a partition has no leader yet). A client fetching from a
+    broker sends these behind its fetch there: 25 partitions asked one by one, each behind a 50 ms
+    long poll, took 1.25 s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(0.1, deadline - time.monotonic())
+        try:
+            low, end = (consumer.offsets_for_times([CKTopicPartition(topic, p, at) for p in partitions], left)
+                        for at in (_EARLIEST, _LATEST))
+            err = next((x.error for x in [*low, *end] if x.error is not None), None)
+        except KafkaException as exc:
+            err = exc.args[0]
+        if err is None:
+            return {lo.partition: (lo.offset, hi.offset) for lo, hi in zip(low, end, strict=True)}
+        if err.code() not in _NO_LEADER_YET | {KafkaError._UNKNOWN_PARTITION} or time.monotonic() > deadline:
+            raise KafkaException(err)
+        time.sleep(0.05)
 
 
 class TopicTail:
@@ -67,7 +97,8 @@ class TopicTail:
             "isolation.level": "read_uncommitted",
             "auto.offset.reset": "earliest",
             # catching up is a short read to a known end: do not let the fetcher idle at the end
-            "fetch.wait.max.ms": 50,
+            # (a bounds request sent meanwhile waits behind it)
+            "fetch.wait.max.ms": 10,
             "fetch.error.backoff.ms": 50,
         }})
         self._next: dict[int, int] = {}  # partition -> next offset to read
@@ -97,11 +128,12 @@ class TopicTail:
             )
         parts = [CKTopicPartition(self.topic, p) for p in self._next]
         self._consumer.resume(parts)
+        ends = bounds(self._consumer, self.topic, list(self._next), timeout)
         try:
-            return self._read_to_end(deadline, timeout)
+            return self._read_to_end(ends, deadline, timeout)
         finally:
             # between catch-ups nothing is fetched: librdkafka would otherwise keep asking for the
-            # idle end of the topic every fetch.wait.max.ms (20 requests a second to each broker)
+            # idle end of the topic every fetch.wait.max.ms (100 requests a second to each broker)
             self._consumer.pause(parts)
 
     @property
@@ -109,18 +141,19 @@ class TopicTail:
         """Where the reading of each partition stopped (after a catch-up: its end then)."""
         return dict(self._next)
 
-    def _read_to_end(self, deadline: float, timeout: float) -> bool:
+    def _read_to_end(self, bounds: Mapping[int, tuple[int, int]], deadline: float, timeout: float) -> bool:
         ends: dict[int, int] = {}
-        for p in self._next:
-            low, high = watermarks(self._consumer, self.topic, p, max(0.1, deadline - time.monotonic()))
+        for p, (low, high) in bounds.items():
             self._next[p] = max(self._next[p], low)
             ends[p] = high
         while any(self._next[p] < ends[p] for p in ends):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"reading {self.topic} to its end timed out after {timeout:.0f}s")
-            # short waits: consume() holds out for a full batch of 1000 until its time-out
-            for msg in self._consumer.consume(1000, timeout=min(0.05, left)):
+            # poll() returns with the first record there; consume() with a time-out would hold out
+            # for a full batch of 1000 until it ran out, so it only takes what was fetched already
+            first = self._consumer.poll(min(0.05, left))
+            for msg in [] if first is None else [first, *self._consumer.consume(1000, 0)]:
                 err = msg.error()
                 p = msg.partition() or 0
                 if err is not None:
