@@ -146,6 +146,17 @@ class FlowSettings(BaseModel):
     #: as long after each further failure, up to ``mm2py.start.retry.backoff.max.ms``
     start_retry_backoff_ms: int = Field(5_000, alias="mm2py.start.retry.backoff.ms", ge=1)
     start_retry_backoff_max_ms: int = Field(60_000, alias="mm2py.start.retry.backoff.max.ms", ge=1)
+    #: with sync.group.offsets.enabled: each source group commit is checkpointed and synced to the
+    #: target as soon as it is mirrored (mm2py/connectors/live_sync.py), new groups at their first
+    #: commit; the interval settings stay upper bounds. false: only the periodic rounds, as MM2
+    sync_group_offsets_live: bool = Field(True, alias="mm2py.sync.group.offsets.live")
+    #: where the live sync learns of commits: ``auto`` follows the source's __consumer_offsets
+    #: (polling when the cluster refuses it), ``poll`` never reads that topic
+    sync_group_offsets_live_mode: Literal["auto", "poll"] = Field(
+        "auto", alias="mm2py.sync.group.offsets.live.mode")
+    #: polling: the groups' committed offsets are read this often (and the groups listed every ten)
+    sync_group_offsets_live_poll_ms: int = Field(500, alias="mm2py.sync.group.offsets.live.poll.ms",
+                                                 ge=10, le=60_000)
 
     @field_validator("topics", "topics_exclude", "groups", "groups_exclude",
                      "config_properties_exclude")  # fmt: skip

@@ -10,11 +10,15 @@ Like MirrorMaker 2's MirrorCheckpointConnector/Task, for a flow ``source->target
   target (compacted, one partition), naming the renamed target topic;
 * with ``sync.group.offsets.enabled``, every ``sync.group.offsets.interval.seconds`` commits the
   latest checkpoints to the same groups on the target — only groups without members there, and
-  never moving a partition's committed offset backwards.
+  never moving a partition's committed offset backwards;
+* with ``sync.group.offsets.enabled`` and ``mm2py.sync.group.offsets.live`` (the default), also
+  checkpoints and syncs each source commit as soon as the mirror has passed it, and a new group at
+  its first commit (:mod:`mm2py.connectors.live_sync`); the intervals above are upper bounds then.
 
 Its view of the offset syncs, of the mirror's committed progress and of earlier checkpoints is kept
 by following those topics (``TopicTail``): each is read from the start once, then incrementally.
-Errors (a cluster unreachable...) are logged and the work is retried at the next interval.
+Errors (a cluster unreachable...) are logged and the work is retried at the next interval. The jobs
+and the live steps take turns (one lock): the connector's state is touched by one at a time.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from confluent_kafka import Producer
 
 from mm2py.config.models import FlowConfig
 from mm2py.config.security import Side
+from mm2py.connectors.live_sync import LiveGroupSync
 from mm2py.engine.checkpoints import CheckpointLog, offsets_to_sync, translate_group
 from mm2py.engine.controller import Controller
 from mm2py.engine.latency import Histogram
+from mm2py.engine.live_groups import AcknowledgedView
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.scheduler import Job, Scheduler
 from mm2py.engine.task_api import TaskState
@@ -62,6 +68,8 @@ class CheckpointMetrics:
     #: per group: from reading its offsets on the source to its checkpoints acknowledged on the
     #: target (MM2's checkpoint-latency-ms, measured the same way)
     latency: dict[str, Histogram] = field(default_factory=dict)
+    #: live sync: a source commit (its coordinator's timestamp) to its offset committed on the target
+    sync_latency: Histogram = field(default_factory=Histogram)
 
 
 def mirror_rule(
@@ -80,7 +88,10 @@ class CheckpointConnector:
     def __init__(
         self, flow: FlowConfig, *,
         mirrored: Callable[[str], bool] | None = None, rename: Callable[[str], str] | None = None,
+        acknowledged: AcknowledgedView | None = None,
     ) -> None:
+        """``acknowledged``: what the flow's tasks in this process had acknowledged (in-process
+        runtime), for the live sync's translation without waiting for their progress commits."""
         self.flow = flow
         self.source_admin = ClusterAdmin.for_cluster(flow, "source")
         self.target_admin = ClusterAdmin.for_cluster(flow, "target")
@@ -111,6 +122,10 @@ class CheckpointConnector:
         self.metrics = CheckpointMetrics()
         self.state = TaskState.UNASSIGNED
         self._loaded = False
+        self.live: LiveGroupSync | None = None
+        if self.syncs_groups and flow.sync_group_offsets_live:
+            self.live = LiveGroupSync(self, acknowledged)
+        self._turns = asyncio.Lock()  # the jobs and the live steps, one at a time
 
     # -- configuration ---------------------------------------------------------------------------
     @staticmethod
@@ -119,12 +134,15 @@ class CheckpointConnector:
         return _emits(flow) or _syncs_groups(flow)
 
     @classmethod
-    def for_flow(cls, flow: FlowConfig, controller: Controller) -> CheckpointConnector | None:
+    def for_flow(
+        cls, flow: FlowConfig, controller: Controller, acknowledged: AcknowledgedView | None = None
+    ) -> CheckpointConnector | None:
         """The connector of a running flow, deciding what is mirrored as its controller does; None
         when the flow neither emits checkpoints nor syncs group offsets."""
         if not cls.wanted(flow):
             return None
-        return cls(flow, mirrored=controller.should_replicate, rename=controller.target_topic)
+        return cls(flow, mirrored=controller.should_replicate, rename=controller.target_topic,
+                   acknowledged=acknowledged)
 
     @property
     def emits(self) -> bool:
@@ -181,12 +199,24 @@ class CheckpointConnector:
         self.metrics.groups = len(groups)
         return groups
 
+    def add_group(self, group: str) -> None:
+        """A selected group seen committing before the group list names it (live sync)."""
+        if group not in self.groups:
+            self.groups = sorted([*self.groups, group])
+            self.metrics.groups = len(self.groups)
+            log.info("%s: new consumer group %s, checkpointing %d groups", self.flow.name, group,
+                     len(self.groups))
+
+    def catch_up_topics(self) -> bool:
+        """Read what was appended to the progress topic, then to the offset syncs (every sync below a
+        committed position was flushed before it was committed); False with no offset syncs yet."""
+        timeout = self.source_admin.timeout
+        self._progress_tail.catch_up(timeout)
+        return self._syncs_tail.catch_up(timeout)
+
     def checkpoint_round(self, write: bool = True) -> list[Checkpoint]:
         """Translate the groups' offsets; record (and, if ``write``, emit) the changed checkpoints."""
-        timeout = self.source_admin.timeout
-        # progress first: every sync below a committed position was flushed before it was committed
-        self._progress_tail.catch_up(timeout)
-        if not self._syncs_tail.catch_up(timeout):
+        if not self.catch_up_topics():
             return []  # no offset syncs yet: nothing can be translated
         read_at = time.monotonic()
         offsets = self.source_admin.group_offsets(self.groups)
@@ -198,7 +228,7 @@ class CheckpointConnector:
             )
             changed.extend(self.latest.changed(cps.values()))
         if write and changed:
-            self._write(changed)
+            self.write_checkpoints(changed)
             took = time.monotonic() - read_at
             for group in {cp.group for cp in changed}:
                 self.metrics.latency.setdefault(group, Histogram()).observe(took)
@@ -206,7 +236,7 @@ class CheckpointConnector:
             self.latest.add(cp)
         return changed
 
-    def _write(self, checkpoints: list[Checkpoint]) -> None:
+    def write_checkpoints(self, checkpoints: list[Checkpoint]) -> None:
         errors: list[str] = []
 
         def on_delivery(err: object, _msg: object) -> None:
@@ -226,7 +256,12 @@ class CheckpointConnector:
         """Commit the latest checkpoints to inactive target groups; returns partitions per group."""
         if not self.emits:
             self.checkpoint_round(write=False)
-        wanted = {g: cps for g in self.groups if (cps := self.latest.get(g))}
+        return self.sync_groups(self.groups)
+
+    def sync_groups(self, groups: list[str]) -> dict[str, int]:
+        """Commit the latest checkpoints of ``groups`` to those inactive on the target, partitions
+        where they are ahead only; returns partitions per group synced."""
+        wanted = {g: cps for g in groups if (cps := self.latest.get(g))}
         states = self.target_admin.group_states(wanted)
         idle = [g for g in wanted if states.get(g) is not None and states[g].inactive]
         self.metrics.skipped_active_groups += len(wanted) - len(idle)
@@ -246,7 +281,8 @@ class CheckpointConnector:
             self.metrics.group_syncs += 1
             self.metrics.offsets_synced += len(todo)
         if done:
-            log.info("%s: synced offsets of %d groups on %s", self.flow.name, len(done), self.flow.target)
+            log.log(logging.DEBUG if self.live else logging.INFO, "%s: synced offsets of %d groups on %s",
+                    self.flow.name, len(done), self.flow.target)
         return done
 
     # -- the loop --------------------------------------------------------------------------------
@@ -259,21 +295,38 @@ class CheckpointConnector:
                 "load checkpoints", _threaded(self._load), retry=_RETRY_SECONDS
             ):
                 return
+            live = None
+            if self.live is not None:  # the feed's start first: no commit falls before the first round
+                if not await jobs.until_done("start live group sync", _threaded(self.live.start),
+                                             retry=_RETRY_SECONDS):
+                    return
+                live = asyncio.create_task(self.live.run(stop, self._turns))
             refresh = self._refresh_interval()
             if refresh is None:  # MM2: groups are listed once at start only
-                jobs.once("refresh groups", _threaded(self.refresh_groups), retry=_RETRY_SECONDS)
+                jobs.once("refresh groups", self._job(self.refresh_groups), retry=_RETRY_SECONDS)
             else:
-                jobs.every("refresh groups", refresh, _threaded(self.refresh_groups))
+                jobs.every("refresh groups", refresh, self._job(self.refresh_groups))
             if self.emits:
                 jobs.every("emit checkpoints", max(0.1, self.flow.emit_checkpoints_interval_seconds),
-                           _threaded(self.checkpoint_round))
+                           self._job(self.checkpoint_round))
             if self.syncs_groups:
                 jobs.every("sync group offsets", max(0.1, self.flow.sync_group_offsets_interval_seconds),
-                           _threaded(self.sync_round))
-            await jobs.run()
+                           self._job(self.sync_round))
+            try:
+                await jobs.run()
+            finally:
+                if live is not None:
+                    await asyncio.gather(live, return_exceptions=True)
         finally:
             await asyncio.to_thread(self.close)
             self.state = TaskState.STOPPED
+
+    def _job(self, job: Callable[[], object]) -> Job:
+        """A blocking job run in a worker thread when it has its turn (live steps take turns too)."""
+        async def run() -> object:
+            async with self._turns:
+                return await asyncio.to_thread(job)
+        return run
 
     def _refresh_interval(self) -> float | None:
         interval = self.flow.refresh_groups_interval_seconds
@@ -288,6 +341,9 @@ class CheckpointConnector:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._producer.flush(10)
+        if self.live is not None:
+            with contextlib.suppress(Exception):
+                self.live.close()
         for tail in (self._syncs_tail, self._progress_tail):
             with contextlib.suppress(Exception):
                 tail.close()
@@ -298,7 +354,7 @@ class CheckpointConnector:
             "state": self.state, "groups": m.groups, "checkpoints_emitted": m.checkpoints_emitted,
             "group_syncs": m.group_syncs, "offsets_synced": m.offsets_synced,
             "skipped_active_groups": m.skipped_active_groups, "failures": m.failures,
-            "last_error": m.last_error,
+            "last_error": m.last_error, "live": self.live.status() if self.live is not None else None,
         }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.fetch_hub import FetchHub
@@ -24,6 +24,9 @@ from mm2py.stores.admin import ClusterAdmin, librdkafka_security
 from mm2py.stores.positions import PositionStore
 from mm2py.stores.sync_writer import OffsetSyncWriter
 
+#: told the offset syncs a task sends, as it sends them
+SyncListener = Callable[[Sequence[OffsetSync]], None]
+
 
 def bootstrap_of(flow: FlowConfig, side: str) -> str:
     cluster = flow.source_cluster if side == "source" else flow.target_cluster
@@ -33,8 +36,10 @@ def bootstrap_of(flow: FlowConfig, side: str) -> str:
 class FlowProgressKeeper:
     """Progress in ``mm2-offsets.<source>.internal`` and offset syncs where the flow says."""
 
-    def __init__(self, flow: FlowConfig) -> None:
+    def __init__(self, flow: FlowConfig, on_syncs: SyncListener | None = None) -> None:
+        """``on_syncs``: told the offset syncs as the task sends them (the flow's live group sync)."""
         self.flow = flow
+        self.on_syncs = on_syncs
         self.progress = PositionStore(ClusterAdmin.for_cluster(flow, "target"), flow.source,
                                       connector=flow.connector_name)
         self.syncs: OffsetSyncWriter | None = None
@@ -52,6 +57,8 @@ class FlowProgressKeeper:
     def send_syncs(self, syncs: Sequence[OffsetSync]) -> None:
         if self.syncs is not None:
             self.syncs.send(syncs)
+            if self.on_syncs is not None:
+                self.on_syncs(syncs)
 
     def flush_syncs(self) -> None:
         if self.syncs is not None:
@@ -102,8 +109,10 @@ class FlowClients:
     leaves the hub and these clients to the others. Used by the in-process runtime; a Spark lease
     is a process of its own and fetches by itself."""
 
-    def __init__(self, flow: FlowConfig) -> None:
+    def __init__(self, flow: FlowConfig, on_syncs: SyncListener | None = None) -> None:
+        """``on_syncs``: told every offset sync the tasks send (see :class:`FlowProgressKeeper`)."""
         self.flow = flow
+        self.on_syncs = on_syncs
         settings = raw_client_settings(flow, fetch_max_bytes=_fetch_max(flow, flow.tasks_max),
                                        partition_max_bytes=PARTITION_MAX_BYTES)
         self.source = ClusterClient(bootstrap_of(flow, "source"), settings.source_client)
@@ -164,7 +173,7 @@ async def build_task(
     producer.start()  # the producer id is asked for while the task resolves its starts
     sink = MirrorSink(producer, rename, coalesce_settings(flow), owns_cluster=clients is None)
     return TaskRunner(
-        spec, source, sink, FlowProgressKeeper(flow),
+        spec, source, sink, FlowProgressKeeper(flow, clients.on_syncs if clients is not None else None),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,
         reconcile=TailReconciler(source, target_client, rename), pipeline_depth=PIPELINE_DEPTH,
     )

@@ -24,6 +24,7 @@ from mm2py.config.models import FlowConfig
 from mm2py.connectors.acl_sync import TopicAclSync
 from mm2py.connectors.checkpoint import CheckpointConnector
 from mm2py.engine.controller import Controller, Plan
+from mm2py.engine.live_groups import AcknowledgedView
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task_api import TaskMetrics, TaskState
 from mm2py.protocol.connect_offsets import progress_topic
@@ -151,6 +152,11 @@ class FlowRunnerBase(Generic[T]):
         """Tell every topic again when next acknowledged (the flow's active topics were reset)."""
         self._acknowledged.clear()
 
+    def acknowledged_view(self) -> AcknowledgedView | None:
+        """What the flow's tasks had acknowledged, as they acknowledge it, when they run in this
+        process (the live group offset sync translates with it); None: they run elsewhere."""
+        return None
+
     @property
     def name(self) -> str:
         return self.flow.name
@@ -203,7 +209,7 @@ class FlowRunnerBase(Generic[T]):
     def _start_checkpoints(self) -> None:
         """MM2's checkpoint connector for this flow, when it emits checkpoints or syncs group
         offsets; it follows the offset syncs and progress the tasks write."""
-        self.checkpoints = CheckpointConnector.for_flow(self.flow, self.controller)
+        self.checkpoints = CheckpointConnector.for_flow(self.flow, self.controller, self.acknowledged_view())
         if self.checkpoints is not None:
             self._checkpointing = asyncio.create_task(self.checkpoints.run(self._stop))
 

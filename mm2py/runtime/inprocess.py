@@ -17,9 +17,12 @@ from typing import Any
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Plan
+from mm2py.engine.live_groups import AcknowledgedView
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec, TaskState
+from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import WatchedSink
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
@@ -37,8 +40,10 @@ class MirrorTaskBuilder:
     quarter of a second) then overlaps the controller's round trips instead of following them with
     the event loop blocked."""
 
-    def __init__(self, commit_interval: float) -> None:
+    def __init__(self, commit_interval: float, acknowledged: AcknowledgedView | None = None) -> None:
         self.commit_interval = commit_interval
+        #: told the offset syncs the flow's tasks send, as they send them (live group offset sync)
+        self.acknowledged = acknowledged
         self._module: asyncio.Future[ModuleType] | None = None
         #: the flow's tasks' shared clients and fetch hub (``mm2py.connectors.mirror_task.FlowClients``)
         self._clients: Any = None
@@ -53,7 +58,10 @@ class MirrorTaskBuilder:
         assert self._module is not None
         module = await asyncio.shield(self._module)
         if self._clients is None:
-            self._clients = module.FlowClients(spec.flow)
+            if self.acknowledged is None:
+                self._clients = module.FlowClients(spec.flow)
+            else:
+                self._clients = module.FlowClients(spec.flow, on_syncs=self.acknowledged.add_syncs)
         runner: TaskRunner = await module.build_task(spec, commit_interval=self.commit_interval,
                                                      clients=self._clients)
         return runner
@@ -78,7 +86,11 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
     ) -> None:
         self._init_flow(flow)
         self.commit_interval = commit_interval
-        self.builder = builder if builder is not None else MirrorTaskBuilder(commit_interval)
+        #: the tasks' acknowledged positions and offset syncs, for the live group offset sync
+        self._acknowledged_view = AcknowledgedView()
+        self._acknowledged_view.positions = self._task_positions
+        self.builder = builder if builder is not None else MirrorTaskBuilder(commit_interval,
+                                                                             self._acknowledged_view)
         self._running: dict[int, asyncio.Task[None]] = {}
 
     async def refresh(self) -> Plan:
@@ -110,6 +122,19 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
                 if task_id not in plan.assignment:
                     runner.assign([])
             return plan
+
+    def acknowledged_view(self) -> AcknowledgedView:
+        return self._acknowledged_view
+
+    def _task_positions(self) -> dict[TopicPartition, Position]:
+        """Each partition's acknowledged position and target end among the flow's tasks (a partition
+        moving between two: the one further on; both positions are on the target)."""
+        out: dict[TopicPartition, Position] = {}
+        for runner in self.tasks.values():
+            for tp, pos in runner.committed_positions().items():
+                if tp not in out or pos.source > out[tp].source:
+                    out[tp] = pos
+        return out
 
     def _watched(self, runner: TaskRunner) -> TaskRunner:
         """The task tells the flow which topics the target acknowledged (its active topics)."""

@@ -141,6 +141,10 @@ class WorkerCollector(Collector):
             "mm2py_checkpoint_latency_seconds",
             "A group's offsets read on the source to its checkpoints acknowledged on the target",
             labels=["flow", "group"])
+        live = HistogramMetricFamily(
+            "mm2py_group_sync_latency_seconds",
+            "Live group offset sync: a source group's commit (its time on the source) to the translated "
+            "offset acknowledged by the target group", labels=["flow"])
         for flow_name, flow in self.flows.items():
             if flow.checkpoints is None:
                 continue
@@ -150,9 +154,12 @@ class WorkerCollector(Collector):
             groups.add_metric([flow_name], float(m.groups))
             for group, h in sorted(m.latency.items()):
                 latency.add_metric([flow_name, group], h.cumulative(), h.total)
+            if flow.checkpoints.live is not None:
+                live.add_metric([flow_name], m.sync_latency.cumulative(), m.sync_latency.total)
         yield from counters.values()
         yield groups
         yield latency
+        yield live
 
     def _acl_metrics(self) -> Iterator[Metric]:
         counters = {
