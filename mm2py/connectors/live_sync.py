@@ -132,6 +132,8 @@ class LiveGroupSync:
         self._last_warning = 0.0
         self._reread: set[str] = set()  # groups whose record could not be read: OffsetFetch them
         self._polled_at = 0.0
+        #: checkpoints written whose group sync is still to be done (a failed step), per group
+        self._unsynced: dict[str, list[Change]] = {}
 
     # -- start and loop ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -200,14 +202,14 @@ class LiveGroupSync:
             groups, self._reread = sorted(self._reread), set()
             await self._read_groups(groups, now)
         if not self.state.pending:
+            await self._sync()  # what a failed step left
             return
         ready = self.state.ready(self._views(), now)
         if self.state.pending and now - self._topics_read >= _TOPICS_EVERY_S:
             self._topics_read = now
             if await asyncio.to_thread(self.cp.catch_up_topics):
                 ready += self.state.ready([TopicsView(self.cp.syncs, self.cp.progress)], now)
-        if ready:
-            await self._publish(ready)
+        await self._publish(ready)
 
     def _views(self) -> list[MirrorView]:
         views: list[MirrorView] = []
@@ -255,21 +257,34 @@ class LiveGroupSync:
                 self.cp.add_group(group)
 
     async def _publish(self, ready: list[tuple[Checkpoint, Change]]) -> None:
-        """Write the checkpoints that changed, then commit the groups' latest to the target."""
-        cps = [cp for cp, _ in ready]
-        changed = self.cp.latest.changed(cps)
-        if not changed:
+        """Write the checkpoints that changed, then commit the groups' latest to the target. A failed
+        write puts the commits back to wait; a failed sync is tried again at the next step."""
+        changed = self.cp.latest.changed([cp for cp, _ in ready])
+        if changed:
+            try:
+                if self.cp.emits:
+                    await asyncio.to_thread(self.cp.write_checkpoints, changed)
+            except Exception:
+                self.state.restore([change for _, change in ready])
+                raise
+            for cp in changed:
+                self.cp.latest.add(cp)
+            moved = set(changed)
+            for cp, change in ready:
+                if cp in moved:
+                    self._unsynced.setdefault(cp.group, []).append(change)
+        await self._sync()
+
+    async def _sync(self) -> None:
+        if not self._unsynced:
             return
-        if self.cp.emits:
-            await asyncio.to_thread(self.cp.write_checkpoints, changed)
-        for cp in changed:
-            self.cp.latest.add(cp)
-        groups = sorted({cp.group for cp in changed})
-        done = await asyncio.to_thread(self.cp.sync_groups, groups)
+        done = await asyncio.to_thread(self.cp.sync_groups, sorted(self._unsynced))
+        synced, self._unsynced = self._unsynced, {}  # groups left alone (active there...): as MM2
         wall_ms = time.time() * 1000
-        for cp, change in ready:
-            if cp.group in done and change.commit_ms > 0:
-                self.cp.metrics.sync_latency.observe((wall_ms - change.commit_ms) / 1000)
+        for group, changes in synced.items():
+            for change in changes if group in done else ():
+                if change.commit_ms > 0:
+                    self.cp.metrics.sync_latency.observe((wall_ms - change.commit_ms) / 1000)
 
     def close(self) -> None:
         if self.feed is not None:

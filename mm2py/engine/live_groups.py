@@ -187,6 +187,12 @@ class LiveGroups:
                 self.given_up += 1
         return out
 
+    def restore(self, changes: Iterable[Change]) -> None:
+        """Changes taken by :meth:`ready` whose checkpoint could not be written: they wait again
+        (unless a later commit of the partition came meanwhile)."""
+        for change in changes:
+            self.pending.setdefault((change.group, change.partition), change)
+
     def waiting_since(self) -> float | None:
         """When the oldest change still waiting was seen (None: nothing waits)."""
         return min((c.seen for c in self.pending.values()), default=None)
