@@ -43,7 +43,8 @@ from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin_types import GroupOffset
 
-__all__ = ["AcknowledgedView", "Change", "LiveGroups", "MirrorView", "TopicsView", "exact_translation"]
+__all__ = ["AcknowledgedView", "Change", "LiveGroups", "MirrorView", "TopicsView", "as_fetched",
+           "exact_translation"]
 
 
 def exact_translation(
@@ -54,6 +55,13 @@ def exact_translation(
     if progress is None or upstream > progress.source:
         return None
     return translate_offset(syncs, tp, upstream, progress)
+
+
+def as_fetched(metadata: str) -> str:
+    """A commit's metadata as the periodic round reads it (OffsetFetch through librdkafka, which
+    reads it up to its first NUL): librdkafka's clients commit C strings with their NUL, and the
+    coordinator keeps that byte. A live checkpoint then carries what a periodic one would."""
+    return metadata.split("\x00", 1)[0]
 
 
 class MirrorView(Protocol):
@@ -142,7 +150,7 @@ class LiveGroups:
         new = record.group not in self.groups
         self.groups.add(record.group)
         if self.mirrored(record.partition.topic) and record.value.offset >= 0:
-            committed = GroupOffset(record.value.offset, record.value.metadata)
+            committed = GroupOffset(record.value.offset, as_fetched(record.value.metadata))
             self.pending[key] = Change(record.group, record.partition, committed,
                                        record.value.commit_timestamp, now)
         return record.group if new else None

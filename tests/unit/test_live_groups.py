@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mm2py.engine.checkpoints import translate_offset
-from mm2py.engine.live_groups import AcknowledgedView, LiveGroups, TopicsView, exact_translation
+from mm2py.engine.live_groups import AcknowledgedView, LiveGroups, TopicsView, as_fetched, exact_translation
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.consumer_offsets import CommittedOffset, GroupRecord, OffsetCommit, OtherRecord
@@ -132,3 +132,11 @@ def test_exact_translation_is_the_checkpoint_translation_below_the_position(
         assert got is None
     else:
         assert got == translate_offset(store, TP, upstream, progress)
+
+
+def test_metadata_is_what_offset_fetch_reads() -> None:
+    # a librdkafka client commits "meta" as b"meta\0"; OffsetFetch through librdkafka reads "meta"
+    live = _live()
+    live.offer(OffsetCommit("app-1", TP, CommittedOffset(5, "meta\x00", 1)), now=0.0)
+    assert [c.offset for c in live.pending.values()] == [GroupOffset(5, "meta")]
+    assert as_fetched("") == "" and as_fetched("a\x00b") == "a" and as_fetched("plain") == "plain"
