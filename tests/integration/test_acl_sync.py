@@ -14,7 +14,8 @@ import logging
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient
 from helpers import (
     SASL_USERS,
@@ -187,3 +188,34 @@ def test_without_an_authorizer_one_line_and_the_mirror_keeps_working(
         TopicAcl(topic, "LITERAL", "User:x", "*", "READ", "ALLOW"))]).values()))
     with pytest.raises(Exception, match=r"SECURITY_DISABLED|No Authorizer"):
         future.result(15)
+
+
+def test_following_consumer_offsets_needs_its_acls(authz: tuple[KafkaCluster, KafkaCluster]) -> None:
+    """The live group offset sync's feed: refused, with the broker's reason, for a principal without
+    DESCRIBE/READ on __consumer_offsets (the sync then polls); a super user follows it."""
+    from mm2py.stores.commit_feed import CommitFeedRefusedError, ConsumerOffsetsFeed
+
+    east, _ = authz
+    group = unique("acl-feed-g")
+    c = Consumer({"bootstrap.servers": east.bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[CKTopicPartition(create_topic(east.bootstrap, unique("acl-feed")), 0, 1)],
+             asynchronous=False)  # __consumer_offsets exists
+    c.close()
+
+    def client(user: str) -> dict[str, str]:
+        return {"bootstrap.servers": east.bootstrap_for("SASL_PLAINTEXT"),
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": user,
+                "sasl.password": SASL_USERS[user]}
+
+    refused = ConsumerOffsetsFeed(client("reader"), name=unique("feed"))
+    try:
+        with pytest.raises(CommitFeedRefusedError, match=r"__consumer_offsets refused: .*[Aa]uthoriz"):
+            refused.start(30)
+    finally:
+        refused.close()
+    allowed = ConsumerOffsetsFeed(client("mirror"), name=unique("feed"))
+    try:
+        allowed.start(30)
+        assert allowed.partitions > 0 and allowed.poll(0.2) == []  # at the end: nothing read yet
+    finally:
+        allowed.close()
