@@ -316,6 +316,8 @@ class CheckpointConnector:
                 await jobs.run()
             finally:
                 if live is not None:
+                    if not stop.is_set():  # cancelled: the live steps go too
+                        live.cancel()
                     await asyncio.gather(live, return_exceptions=True)
         finally:
             await asyncio.to_thread(self.close)

@@ -213,8 +213,8 @@ class LiveGroupSync:
 
     def _views(self) -> list[MirrorView]:
         views: list[MirrorView] = []
-        if self.acknowledged is not None and (view := self.acknowledged.snapshot()) is not None:
-            views.append(view)
+        if self.acknowledged is not None:
+            views.append(self.acknowledged.snapshot())
         views.append(TopicsView(self.cp.syncs, self.cp.progress))
         return views
 

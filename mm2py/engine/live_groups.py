@@ -18,12 +18,13 @@ Where ``P``, ``T`` and the syncs come from (a :class:`MirrorView`):
   reads them (every runtime). A task commits its progress every ``--commit-interval`` (1 s), so a
   change waits up to that long for it.
 * :class:`AcknowledgedView`: what the flow's tasks *in this process* had acknowledged by the target
-  (the in-process runtime): each task's acknowledged position and target end, and the offset syncs
-  its planner made for them, handed over as the task sends them (before they are flushed). The
+  (the in-process runtime): each task's acknowledged batches (where the partition stands, source
+  and target), and the offset syncs its planner made for them, handed over as the task settles
+  them and sends the syncs (before the syncs are flushed). The
   same facts the progress topic receives a moment later, so the same translation is exact on them
   — a few milliseconds after the target acknowledged the batches instead of at the next progress
-  commit. A task updates its position and sends the syncs of a settled put in one step of the
-  event loop; the view is read on the event loop too, so it never sees one without the other.
+  commit. A task settles a put and sends its syncs in one step of the event loop; the view is
+  read on the event loop too, so it never sees a position without its syncs.
 
 A view is tried first; a change it cannot translate exactly (its syncs no longer held, say) is
 tried on the next.
@@ -37,6 +38,7 @@ from typing import Protocol
 
 from mm2py.engine.checkpoints import translate_offset
 from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.engine.task_api import Delivered
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.consumer_offsets import ConsumerOffsetsRecord, GroupRecord, OffsetCommit
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
@@ -83,25 +85,31 @@ class TopicsView:
 class AcknowledgedView:
     """What this process's tasks of one flow had acknowledged by the target (in-process runtime).
 
-    ``add_syncs`` is called by each task's progress keeper as the task sends its offset syncs, and
-    ``positions`` (set by the flow runner) gives the tasks' acknowledged positions with their target
-    ends; both on the event loop, where :meth:`snapshot` must be called too.
+    The flow runner hands over each task's acknowledged batches as the task settles them
+    (:meth:`delivered`: a partition's position is then the next source offset after its last
+    acknowledged batch and its target end after it, as the task's own), and the task's progress
+    keeper the offset syncs its planner made for them (:meth:`add_syncs`), in the same step of the
+    event loop; :meth:`snapshot` is read on the event loop too. A stretch of aborted or control
+    batches after a partition's last acknowledged batch moves the task's position but not this
+    one: a commit inside it waits for the next batch, or for the task's progress commit.
     """
 
     def __init__(self, max_per_partition: int = 4096) -> None:
         #: recent syncs only: an older commit is translated with the offset-syncs topic instead
         self.syncs = OffsetSyncStore(max_per_partition=max_per_partition)
-        self.positions: Callable[[], Mapping[TopicPartition, Position]] | None = None
+        self.positions: dict[TopicPartition, Position] = {}
+
+    def delivered(self, batches: Iterable[Delivered]) -> None:
+        for d in batches:
+            self.positions[d.source] = Position(d.source_next, d.target_first + d.records)
 
     def add_syncs(self, syncs: Sequence[OffsetSync]) -> None:
         for sync in syncs:
             self.syncs.add(sync)
 
-    def snapshot(self) -> TopicsView | None:
-        """The view as it stands now (None before the flow runner said where positions come from)."""
-        if self.positions is None:
-            return None
-        return TopicsView(self.syncs, self.positions())
+    def snapshot(self) -> TopicsView:
+        """The view as it stands (not a copy: read it before the event loop moves on)."""
+        return TopicsView(self.syncs, self.positions)
 
 
 @dataclass(frozen=True)

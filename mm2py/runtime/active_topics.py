@@ -63,14 +63,17 @@ def acknowledged_topics(times: Mapping[TopicPartition, PartitionTimes]) -> set[s
 
 class WatchedSink:
     """A task's :class:`BatchSink` that tells ``acknowledged`` the source topics of what each put
-    delivered (read when the task settles the put; a failed put's delivered part included)."""
+    delivered (read when the task settles the put; a failed put's delivered part included), and
+    ``delivered`` (if given) the acknowledged batches themselves, in the task's order."""
 
-    def __init__(self, sink: BatchSink, acknowledged: Callable[[set[str]], None]) -> None:
+    def __init__(self, sink: BatchSink, acknowledged: Callable[[set[str]], None],
+                 delivered: Callable[[list[Delivered]], None] | None = None) -> None:
         self.inner = sink
         self._acknowledged = acknowledged
+        self._delivered = delivered
 
     def submit(self, batches: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> PendingPut:
-        return _WatchedPut(self.inner.submit(batches), self._acknowledged)
+        return _WatchedPut(self.inner.submit(batches), self._acknowledged, self._delivered)
 
     def recover(self) -> None:
         self.inner.recover()
@@ -83,9 +86,11 @@ class WatchedSink:
 
 
 class _WatchedPut:
-    def __init__(self, put: PendingPut, acknowledged: Callable[[set[str]], None]) -> None:
+    def __init__(self, put: PendingPut, acknowledged: Callable[[set[str]], None],
+                 delivered: Callable[[list[Delivered]], None] | None = None) -> None:
         self._put = put
         self._acknowledged = acknowledged
+        self._delivered = delivered
 
     def done(self) -> bool:
         return self._put.done()
@@ -108,3 +113,5 @@ class _WatchedPut:
     def _tell(self, delivered: list[Delivered]) -> None:
         if delivered:
             self._acknowledged({d.source.topic for d in delivered})
+            if self._delivered is not None:
+                self._delivered(delivered)

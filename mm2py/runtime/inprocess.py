@@ -21,8 +21,6 @@ from mm2py.engine.live_groups import AcknowledgedView
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec, TaskState
-from mm2py.protocol.connect_offsets import Position
-from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import WatchedSink
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
@@ -86,9 +84,8 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
     ) -> None:
         self._init_flow(flow)
         self.commit_interval = commit_interval
-        #: the tasks' acknowledged positions and offset syncs, for the live group offset sync
+        #: the tasks' acknowledged batches and offset syncs, for the live group offset sync
         self._acknowledged_view = AcknowledgedView()
-        self._acknowledged_view.positions = self._task_positions
         self.builder = builder if builder is not None else MirrorTaskBuilder(commit_interval,
                                                                              self._acknowledged_view)
         self._running: dict[int, asyncio.Task[None]] = {}
@@ -126,19 +123,10 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
     def acknowledged_view(self) -> AcknowledgedView:
         return self._acknowledged_view
 
-    def _task_positions(self) -> dict[TopicPartition, Position]:
-        """Each partition's acknowledged position and target end among the flow's tasks (a partition
-        moving between two: the one further on; both positions are on the target)."""
-        out: dict[TopicPartition, Position] = {}
-        for runner in self.tasks.values():
-            for tp, pos in runner.committed_positions().items():
-                if tp not in out or pos.source > out[tp].source:
-                    out[tp] = pos
-        return out
-
     def _watched(self, runner: TaskRunner) -> TaskRunner:
-        """The task tells the flow which topics the target acknowledged (its active topics)."""
-        runner.sink = WatchedSink(runner.sink, self.acknowledged)
+        """The task tells the flow which topics the target acknowledged (its active topics), and the
+        live group offset sync what it acknowledged."""
+        runner.sink = WatchedSink(runner.sink, self.acknowledged, self._acknowledged_view.delivered)
         return runner
 
     async def _run_task(self, task_id: int) -> None:

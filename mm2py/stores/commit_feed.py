@@ -25,6 +25,7 @@ Records are handed over raw (key, value); decoding is the caller's (``mm2py.prot
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -72,6 +73,9 @@ class ConsumerOffsetsFeed:
         self.partitions = 0  #: partitions followed (0 until the topic exists)
         self.records = 0  #: records handed over
         self._looked = 0.0  # when the topic was last looked for (monotonic)
+        #: a poll and the close never overlap (a poll abandoned by a cancelled caller finishes first)
+        self._using = threading.Lock()
+        self._closed = False
 
     def start(self, timeout: float) -> None:
         """Position every partition of the topic at its current end (blocking); a topic not there
@@ -110,6 +114,12 @@ class ConsumerOffsetsFeed:
     def poll(self, timeout: float) -> list[RawRecord]:
         """The records appended since the last poll, waiting up to ``timeout`` s for a first one.
         Raises :class:`CommitFeedRefusedError` when the cluster refuses the reads."""
+        with self._using:
+            if self._closed:
+                return []
+            return self._poll(timeout)
+
+    def _poll(self, timeout: float) -> list[RawRecord]:
         if not self.partitions:
             if time.monotonic() - self._looked >= _LOOK_AGAIN_S:
                 self._assign(max(1.0, timeout), at_end=False)
@@ -136,4 +146,7 @@ class ConsumerOffsetsFeed:
             raise CommitFeedRefusedError(f"reading {self.topic} refused: {err.str()}")
 
     def close(self) -> None:
-        self._consumer.close()
+        with self._using:
+            if not self._closed:
+                self._closed = True
+                self._consumer.close()

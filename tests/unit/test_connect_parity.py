@@ -160,6 +160,21 @@ async def test_a_watched_sink_tells_the_acknowledged_topics_and_passes_everythin
     await asyncio.sleep(0)
 
 
+async def test_a_watched_sink_hands_the_acknowledged_batches_to_the_live_sync() -> None:
+    batches: list[list[Delivered]] = []
+    sink = WatchedSink(_Sink(), lambda _topics: None, batches.append)
+    put = sink.submit([(TopicPartition("a", 0), []), (TopicPartition("b", 1), [])])
+    await put.wait()
+    delivered = put.result()
+    assert batches == [delivered] and len(delivered) == 2
+    failing = WatchedSink(_Sink(fail=True), lambda _topics: None, batches.append)
+    put = failing.submit([(TopicPartition("c", 0), []), (TopicPartition("d", 0), [])])
+    await put.wait()
+    with pytest.raises(SinkError):
+        put.result()
+    assert batches[-1] == [Delivered(TopicPartition("c", 0), 0, 0, 1, 0)]  # delivered before the failure
+
+
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest) -> Iterator[str]:
     """A logger namespace of the test's own, with a child that has a level of its own."""

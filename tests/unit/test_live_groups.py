@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from mm2py.engine.checkpoints import translate_offset
 from mm2py.engine.live_groups import AcknowledgedView, LiveGroups, TopicsView, as_fetched, exact_translation
 from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.engine.task_api import Delivered
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.consumer_offsets import CommittedOffset, GroupRecord, OffsetCommit, OtherRecord
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
@@ -101,16 +102,18 @@ def test_polled_offsets_count_what_changed_since_the_last_poll() -> None:
     assert live.offer_offsets("nope", offsets, now=3.0, wall_ms=40) is False
 
 
-def test_the_acknowledged_view_is_the_tasks_syncs_and_positions() -> None:
+def test_the_acknowledged_view_is_the_tasks_batches_and_syncs() -> None:
     view = AcknowledgedView(max_per_partition=2)
-    assert view.snapshot() is None  # no runner yet
-    positions = {TP: Position(30, 28)}
-    view.positions = lambda: positions
-    view.add_syncs([OffsetSync(TP, 0, 0), OffsetSync(TP, 10, 9), OffsetSync(TP, 20, 18)])
+    assert view.snapshot().exact(TP, 0) is None  # nothing acknowledged yet
+    # source 0-9 at target 0-9, a control record at 10, 11-19 at 10-18, 20-29 at 19-28 (merged)
+    view.delivered([Delivered(TP, 0, 9, 10, 0, records=10), Delivered(TP, 11, 19, 20, 10, records=9)])
+    view.add_syncs([OffsetSync(TP, 0, 0), OffsetSync(TP, 11, 10)])
+    view.delivered([Delivered(TP, 20, 29, 30, 19, records=10)])
+    assert view.positions == {TP: Position(30, 29)}
     snap = view.snapshot()
-    assert snap is not None
-    assert snap.exact(TP, 25) == 23
+    assert [snap.exact(TP, u) for u in (5, 10, 11, 25, 30)] == [5, 10, 10, 24, 29]
     assert snap.exact(TP, 31) is None  # not mirrored yet
+    view.add_syncs([OffsetSync(TP, 20, 19)])  # a third: the oldest goes
     assert snap.exact(TP, 5) is None  # its sync no longer held: another view must answer
 
 
