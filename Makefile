@@ -9,12 +9,9 @@ install:
 demo: install
 	$(PYTHON) -m mm2py.demo
 
+# ruff, then pytest on three workers with mypy and the pure-Python unit pass beside it (scripts/test.sh)
 test: install
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy
-	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
-	# the unit suite again on the pure-Python path (a user without the compiled extension)
-	MM2PY_NATIVE=0 $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 tests/unit
+	PYTHON=$(PYTHON) ./scripts/test.sh
 
 unit:
 	$(PYTHON) -m pytest -q tests/unit

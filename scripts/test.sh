@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole suite, as `make test` runs it (after ./scripts/install.sh):
+#   ruff, then pytest over tests/ on $WORKERS xdist workers, with mypy and the unit suite on the
+#   pure-Python path (MM2PY_NATIVE=0) run beside it: most of the integration tests' time is spent
+#   waiting on brokers and JVMs, so the two CPU-bound checks fill that time instead of adding theirs.
+# Exit status 0 only when every part passed; the side parts' output is printed after pytest's.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+WORKERS="${MM2PY_TEST_WORKERS:-3}"
+
+"$PY" -m ruff check . || exit 1
+
+side="$(mktemp -d)"
+trap 'rm -rf "$side"' EXIT
+"$PY" -m mypy >"$side/mypy.log" 2>&1 &
+mypy_pid=$!
+# the unit suite again on the pure-Python path (a user without the compiled extension); niced,
+# so that it only takes what the integration tests leave idle
+MM2PY_NATIVE=0 nice -n 10 "$PY" -m pytest -q -p no:cacheprovider tests/unit >"$side/pure.log" 2>&1 &
+pure_pid=$!
+
+"$PY" -m pytest -q -p no:cacheprovider -n "$WORKERS" --dist loadfile --durations=15
+main=$?
+
+wait "$mypy_pid"; mypy=$?
+wait "$pure_pid"; pure=$?
+echo "---- mypy (exit $mypy)"; cat "$side/mypy.log"
+echo "---- unit suite on the pure-Python path, MM2PY_NATIVE=0 (exit $pure)"; tail -n 25 "$side/pure.log"
+[ "$main" = 0 ] && [ "$mypy" = 0 ] && [ "$pure" = 0 ]
