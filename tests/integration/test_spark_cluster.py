@@ -275,44 +275,6 @@ def _copying_on(cluster: SparkStandaloneCluster, app_id: str, west: KafkaCluster
     return next((w for w in workers if running[w] == tasks[w] and tasks[w][0] > tasks[w][1]), None)
 
 
-def test_a_flow_on_the_standalone_cluster_mirrors_exactly(
-    east: KafkaCluster, west: KafkaCluster, cluster: SparkStandaloneCluster, tmp_path: Path
-) -> None:
-    topic = create_topic(east.bootstrap, unique("sa"), partitions=2)
-    _abort_a_transaction(east.bootstrap, topic, 2, 40)
-    for p, codec in ((0, "zstd"), (1, "lz4")):
-        produce_records(east.bootstrap, topic, make_records(1500, partition=p, tag=f"p{p}"),
-                        compression=codec)
-    group = unique("g")
-    committed = consume_and_commit(east.bootstrap, group, topic, {0: 500, 1: 1100}, poll_timeout=10)
-    config = _config(tmp_path, east, west, topic, {"groups": group, **FAST_GROUPS})
-    driver = Driver(config, cluster.master_url, tmp_path / "driver.log")
-    try:
-        app = driver.start().wait_app(cluster)
-        # the target has no aborted records nor markers: its partitions end at 1500
-        _wait_mirrored(east, west, topic, 90, "the backlog", {0: 1500, 1: 1500})
-        # the group's offsets, translated, are checkpointed and committed to the target group
-        want = _where_landed(east, west, topic, committed)
-        assert want != committed, "source and target offsets should differ (the aborted transaction)"
-        wait_until(lambda: _target_group(west, group) == want, 60, 0.5,
-                   f"the target group at the translated offsets {want}")
-        latest = _latest_checkpoints(west, group)
-        assert {tp.partition: (cp.upstream_offset, cp.downstream_offset) for tp, cp in latest.items()} == {
-            p: (committed[p], want[p]) for p in (0, 1)}
-        # the executors' Python workers import this checkout (the daemons' environment has no
-        # PYTHONPATH: the driver's settings gave it to them)
-        paths = _executor_pythonpaths(cluster, app)
-        assert paths and all(str(ROOT) in p for p in paths), paths
-        driver.stop()
-    finally:
-        driver.reap()
-    assert _assert_mirrored_exactly(east, west, topic) == 3000
-    _assert_offsets_translate(east, west, topic)
-    # the rounds ran on the standalone workers' executors
-    logs = [p.read_text(errors="replace") for paths in cluster.executor_logs(app).values() for p in paths]
-    assert any("Executor: Running task" in text for text in logs), f"no executor of {app} ran a task"
-
-
 #: records per partition of the worker-kill test's backlog
 BACKLOG = 5000
 
@@ -442,23 +404,38 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed_over_rest(
+def test_flows_on_the_standalone_cluster_mirror_exactly_and_are_stopped_moved_forgotten_and_resumed_over_rest(
     east: KafkaCluster, west: KafkaCluster, cluster: SparkStandaloneCluster, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Issue 22: pause while the source grows, resume (caught up exactly); stop, move one
-    partition to earliest, resume (it is mirrored again from its start, the others once); stop,
-    forget every position, resume (all mirrored again): every record accounted for, in order. The
-    flow's source has an alias of its own, so the forget touches no other test's positions. Then,
-    with no driver, ``mm2py flow-offsets`` reads and moves a position the next driver starts from."""
+    """Two flows in one driver (a Spark application starts slowly here, so one serves both).
+
+    ``east->west``: a backlog behind an aborted transaction, zstd and lz4, mirrored exactly; a
+    group's offsets translated, checkpointed and committed to the target group; the executors
+    import this checkout and ran the leases.
+
+    ``<alias>->west`` (issue 22, a source alias of its own so the forget touches no other flow's
+    positions): pause while the source grows, resume (caught up exactly); stop, move one partition
+    to earliest, resume (it is mirrored again from its start, the others once); stop, forget every
+    position, resume (all mirrored again): every record accounted for, in order. Then, with no
+    driver, ``mm2py flow-offsets`` reads and moves a position the next driver starts from."""
     import httpx
 
+    topic = create_topic(east.bootstrap, unique("sa"), partitions=2)
+    _abort_a_transaction(east.bootstrap, topic, 2, 40)
+    for p, codec in ((0, "zstd"), (1, "lz4")):
+        produce_records(east.bootstrap, topic, make_records(1500, partition=p, tag=f"p{p}"),
+                        compression=codec)
+    group = unique("g")
+    committed = consume_and_commit(east.bootstrap, group, topic, {0: 500, 1: 1100}, poll_timeout=10)
+
     alias = unique("sah")
-    topic = create_topic(east.bootstrap, unique("sahalt"), partitions=3)
-    remote, path = f"{alias}.{topic}", f"/flows/{alias}/west"
-    config = config_file(tmp_path / "mm2.json", {alias: east.bootstrap, "west": west.bootstrap},
-                         {f"{alias}->west": {"topics": topic, "tasks.max": 2}},
-                         **{"emit.checkpoints.enabled": False})
+    halted = create_topic(east.bootstrap, unique("sahalt"), partitions=3)
+    remote, path = f"{alias}.{halted}", f"/flows/{alias}/west"
+    clusters = {"east": east.bootstrap, alias: east.bootstrap, "west": west.bootstrap}
+    config = config_file(tmp_path / "mm2.json", clusters, {
+        "east->west": {"topics": topic, "tasks.max": 2, "groups": group, **FAST_GROUPS},
+        f"{alias}->west": {"topics": halted, "tasks.max": 2, "emit.checkpoints.enabled": False}})
     port = _free_port()
     driver = Driver(config, cluster.master_url, tmp_path / "driver.log", "--rest-port", str(port))
     batches: list[dict[int, list[object]]] = []
@@ -466,7 +443,7 @@ def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed
     def produce(n: int, tag: str) -> None:
         batch = {p: [r.content() for r in make_records(n, partition=p, tag=f"{tag}{p}")] for p in range(3)}
         for p in range(3):
-            produce_records(east.bootstrap, topic, make_records(n, partition=p, tag=f"{tag}{p}"))
+            produce_records(east.bootstrap, halted, make_records(n, partition=p, tag=f"{tag}{p}"))
         batches.append(batch)
 
     def settled(counts: dict[int, int]) -> None:
@@ -474,8 +451,23 @@ def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed
 
     try:
         produce(20, "a")
-        driver.start().wait_app(cluster)
+        app = driver.start().wait_app(cluster)
+        # the target has no aborted records nor markers: its partitions end at 1500
+        _wait_mirrored(east, west, topic, 90, "the backlog", {0: 1500, 1: 1500})
         settled({0: 20, 1: 20, 2: 20})
+        # the group's offsets, translated, are checkpointed and committed to the target group
+        want = _where_landed(east, west, topic, committed)
+        assert want != committed, "source and target offsets should differ (the aborted transaction)"
+        wait_until(lambda: _target_group(west, group) == want, 60, 0.5,
+                   f"the target group at the translated offsets {want}")
+        latest = _latest_checkpoints(west, group)
+        assert {tp.partition: (cp.upstream_offset, cp.downstream_offset) for tp, cp in latest.items()} == {
+            p: (committed[p], want[p]) for p in (0, 1)}
+        # the executors' Python workers import this checkout (the daemons' environment has no
+        # PYTHONPATH: the driver's settings gave it to them)
+        paths = _executor_pythonpaths(cluster, app)
+        assert paths and all(str(ROOT) in p for p in paths), paths
+
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
             # pause returns once the leases have committed and released: the target holds while
             # the source grows, and resume catches up exactly
@@ -483,7 +475,7 @@ def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed
             offsets = http.get(f"{path}/offsets").json()["offsets"]
             assert {o["partition"]: o["position"] for o in offsets} == {0: 20, 1: 20, 2: 20}
             produce(5, "p")
-            assert end_offsets(east.bootstrap, topic) == {0: 25, 1: 25, 2: 25}
+            assert end_offsets(east.bootstrap, halted) == {0: 25, 1: 25, 2: 25}
             status = http.get(path).json()
             assert status["state"] == "PAUSED" and "RUNNING" not in {t["state"] for t in status["tasks"]}
             assert end_offsets(west.bootstrap, remote) == {0: 20, 1: 20, 2: 20}
@@ -493,7 +485,7 @@ def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed
             assert http.post(f"{path}/stop").json()["state"] == "STOPPED"
             produce(10, "b")
             r = http.patch(f"{path}/offsets", json={"offsets": [
-                {"topic": topic, "partition": 1, "offset": "earliest"}]})
+                {"topic": halted, "partition": 1, "offset": "earliest"}]})
             assert r.status_code == 200, r.text
             assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
             settled({0: 35, 1: 60, 2: 35})
@@ -509,14 +501,19 @@ def test_a_flow_on_the_standalone_cluster_is_stopped_moved_forgotten_and_resumed
         # a position; the next driver's leases start there
         flow = ["-c", str(config), "--flow", f"{alias}->west"]
         assert _cli(capsys, "flow-offsets", "get", *flow, "--json") == [
-            {"topic": topic, "partition": p, "position": 40, "target_topic": remote,
+            {"topic": halted, "partition": p, "position": 40, "target_topic": remote,
              "target_offset": {0: 75, 1: 100, 2: 75}[p]} for p in range(3)]
-        _cli(capsys, "flow-offsets", "reset", *flow, "-p", f"{topic}:2", "--to", "35", "--execute")
+        _cli(capsys, "flow-offsets", "reset", *flow, "-p", f"{halted}:2", "--to", "35", "--execute")
         driver = Driver(config, cluster.master_url, tmp_path / "driver2.log").start()
         settled({0: 75, 1: 100, 2: 80})
         driver.stop()
     finally:
         driver.reap()
+    assert _assert_mirrored_exactly(east, west, topic) == 3000
+    _assert_offsets_translate(east, west, topic)
+    # the leases ran on the standalone workers' executors
+    logs = [p.read_text(errors="replace") for paths in cluster.executor_logs(app).values() for p in paths]
+    assert any("Executor: Running task" in text for text in logs), f"no executor of {app} ran a task"
     a, paused, b, c = batches
     target = read_all(west.bootstrap, remote)
     got = {p: [r.content() for r in target if r.partition == p] for p in range(3)}
