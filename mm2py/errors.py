@@ -10,10 +10,15 @@
     ├── SecurityError          TLS or SASL refused us: a setting to fix, never retried
     ├── ClusterUnreachableError  a cluster did not answer in time
     ├── StoreError             a Kafka-backed store refused a write (progress, group offsets)
+    ├── NoAuthorizerError      a cluster has no authorizer: there are no topic ACLs to read or copy
     ├── TaskError              a mirror task cannot go on (source or sink side)
+    ├── LeaseWireError         a line between a Spark lease and its driver that is not a lease message
     ├── SteeringError          a run-time change names no flow, an existing flow, a conflicting cluster
+    ├── ConnectError           the Connect facade's own refusal (unknown connector, name taken) and its status
+    ├── OffsetResetError       a flow's positions cannot be moved as asked (no such partition, out of range)
     ├── FailoverError          a consumer-group move that cannot be carried out
-    └── AuditError             ``mm2py audit`` cannot read the offset-syncs or progress topic
+    ├── AuditError             ``mm2py audit`` cannot read the offset-syncs or progress topic
+    └── HarnessError           the local Kafka harness (``mm2py dev``) cannot do what was asked
 
 Each family lives beside the code that raises it; this module holds the root and the families
 that more than one layer raises (configuration, security, reachability). It imports nothing.

@@ -26,7 +26,7 @@ from mm2py.protocol.types import TopicPartition
 
 __all__ = ["Committer", "MovedSince"]
 
-log = logging.getLogger("mm2py.engine.task")
+log = logging.getLogger(__name__)
 
 
 class Committer:

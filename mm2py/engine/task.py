@@ -52,7 +52,7 @@ Fetch = asyncio.Task[dict[TopicPartition, Polled]]
 
 
 class TaskRunner:
-    """Runs one task's partitions until stopped (or, for Spark rounds, until given offsets)."""
+    """Runs one task's partitions until stopped (in process; a Spark lease) or to given offsets (a round)."""
 
     def __init__(
         self,

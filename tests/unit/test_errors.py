@@ -31,6 +31,18 @@ def test_every_error_class_descends_from_the_root() -> None:
     assert not strays, f"errors outside the tree: {strays}"
 
 
+def test_the_tree_drawn_in_mm2py_errors_names_every_family() -> None:
+    """Each direct child of the root is drawn in ``mm2py/errors.py``'s docstring (a family added
+    without its line there fails here)."""
+    import mm2py.errors
+
+    families = {c.__name__ for c in _error_classes() if Mm2pyError in c.__bases__}
+    assert len(families) > 10
+    drawn = {line.split()[1] for line in (mm2py.errors.__doc__ or "").splitlines() if "── " in line}
+    assert families - drawn == set(), "families missing from the tree in mm2py/errors.py"
+    assert drawn - families == set(), "the tree in mm2py/errors.py names errors that are not families"
+
+
 def test_security_failures_are_their_own_kind() -> None:
     from mm2py.client.connection import AuthenticationError, TlsError
     from mm2py.stores.admin import ClusterSecurityError
