@@ -157,6 +157,12 @@ class FlowSettings(BaseModel):
     #: polling: the groups' committed offsets are read this often (and the groups listed every ten)
     sync_group_offsets_live_poll_ms: int = Field(500, alias="mm2py.sync.group.offsets.live.poll.ms",
                                                  ge=10, le=60_000)
+    #: what a task does on each alarm (mm2py/engine/losses.py): ``fail`` stops it until its flow is
+    #: restarted (two incarnations of a topic are never mixed), ``skip`` counts, logs and goes on
+    alarm_source_deleted: Literal["fail", "skip"] = Field("skip", alias="mm2py.alarm.source.deleted")
+    alarm_source_truncated: Literal["fail", "skip"] = Field("fail", alias="mm2py.alarm.source.truncated")
+    alarm_target_truncated: Literal["fail", "skip"] = Field("fail", alias="mm2py.alarm.target.truncated")
+    alarm_target_foreign: Literal["fail", "skip"] = Field("skip", alias="mm2py.alarm.target.foreign")
 
     @field_validator("topics", "topics_exclude", "groups", "groups_exclude",
                      "config_properties_exclude")  # fmt: skip

@@ -21,10 +21,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from mm2py.engine.committer import Committer
+from mm2py.engine.committer import Committer, snapshot
 from mm2py.engine.latency import observe_acks, observe_fetch
+from mm2py.engine.losses import Alarm, LossWatch, Policy
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
 from mm2py.engine.scheduler import sleep_or_stop
@@ -68,6 +69,7 @@ class TaskRunner:
         reconcile: Reconciler | None = None,
         wall_clock: Callable[[], float] = time.time,
         pipeline_depth: int = 3,
+        alarms: Mapping[Alarm, Policy] | None = None,
     ) -> None:
         self.spec = spec
         self.source = source
@@ -83,6 +85,7 @@ class TaskRunner:
         self.reconcile = reconcile
         self.metrics = TaskMetrics()
         self.committer = Committer(progress, self.metrics, commit_interval, clock, str(spec.task_id))
+        self.losses = LossWatch(str(spec.task_id), self.metrics, alarms, wall_clock)
         self.state = TaskState.UNASSIGNED
         self.trace: str | None = None
         self._fetch_pos: dict[TopicPartition, int] = {}
@@ -112,7 +115,7 @@ class TaskRunner:
 
     def committed_positions(self) -> dict[TopicPartition, Position]:
         """Each partition's acknowledged position with the target end it maps to."""
-        return self._positions(self._acked)
+        return snapshot(self._acked, self._target_next, self._acked)
 
     def seed(self, positions: Mapping[TopicPartition, Position]) -> None:
         """Start these partitions, when assigned, exactly at ``positions`` (a clean hand-over)."""
@@ -158,7 +161,7 @@ class TaskRunner:
         if removed:
             # the next owner starts from the committed position: make it this task's last one
             await self.committer.settle()  # an older snapshot must not land after this one
-            await self.committer.write(self._positions(removed))
+            await self.committer.write(snapshot(self._acked, self._target_next, removed))
         for tp in removed:
             del self._acked[tp]
             self._fetch_pos.pop(tp, None)
@@ -296,13 +299,7 @@ class TaskRunner:
             if p.fetch_offset is not None and p.fetch_offset != self._fetch_pos[tp]:
                 continue  # fetched for an older position (unassigned and assigned again meanwhile)
             if p.reset_to is not None and p.reset_to != self._fetch_pos[tp]:
-                if p.reset_to > self._fetch_pos[tp]:
-                    self.metrics.offsets_lost_to_retention += p.reset_to - self._fetch_pos[tp]
-                    log.warning("%s: offsets %d..%d were deleted on the source before being mirrored",
-                                tp, self._fetch_pos[tp], p.reset_to - 1)
-                else:
-                    log.warning("%s: source log restarted below position %d; mirroring from %d",
-                                tp, self._fetch_pos[tp], p.reset_to)
+                self.losses.source_reset(tp, self._fetch_pos[tp], p.reset_to)  # raises under 'fail'
                 self._fetch_pos[tp] = p.reset_to
                 if self._acked[tp] != p.reset_to:
                     self._acked[tp] = p.reset_to
@@ -355,11 +352,16 @@ class TaskRunner:
             log.warning("task %s: produce failed, %s: %s", self.spec.task_id, then, exc)
         observe_acks(self.metrics.times, [(d.source, d.max_timestamp) for d in delivered], self.wall_clock())
         syncs: list[OffsetSync] = []
+        target_next, verified, alarm = self._target_next, 0, None
         for d in delivered:
             if d.source not in self._acked:
                 continue
             self._acked[d.source] = d.source_next
-            self._target_next[d.source] = d.target_first + d.records
+            if (expected := target_next[d.source]) == d.target_first:  # where the last batch ended
+                verified += 1
+            else:  # an alarm under 'fail' is raised once this acknowledgement is accounted for
+                alarm = self.losses.target_acked(d.source, expected, d.target_first) or alarm
+            target_next[d.source] = d.target_first + d.records
             self.metrics.batches += 1
             self.metrics.records += d.records
             self.metrics.bytes += d.size
@@ -373,25 +375,21 @@ class TaskRunner:
             end = put.ends.get(tp)
             if ok and end is not None and tp in self._acked and self._acked[tp] >= batches[-1].next_offset:
                 self._acked[tp] = max(self._acked[tp], end)
+        self.metrics.audit_verified_batches += verified
         if syncs:
             self.metrics.syncs += len(syncs)
             self.progress.send_syncs(syncs)
         if failure is not None and failure.restart:  # the restart reads what the target holds
             raise failure
+        if alarm is not None:
+            raise alarm
         return ok
 
     async def _commit(self, force: bool) -> None:
         if force:  # now, every partition (snapshotted on the event loop); raises if it failed
             await self.committer.now(self.committed_positions)
         else:  # in the background when due: what moved since the last periodic commit
-            await self.committer.maybe(self._acked, self._target_next, self._positions)
-
-    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Position]:
-        """A snapshot of what to commit, taken on the event loop (built at C speed: thousands)."""
-        parts, acked, ends = list(partitions), self._acked.__getitem__, self._target_next.get
-        # Position._make is tuple.__new__: no Python-level call per partition (half the time)
-        pairs = zip(map(acked, parts), map(ends, parts), strict=True)
-        return dict(zip(parts, map(Position._make, pairs), strict=True))
+            await self.committer.maybe(self._acked, self._target_next)
 
     async def close(self) -> None:
         await self.committer.settle()

@@ -199,6 +199,12 @@ class TaskMetrics:
     commit_failures: int = 0
     skipped_on_resume: int = 0
     restarts: int = 0  # the task failed and was started again from its committed progress
+    #: batches the target wrote exactly where the last one ended; alarms (engine/losses.py)
+    audit_verified_batches: int = 0
+    audit_source_deleted: int = 0
+    audit_source_truncated: int = 0
+    audit_target_truncated: int = 0
+    audit_foreign_records: int = 0
     lag: dict[TopicPartition, int] = field(default_factory=dict)
     #: replication latency, record age and lag in time per partition (see engine.latency)
     times: dict[TopicPartition, PartitionTimes] = field(default_factory=dict)

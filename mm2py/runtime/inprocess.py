@@ -18,6 +18,7 @@ from typing import Any
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Plan
 from mm2py.engine.live_groups import AcknowledgedView
+from mm2py.engine.losses import MirrorAlarmError
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec, TaskState
@@ -132,12 +133,17 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
     async def _run_task(self, task_id: int) -> None:
         """Run a task until the flow stops; a task that fails is started again from its committed
         progress after a back-off (0.5 s doubling to 60 s), as a fresh TaskRunner — the progress
-        topic and the target's tail decide where it resumes, exactly as after a crash."""
+        topic and the target's tail decide where it resumes, exactly as after a crash — unless an
+        alarm under ``fail`` stopped it (``engine/losses.py``)."""
         failures = 0
         while not self._stop.is_set():
             runner = self.tasks[task_id]
             try:
                 await runner.run(self._stop)
+                return
+            except MirrorAlarmError:  # an alarm under 'fail': FAILED until the flow is restarted
+                log.error("%s task %d stopped: %s; it stays FAILED until the flow is restarted",
+                          self.name, task_id, runner.trace)
                 return
             except Exception:  # state and trace are kept on the runner (FAILED) meanwhile
                 failures += 1

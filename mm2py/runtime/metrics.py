@@ -32,6 +32,11 @@ _TASK_COUNTER_HELP = {
     "skipped_on_resume": "Source offsets found already on the target after a restart",
     "offsets_lost_to_retention": "Source offsets deleted by retention before they were mirrored",
     "restarts": "Times the task failed and was started again from its committed progress",
+    "audit_verified_batches": "Batches the target wrote exactly where the mirror's previous batch ended",
+    "audit_source_deleted": "Alarms: source offsets deleted (retention, DeleteRecords) before mirrored",
+    "audit_source_truncated": "Alarms: the source log ended below the mirror's position",
+    "audit_target_truncated": "Alarms: the target wrote a batch below the end of the last",
+    "audit_foreign_records": "Alarms: records of another producer found between the mirror's on the target",
 }
 #: one help text per task counter, in TASK_COUNTERS' order (a counter without one fails at import)
 _TASK_COUNTERS = {name: _TASK_COUNTER_HELP[name] for name in TASK_COUNTERS}
@@ -74,7 +79,9 @@ class WorkerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         labels = ["flow", "task"]
         counters = {
-            name: CounterMetricFamily(f"mm2py_task_{name}", help_, labels=labels)
+            # the alarms and verified batches as mm2py_audit_* (engine/losses.py)
+            name: CounterMetricFamily(f"mm2py_{'audit_' if name.startswith('audit_') else 'task_'}"
+                                      f"{name.removeprefix('audit_')}", help_, labels=labels)
             for name, help_ in _TASK_COUNTERS.items()
         }
         lag = GaugeMetricFamily(

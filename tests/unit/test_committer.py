@@ -3,7 +3,7 @@ failed one held is written with the next (NOTHING_DROPPED)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from memory_task import MemoryProgress
 
@@ -60,15 +60,12 @@ async def test_what_a_failed_periodic_commit_held_is_written_with_the_next() -> 
     acked: dict[TopicPartition, int] = {A: 0, B: 0, C: 0}
     ends: dict[TopicPartition, int | None] = {A: 0, B: 0, C: 0}
 
-    def snapshot(moved: Iterable[TopicPartition]) -> dict[TopicPartition, Position]:
-        return {tp: Position(acked[tp], ends[tp]) for tp in moved}
-
     async def periodic(**moves: int) -> None:
         for name, to in moves.items():
             tp = {"a": A, "b": B, "c": C}[name]
             acked[tp], ends[tp] = to, to * 10
         now[0] += 1.0
-        await committer.maybe(acked, ends, snapshot)
+        await committer.maybe(acked, ends)
         await committer.settle()
 
     await periodic()  # the first names every partition

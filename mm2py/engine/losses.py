@@ -1,0 +1,160 @@
+"""What a task notices about records lost, doubled or mixed on the way, and what it does about each
+(pure).
+
+mm2py copies whole batches, so a task always knows two numbers per partition: the next source
+offset it fetches from, and the target offset its next batch must land at (the end of the last
+batch the target acknowledged). Every way the two logs can stop lining up shows in them, at the
+cost of one comparison per acknowledged batch:
+
+``SOURCE_DELETED``
+    The source answered OFFSET_OUT_OF_RANGE and its log now starts past the task's position:
+    retention or DeleteRecords removed offsets before they were mirrored (which ones is logged
+    and counted in ``offsets_lost_to_retention``).
+``SOURCE_TRUNCATED``
+    The source's log now ends below the task's position: the partition was truncated (an unclean
+    leader election) or the topic was deleted and created again. What the source holds at those
+    offsets now is not what was mirrored from them.
+``TARGET_TRUNCATED``
+    The target acknowledged a batch at a lower offset than the end of the last one: the target
+    partition was truncated, or the remote topic was deleted and created again.
+``FOREIGN_RECORDS``
+    The target acknowledged a batch at a higher offset than the end of the last one: records of
+    some other producer lie between the mirror's.
+
+Each has a policy per flow (``mm2py.alarm.<name>``, :data:`SETTINGS`): ``fail`` (the task stops
+with :class:`MirrorAlarmError` and stays FAILED until the flow is restarted, so two incarnations
+of a topic are never mixed) or ``skip`` (the alarm is counted and logged, and the mirror goes on
+from where the logs now stand). Defaults: ``fail`` for the truncations, ``skip`` for retention and
+foreign records (a remote topic others also write to is a setup some users choose).
+
+Batches acknowledged exactly where they were expected are counted as verified.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from mm2py.engine.task_api import TaskError, TaskMetrics
+from mm2py.protocol.types import TopicPartition
+
+__all__ = ["DEFAULT_POLICIES", "SETTINGS", "Alarm", "AlarmEvent", "LossWatch", "MirrorAlarmError", "Policy"]
+
+log = logging.getLogger(__name__)
+
+
+class Alarm(enum.StrEnum):
+    SOURCE_DELETED = "source.deleted"
+    SOURCE_TRUNCATED = "source.truncated"
+    TARGET_TRUNCATED = "target.truncated"
+    FOREIGN_RECORDS = "target.foreign"
+
+
+class Policy(enum.StrEnum):
+    #: the task stops and stays FAILED until its flow is restarted
+    FAIL = "fail"
+    #: counted and logged; the mirror goes on
+    SKIP = "skip"
+
+
+DEFAULT_POLICIES: Mapping[Alarm, Policy] = {
+    Alarm.SOURCE_DELETED: Policy.SKIP,
+    Alarm.SOURCE_TRUNCATED: Policy.FAIL,
+    Alarm.TARGET_TRUNCATED: Policy.FAIL,
+    Alarm.FOREIGN_RECORDS: Policy.SKIP,
+}
+
+#: each alarm's flow setting
+SETTINGS: Mapping[Alarm, str] = {a: f"mm2py.alarm.{a.value}" for a in Alarm}
+
+#: each alarm's counter in :class:`TaskMetrics`
+_COUNTER: Mapping[Alarm, str] = {
+    Alarm.SOURCE_DELETED: "audit_source_deleted",
+    Alarm.SOURCE_TRUNCATED: "audit_source_truncated",
+    Alarm.TARGET_TRUNCATED: "audit_target_truncated",
+    Alarm.FOREIGN_RECORDS: "audit_foreign_records",
+}
+
+
+@dataclass(frozen=True)
+class AlarmEvent:
+    """One alarm on source partition ``tp``: where the task stood (``expected``) and what it found
+    (``found``): source offsets for the source alarms, target offsets for the target ones."""
+
+    alarm: Alarm
+    tp: TopicPartition
+    expected: int
+    found: int
+    #: wall-clock seconds
+    at: float
+
+    def describe(self) -> str:
+        tp, a, b = self.tp, self.expected, self.found
+        if self.alarm is Alarm.SOURCE_DELETED:
+            return f"{tp}: source offsets {a}..{b - 1} ({b - a}) were deleted before they were mirrored"
+        if self.alarm is Alarm.SOURCE_TRUNCATED:
+            return (f"{tp}: the source log now ends at {b}, below the mirror's position {a} (truncated, "
+                    f"or the topic deleted and created again)")
+        if self.alarm is Alarm.TARGET_TRUNCATED:
+            return (f"{tp}: the target wrote the mirror's next batch at offset {b}, below the end of "
+                    f"its last one, {a} (the remote partition truncated, or deleted and created again)")
+        return (f"{tp}: the target wrote the mirror's next batch at offset {b}: target offsets "
+                f"{a}..{b - 1} ({b - a}) hold records the mirror did not write")
+
+
+class MirrorAlarmError(TaskError):
+    """An alarm whose policy is ``fail``: the task stops and is not restarted by itself."""
+
+    def __init__(self, event: AlarmEvent) -> None:
+        super().__init__(f"{event.alarm.value} (policy fail): {event.describe()}")
+        self.event = event
+
+
+class LossWatch:
+    """One task's alarms: counted in its :class:`TaskMetrics`, the newest kept for its status."""
+
+    def __init__(self, task: str, metrics: TaskMetrics, policies: Mapping[Alarm, Policy] | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.task = task
+        self.metrics = metrics
+        self.policies = {**DEFAULT_POLICIES, **(policies or {})}
+        self.wall_clock = wall_clock
+        #: the newest alarms, newest last
+        self.recent: deque[AlarmEvent] = deque(maxlen=16)
+
+    def source_reset(self, tp: TopicPartition, position: int, reset_to: int) -> None:
+        """The source said ``position`` is out of its range and the partition goes on at
+        ``reset_to``; raises :class:`MirrorAlarmError` under ``fail``."""
+        if reset_to > position:
+            self.metrics.offsets_lost_to_retention += reset_to - position
+            self._raise(Alarm.SOURCE_DELETED, tp, position, reset_to)
+        else:
+            self._raise(Alarm.SOURCE_TRUNCATED, tp, position, reset_to)
+
+    def target_acked(self, tp: TopicPartition, expected: int | None, found: int) -> MirrorAlarmError | None:
+        """The target acknowledged ``tp``'s next batch at ``found``, not at ``expected``, the end of its
+        last batch (None: not known yet; the caller counts the batches found where expected). The
+        error to raise once the acknowledgement is accounted for, under ``fail``; None otherwise."""
+        if expected is None or expected == found:
+            return None
+        alarm = Alarm.TARGET_TRUNCATED if found < expected else Alarm.FOREIGN_RECORDS
+        try:
+            self._raise(alarm, tp, expected, found)
+        except MirrorAlarmError as exc:
+            return exc
+        return None
+
+    def _raise(self, alarm: Alarm, tp: TopicPartition, expected: int, found: int) -> None:
+        event = AlarmEvent(alarm, tp, expected, found, self.wall_clock())
+        self.recent.append(event)
+        name = _COUNTER[alarm]
+        setattr(self.metrics, name, getattr(self.metrics, name) + 1)
+        policy = self.policies[alarm]
+        log.warning("task %s: %s; policy %s%s", self.task, event.describe(), policy.value,
+                    ": the task stops until its flow is restarted" if policy is Policy.FAIL else "")
+        if policy is Policy.FAIL:
+            raise MirrorAlarmError(event)
