@@ -85,6 +85,9 @@ class FakeBroker:
         #: the lost response's time-out comes only once a request with this value arrived (the
         #: batches sent behind the lost one all reach the broker first, however slow the host)
         self.lost_answer_after: str | None = None
+        #: the lost response's time-out comes only once every other request was answered (the
+        #: producer has seen the batches behind the lost one acknowledged first)
+        self.lost_answer_last = False
         #: called when the lost response's time-out is raised (the producer has not reacted yet)
         self.on_lost_answer: Callable[[], None] | None = None
         #: the connection carrying a request with this value is cut once the broker handled that
@@ -227,7 +230,8 @@ class FakeConnection:
             fb.lose_response_of = None
             awaited, fb.lost_answer_after = fb.lost_answer_after, None
             for _ in range(10_000):
-                if awaited is None or fb.requests_with(awaited):
+                if (awaited is None or fb.requests_with(awaited)) and (
+                        not fb.lost_answer_last or fb.in_flight == 0):
                     break
                 await asyncio.sleep(0.001)
             else:

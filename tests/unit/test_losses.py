@@ -39,7 +39,8 @@ class MeddledSink(MemorySink):
 
 
 def _runner(sink: MemorySink, source: MemorySource | None = None, log: Log | None = None,
-            alarms: Mapping[Alarm, Policy] | None = None, progress: MemoryProgress | None = None) -> TaskRunner:
+            alarms: Mapping[Alarm, Policy] | None = None,
+            progress: MemoryProgress | None = None) -> TaskRunner:
     log = log or Log([batch(0, 3), batch(3, 3), batch(6, 3), batch(9, 3)], end=12)
     return TaskRunner(TaskSpec(None, 0, (TP,)), source or MemorySource({TP: log}, per_fetch=1), sink,
                       progress or MemoryProgress(), offset_lag_max=100, commit_interval=0, retry_backoff=0,
@@ -138,4 +139,5 @@ def test_every_alarm_has_a_setting_and_a_default() -> None:
     assert set(SETTINGS.values()) <= aliases
     defaults = FlowSettings.model_validate({})
     for alarm, key in SETTINGS.items():
-        assert getattr(defaults, key.removeprefix("mm2py.").replace(".", "_")) == DEFAULT_POLICIES[alarm].value
+        field = key.removeprefix("mm2py.").replace(".", "_")
+        assert getattr(defaults, field) == DEFAULT_POLICIES[alarm].value

@@ -268,6 +268,22 @@ async def test_a_resend_the_broker_no_longer_remembers_is_refused_not_sent_under
     assert await other == 0, "another partition was held up"
 
 
+async def test_a_resend_refused_after_later_batches_were_acknowledged_is_not_sent_under_a_new_id() -> None:
+    """As above, but the answers of a2..a10 arrive before a1's time-out: the broker appended a2
+    after a1 (it appends a producer's batches in sequence), so a1 is on it however few batches
+    are unanswered. Refused when sent again, it fails as in doubt; no new producer id."""
+    fb = FakeBroker()
+    producer = await deep_producer(fb)
+    pid = producer.producer_id
+    fb.lose_response_of, fb.lost_answer_after, fb.lost_answer_last = "a1", "a10", True
+    submission = producer.submit([(A, batch(f"a{i}")) for i in range(1, 11)])
+    outcomes = await asyncio.gather(*submission, return_exceptions=True)
+    assert isinstance(outcomes[0], ResendRefusedError), outcomes
+    assert outcomes[1:] == list(range(2, 11))  # acknowledged before the time-out
+    assert producer.producer_id == pid and fb.next_producer_id == pid + 1, "a new producer id was taken"
+    assert fb.values(A) == [f"a{i}" for i in range(11)], "a batch was appended twice"
+
+
 async def test_a_deep_resend_waits_for_no_new_producer_id() -> None:
     """As above, but our producer id is replaced (another partition found it forgotten) before
     a1 is sent again: under the new id the broker would take a1..a10 as new. The re-send keeps

@@ -174,7 +174,8 @@ class Lane:
         """DEEP: why the lane's first unacknowledged batch may not be sent again."""
         held = (f"up to {self.unsure} batches may be on the broker unanswered, more than it remembers "
                 f"({REMEMBERED})" if self.unsure > REMEMBERED else
-                "batches a failure in doubt left may be on the broker")
+                "a later batch was acknowledged, so the first unanswered one is on the broker" if self.gap
+                else "batches a failure in doubt left may be on the broker")
         return (f"{tp}: {held}, and a batch cannot be sent again safely ({why}); what the partition "
                 f"holds must be read from it")
 

@@ -41,6 +41,8 @@ Invariants (each named where it is kept):
     A window over five is allowed (it carries more bytes per round trip across a long link), at
     this price: a failure may leave more than five of a partition's batches on the broker
     unanswered (the lane's ``unsure`` count), and re-sending the first of them is then refused.
+    So is re-sending a batch whose answer was lost after a later one was acknowledged (the lane's
+    ``gap``): the broker appends a producer's batches in sequence, so it holds the earlier one.
     That refusal fails the batch with :class:`ResendRefusedError` and leaves the producer id
     alone: taking a new id and sending again would append what the broker holds twice. The same
     holds after a failure in doubt was reported and the caller let the lane send again (the
@@ -330,7 +332,9 @@ class ProducePipeline:
             self.requests.cluster.invalidate({e.tp.topic})
         refused = e if code is not None else None  # the broker's refusal: not appended (this time)
         lost = code is not None and producer_state_lost(code)
-        if lost and (lane.unsure > REMEMBERED or lane.blind):  # DEEP: the broker may be past it
+        # DEEP: the broker may be past it (more batches unanswered than it remembers, or a later
+        # batch acknowledged: the broker appended that one after this, so this one is on it)
+        if lost and (lane.unsure > REMEMBERED or lane.blind or lane.gap):
             self._stop(e.tp, lane, ResendRefusedError(lane.refusal(e.tp, str(cause))))
         elif lost:  # the broker forgot our producer here: sent again under a new id
             self.state.forget(e.pid)
