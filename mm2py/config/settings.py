@@ -161,6 +161,7 @@ class FlowSettings(BaseModel):
     #: restarted (two incarnations of a topic are never mixed), ``skip`` counts, logs and goes on
     alarm_source_deleted: Literal["fail", "skip"] = Field("skip", alias="mm2py.alarm.source.deleted")
     alarm_source_truncated: Literal["fail", "skip"] = Field("fail", alias="mm2py.alarm.source.truncated")
+    alarm_source_recreated: Literal["fail", "skip"] = Field("fail", alias="mm2py.alarm.source.recreated")
     alarm_target_truncated: Literal["fail", "skip"] = Field("fail", alias="mm2py.alarm.target.truncated")
     alarm_target_foreign: Literal["fail", "skip"] = Field("skip", alias="mm2py.alarm.target.foreign")
 

@@ -6,6 +6,10 @@ the first one cropped to the requested offset, aborted transactions and control 
 on: the fetch is retried, and after ``corrupt_retries`` attempts the task fails with the position
 unchanged, so nothing is skipped.
 
+A topic whose id changes under the task (deleted and created again, perhaps already as long as the
+old one) is reported as re-created, with the new topic's start (``Polled.recreated``): the task's
+alarm (``mm2py/engine/losses.py``) decides whether it goes on from there.
+
 A partition whose fetch returns an error (other than OFFSET_OUT_OF_RANGE, which resets it) is left
 out of the next fetches for a while, doubling up to ``error_backoff[1]`` seconds while the error
 lasts: a broker answers such a fetch at once (e.g. UNKNOWN_SERVER_ERROR when reading remote,
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 
 from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
@@ -70,6 +75,9 @@ class MirrorSource:
         #: a poll through the hub returns empty after this long without news (the task's loop
         #: then does what else is due: commits, a new assignment)
         self._member_timeout = self.fetcher.config.max_wait_ms / 1000 + 0.5
+        #: each polled topic's id when first seen, checked again when the metadata changes
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._ids_checked_at = -1  # the metadata generation they were last checked at
 
     async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """MM2's default for partitions never mirrored: start at the earliest offset."""
@@ -142,7 +150,10 @@ class MirrorSource:
     ) -> dict[TopicPartition, Polled]:
         out: dict[TopicPartition, Polled] = {}
         resets: list[TopicPartition] = []
+        recreated = self._recreated(positions)
         for tp, f in fetched.items():
+            if tp in recreated:
+                continue
             if f.error_code == OFFSET_OUT_OF_RANGE:
                 resets.append(tp)
                 continue
@@ -152,11 +163,30 @@ class MirrorSource:
             self._failing.pop(tp, None)
             out[tp] = Polled(f.batches, max(f.next_offset, f.fetch_offset), f.high_watermark,
                              fetch_offset=f.fetch_offset)
-        if resets:
-            earliest = await self.cluster.list_offsets(resets, EARLIEST)
-            for tp in resets:
-                out[tp] = Polled([], positions[tp], -1, reset_to=earliest[tp], fetch_offset=positions[tp])
+        if resets or recreated:
+            earliest = await self.cluster.list_offsets([*resets, *recreated], EARLIEST)
+            for tp in (*resets, *recreated):
+                out[tp] = Polled([], positions[tp], -1, reset_to=earliest[tp], fetch_offset=positions[tp],
+                                 recreated=tp in recreated)
         return out
+
+    def _recreated(self, positions: Mapping[TopicPartition, int]) -> set[TopicPartition]:
+        """The partitions of ``positions`` whose topic's id changed since it was first seen (looked
+        at only when the metadata changed; the new id is remembered, so each change is said once)."""
+        cluster = self.cluster
+        if cluster.generation == self._ids_checked_at:
+            return set()
+        self._ids_checked_at = cluster.generation
+        changed: set[str] = set()
+        for topic in {tp.topic for tp in positions}:
+            now = cluster.topic_id(topic)
+            if now is None:
+                continue
+            was = self._topic_ids.setdefault(topic, now)
+            if was != now:
+                changed.add(topic)
+                self._topic_ids[topic] = now
+        return {tp for tp in positions if tp.topic in changed} if changed else set()
 
     def _back_off(self, tp: TopicPartition, error: str) -> None:
         first, most = self.error_backoff

@@ -14,6 +14,10 @@ cost of one comparison per acknowledged batch:
     The source's log now ends below the task's position: the partition was truncated (an unclean
     leader election) or the topic was deleted and created again. What the source holds at those
     offsets now is not what was mirrored from them.
+``SOURCE_RECREATED``
+    The source topic's id changed under the task: it was deleted and created again (the new one
+    may already hold as many offsets as the old: its offsets say nothing). ``skip`` mirrors the
+    new topic from its start, after the old one's records.
 ``TARGET_TRUNCATED``
     The target acknowledged a batch at a lower offset than the end of the last one: the target
     partition was truncated, or the remote topic was deleted and created again.
@@ -24,8 +28,9 @@ cost of one comparison per acknowledged batch:
 Each has a policy per flow (``mm2py.alarm.<name>``, :data:`SETTINGS`): ``fail`` (the task stops
 with :class:`MirrorAlarmError` and stays FAILED until the flow is restarted, so two incarnations
 of a topic are never mixed) or ``skip`` (the alarm is counted and logged, and the mirror goes on
-from where the logs now stand). Defaults: ``fail`` for the truncations, ``skip`` for retention and
-foreign records (a remote topic others also write to is a setup some users choose).
+from where the logs now stand). Defaults: ``fail`` for the truncations and a re-created source,
+``skip`` for retention and foreign records (a remote topic others also write to is a setup some
+users choose).
 
 Batches acknowledged exactly where they were expected are counted as verified.
 """
@@ -50,6 +55,7 @@ log = logging.getLogger(__name__)
 class Alarm(enum.StrEnum):
     SOURCE_DELETED = "source.deleted"
     SOURCE_TRUNCATED = "source.truncated"
+    SOURCE_RECREATED = "source.recreated"
     TARGET_TRUNCATED = "target.truncated"
     FOREIGN_RECORDS = "target.foreign"
 
@@ -64,6 +70,7 @@ class Policy(enum.StrEnum):
 DEFAULT_POLICIES: Mapping[Alarm, Policy] = {
     Alarm.SOURCE_DELETED: Policy.SKIP,
     Alarm.SOURCE_TRUNCATED: Policy.FAIL,
+    Alarm.SOURCE_RECREATED: Policy.FAIL,
     Alarm.TARGET_TRUNCATED: Policy.FAIL,
     Alarm.FOREIGN_RECORDS: Policy.SKIP,
 }
@@ -75,6 +82,7 @@ SETTINGS: Mapping[Alarm, str] = {a: f"mm2py.alarm.{a.value}" for a in Alarm}
 _COUNTER: Mapping[Alarm, str] = {
     Alarm.SOURCE_DELETED: "audit_source_deleted",
     Alarm.SOURCE_TRUNCATED: "audit_source_truncated",
+    Alarm.SOURCE_RECREATED: "audit_source_recreated",
     Alarm.TARGET_TRUNCATED: "audit_target_truncated",
     Alarm.FOREIGN_RECORDS: "audit_foreign_records",
 }
@@ -96,6 +104,9 @@ class AlarmEvent:
         tp, a, b = self.tp, self.expected, self.found
         if self.alarm is Alarm.SOURCE_DELETED:
             return f"{tp}: source offsets {a}..{b - 1} ({b - a}) were deleted before they were mirrored"
+        if self.alarm is Alarm.SOURCE_RECREATED:
+            return (f"{tp}: the source topic was deleted and created again (a new topic id) while the "
+                    f"mirror stood at offset {a}; the new one starts at {b}")
         if self.alarm is Alarm.SOURCE_TRUNCATED:
             return (f"{tp}: the source log now ends at {b}, below the mirror's position {a} (truncated, "
                     f"or the topic deleted and created again)")
@@ -126,10 +137,14 @@ class LossWatch:
         #: the newest alarms, newest last
         self.recent: deque[AlarmEvent] = deque(maxlen=16)
 
-    def source_reset(self, tp: TopicPartition, position: int, reset_to: int) -> None:
-        """The source said ``position`` is out of its range and the partition goes on at
-        ``reset_to``; raises :class:`MirrorAlarmError` under ``fail``."""
-        if reset_to > position:
+    def source_reset(self, tp: TopicPartition, position: int, reset_to: int,
+                     recreated: bool = False) -> None:
+        """The source said ``position`` is out of its range (or, ``recreated``, of another topic by
+        that name) and the partition goes on at ``reset_to``; raises :class:`MirrorAlarmError`
+        under ``fail``."""
+        if recreated:
+            self._raise(Alarm.SOURCE_RECREATED, tp, position, reset_to)
+        elif reset_to > position:
             self.metrics.offsets_lost_to_retention += reset_to - position
             self._raise(Alarm.SOURCE_DELETED, tp, position, reset_to)
         else:

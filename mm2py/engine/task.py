@@ -298,8 +298,8 @@ class TaskRunner:
                 continue  # unassigned meanwhile
             if p.fetch_offset is not None and p.fetch_offset != self._fetch_pos[tp]:
                 continue  # fetched for an older position (unassigned and assigned again meanwhile)
-            if p.reset_to is not None and p.reset_to != self._fetch_pos[tp]:
-                self.losses.source_reset(tp, self._fetch_pos[tp], p.reset_to)  # raises under 'fail'
+            if p.reset_to is not None and (p.reset_to != self._fetch_pos[tp] or p.recreated):
+                self.losses.source_reset(tp, self._fetch_pos[tp], p.reset_to, p.recreated)  # or raises
                 self._fetch_pos[tp] = p.reset_to
                 if self._acked[tp] != p.reset_to:
                     self._acked[tp] = p.reset_to

@@ -52,6 +52,9 @@ class Polled:
     next_offset: int  # where the next fetch starts (past filtered batches too)
     high_watermark: int = -1
     reset_to: int | None = None  # position moved by the source (e.g. retention): lost offsets
+    #: with ``reset_to``: the topic was deleted and created again (its topic id changed), and
+    #: ``reset_to`` is where the new one starts
+    recreated: bool = False
     #: the position this fetch was made from, when known; then every batch ends past it (the
     #: fetcher drops whole batches below it and crops the first), which the task relies on
     fetch_offset: int | None = None
@@ -203,6 +206,7 @@ class TaskMetrics:
     audit_verified_batches: int = 0
     audit_source_deleted: int = 0
     audit_source_truncated: int = 0
+    audit_source_recreated: int = 0
     audit_target_truncated: int = 0
     audit_foreign_records: int = 0
     lag: dict[TopicPartition, int] = field(default_factory=dict)

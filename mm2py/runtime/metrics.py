@@ -35,6 +35,7 @@ _TASK_COUNTER_HELP = {
     "audit_verified_batches": "Batches the target wrote exactly where the mirror's previous batch ended",
     "audit_source_deleted": "Alarms: source offsets deleted (retention, DeleteRecords) before mirrored",
     "audit_source_truncated": "Alarms: the source log ended below the mirror's position",
+    "audit_source_recreated": "Alarms: the source topic deleted and created again (a new topic id)",
     "audit_target_truncated": "Alarms: the target wrote a batch below the end of the last",
     "audit_foreign_records": "Alarms: records of another producer found between the mirror's on the target",
 }

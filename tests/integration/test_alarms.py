@@ -6,7 +6,8 @@ stop the task for good (``fail``: it stays FAILED, and is not restarted behind t
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 from helpers import (
     BackgroundWorker,
     create_topic,
@@ -14,6 +15,7 @@ from helpers import (
     mirror_config,
     produce_records,
     read_all,
+    topic_names,
     total,
     unique,
     wait_until,
@@ -78,3 +80,40 @@ def test_with_policy_fail_foreign_records_stop_the_task_until_the_flow_is_restar
     values = [r.value for r in read_all(west.bootstrap, remote)]
     source = [r.value for r in read_all(east.bootstrap, topic)]
     assert values[:20] == source[:20] and values[20] == b"foreign-0"
+
+
+def test_a_source_topic_deleted_and_created_again_stops_the_task_before_any_new_record_is_mirrored(
+        east: KafkaCluster, west: KafkaCluster) -> None:
+    """The new topic already holds more offsets than the mirror had reached, so its offsets alone
+    would let the mirror go on from its old position into the new topic's records: its new topic
+    id says otherwise (``source.recreated``, ``fail`` by default)."""
+    topic = create_topic(east.bootstrap, unique("alarm-recreated"))
+    remote = f"east.{topic}"
+    produce_records(east.bootstrap, topic, make_records(30, tag="old"))
+    clusters = {"east": east.bootstrap, "west": west.bootstrap}
+    with BackgroundWorker(mirror_config(clusters, {"east->west": {"topics": topic}})) as bg:
+        wait_until(lambda: total(west.bootstrap, remote) == 30, 60, 0.1, "the old topic's records")
+        client = AdminClient({"bootstrap.servers": east.bootstrap})  # must outlive its futures
+        client.delete_topics([topic])[topic].result(30)
+        wait_until(lambda: topic not in topic_names(east.bootstrap), 30, 0.1, "the topic deleted")
+
+        def created_again() -> bool:
+            try:
+                create_topic(east.bootstrap, topic)
+            except KafkaException as exc:  # the deletion still under way on the broker
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+                return False
+            return True
+
+        wait_until(created_again, 30, 0.2, "the topic created again")
+        produce_records(east.bootstrap, topic, make_records(40, tag="new"))
+        flow = bg.worker.flows["east->west"]
+        wait_until(lambda: next(iter(flow.tasks.values())).state == "FAILED", 60, 0.1, "the alarm")
+        (task,) = flow.tasks.values()
+        assert "source.recreated (policy fail)" in (task.trace or ""), task.trace
+        assert task.metrics.audit_source_recreated == 1
+        wait_until(lambda: flow._running[0].done(), 30, 0.1, "the task's runner to end")
+    # nothing of the new topic reached the target
+    values = [r.value for r in read_all(west.bootstrap, remote)]
+    assert len(values) == 30 and all(v is None or v.startswith(b"old-") for v in values), values[-3:]

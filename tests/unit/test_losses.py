@@ -100,17 +100,36 @@ def test_a_target_emptied_under_the_mirror_stops_the_task_by_default() -> None:
 
 class ResettingSource(MemorySource):
     """A source whose partition answers OFFSET_OUT_OF_RANGE once the task reaches ``at``, going
-    on at ``reset_to``."""
+    on at ``reset_to`` (``recreated``: its topic was deleted and created again instead)."""
 
-    def __init__(self, log: Log, at: int, reset_to: int) -> None:
+    def __init__(self, log: Log, at: int, reset_to: int, recreated: bool = False) -> None:
         super().__init__({TP: log}, per_fetch=1)
-        self.at, self.reset_to, self.done = at, reset_to, False
+        self.at, self.reset_to, self.recreated, self.done = at, reset_to, recreated, False
 
     async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]:
         if positions.get(TP) == self.at and not self.done:
             self.done = True
-            return {TP: Polled([], self.reset_to, 12, reset_to=self.reset_to, fetch_offset=self.at)}
+            return {TP: Polled([], self.reset_to, 12, reset_to=self.reset_to, fetch_offset=self.at,
+                               recreated=self.recreated)}
         return await super().poll(positions)
+
+
+def test_a_source_topic_created_again_stops_the_task_even_when_it_starts_where_the_task_stood() -> None:
+    log = Log([batch(0, 3), batch(3, 3), batch(6, 3), batch(9, 3)], end=12)
+    runner = _runner(MemorySink(), ResettingSource(log, at=6, reset_to=6, recreated=True), log)
+    with pytest.raises(MirrorAlarmError, match=r"deleted and created again .* stood at offset 6"):
+        _run(runner)
+    assert runner.metrics.audit_source_recreated == 1
+
+
+def test_under_skip_a_source_topic_created_again_is_mirrored_from_its_start_after_the_old_records() -> None:
+    log = Log([batch(0, 3), batch(3, 3), batch(6, 3), batch(9, 3)], end=12)
+    sink = MemorySink()
+    runner = _runner(sink, ResettingSource(log, at=9, reset_to=0, recreated=True), log,
+                     alarms={Alarm.SOURCE_RECREATED: Policy.SKIP})
+    _run(runner)
+    assert runner.metrics.audit_source_recreated == 1 and runner.metrics.audit_source_truncated == 0
+    assert values(sink) == [f"v{o}".encode() for o in (*range(9), *range(12))]
 
 
 def test_a_source_log_truncated_below_the_position_stops_the_task_by_default() -> None:

@@ -1,10 +1,12 @@
-"""MirrorSource over a scripted fetcher: a partition whose fetch fails is backed off, alone."""
+"""MirrorSource over a scripted fetcher: a partition whose fetch fails is backed off, alone; a topic
+whose id changes is reported re-created, once."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 
 from mm2py.client.fetcher import FetchedPartition
 from mm2py.connectors.mirror_source import Linger, MirrorSource
@@ -32,8 +34,23 @@ class ScriptedFetcher:
         return out
 
 
-def source_with(fetcher: ScriptedFetcher) -> MirrorSource:
-    source = MirrorSource(None, error_backoff=(0.2, 0.4))  # type: ignore[arg-type]
+class Metadata:
+    """The cluster client as far as MirrorSource reads it: a metadata generation, topic ids, and
+    the earliest offsets."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.ids: dict[str, uuid.UUID] = {}
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        return self.ids.get(topic)
+
+    async def list_offsets(self, partitions: Sequence[TopicPartition], at: int) -> dict[TopicPartition, int]:
+        return dict.fromkeys(partitions, 0)
+
+
+def source_with(fetcher: ScriptedFetcher, metadata: Metadata | None = None) -> MirrorSource:
+    source = MirrorSource(metadata or Metadata(), error_backoff=(0.2, 0.4))  # type: ignore[arg-type]
     source.fetcher = fetcher  # type: ignore[assignment]
     return source
 
@@ -73,7 +90,7 @@ async def test_after_a_small_fetch_the_next_one_lingers_and_after_a_full_one_it_
     """``mm2py.fetch.linger.*``: trickling traffic is fetched in fewer, fuller requests."""
     fetcher = ScriptedFetcher()
     fetcher.failing = False
-    source = MirrorSource(None, linger=Linger(0.2, 1))  # type: ignore[arg-type]
+    source = MirrorSource(Metadata(), linger=Linger(0.2, 1))  # type: ignore[arg-type]
     source.fetcher = fetcher  # type: ignore[assignment]
     await source.poll({GOOD: 7})  # brought nothing (fewer than 1 byte): the next fetch waits
     started = time.monotonic()
@@ -90,7 +107,7 @@ async def test_a_small_fetch_over_many_partitions_lingers_longer() -> None:
     """The per-partition part of the linger: a broker reads every partition of a fetch."""
     fetcher = ScriptedFetcher()
     fetcher.failing = False
-    source = MirrorSource(None, linger=Linger(0.001, 1, per_partition=0.1))  # type: ignore[arg-type]
+    source = MirrorSource(Metadata(), linger=Linger(0.001, 1, per_partition=0.1))  # type: ignore[arg-type]
     source.fetcher = fetcher  # type: ignore[assignment]
     await source.poll({GOOD: 7})  # one partition: 0.1 s
     started = time.monotonic()
@@ -100,3 +117,20 @@ async def test_a_small_fetch_over_many_partitions_lingers_longer() -> None:
     await source.poll({GOOD: 7})
     assert time.monotonic() - started >= 0.19, "the wait did not grow with the partitions fetched"
     assert Linger(0.002, 0, 0.0001).delay(40) == 0.004 and Linger(0.002, 0, 0.0001).delay(4) == 0.002
+
+
+async def test_a_topic_whose_id_changed_is_reported_recreated_once_from_the_new_topics_start() -> None:
+    fetcher = ScriptedFetcher()
+    fetcher.failing = False
+    metadata = Metadata()
+    metadata.ids["t"] = uuid.uuid4()
+    source = source_with(fetcher, metadata)
+    first = await source.poll({BAD: 40, GOOD: 7})
+    assert not any(p.recreated for p in first.values())
+    metadata.ids["t"], metadata.generation = uuid.uuid4(), 1  # deleted and created again
+    again = await source.poll({BAD: 40, GOOD: 7})
+    assert {tp: (p.recreated, p.reset_to, p.batches) for tp, p in again.items()} == {
+        BAD: (True, 0, []), GOOD: (True, 0, [])}
+    metadata.generation = 2  # the metadata changes again, the id does not: nothing more to say
+    later = await source.poll({BAD: 0, GOOD: 0})
+    assert not any(p.recreated or p.reset_to is not None for p in later.values())
