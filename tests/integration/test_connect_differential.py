@@ -25,11 +25,18 @@ from typing import Any
 
 import httpx
 import pytest
-from connect_diff import Allowance, Exchange, table
-from helpers import create_topic, make_records, mirror_config, produce_records, served_worker, unique
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.kafka_local.connect_worker import ConnectWorker
+from tests.support.brokers import (
+    create_topic,
+    make_records,
+    mirror_config,
+    produce_records,
+    served_worker,
+    unique,
+)
+from tests.support.connect_diff import Allowance, Exchange, table
 
 pytestmark = pytest.mark.timeout(420)
 

@@ -20,18 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import (
-    BackgroundWorker,
-    create_topic,
-    make_records,
-    mirror_config,
-    produce_records,
-    read_all,
-    total,
-    unique,
-    wait_until,
-)
-from live import LiveProducer
 
 from mm2py.client.cluster import ClientConfig, ClusterClient
 from mm2py.client.connection import AuthenticationError, ConnectionConfig, ConnectionFactory
@@ -50,6 +38,18 @@ from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.metrics import WorkerCollector
 from mm2py.stores.admin import ClusterAdmin
+from tests.support.brokers import (
+    BackgroundWorker,
+    create_topic,
+    make_records,
+    mirror_config,
+    produce_records,
+    read_all,
+    total,
+    unique,
+    wait_until,
+)
+from tests.support.live_producer import LiveProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 

@@ -6,12 +6,12 @@ The fetcher against real brokers: tests/integration/test_raw_client.py and test_
 
 from __future__ import annotations
 
-from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.protocol.types import TopicPartition
+from tests.support.hypothesis_examples import examples
 
 PARTS = [TopicPartition(t, p) for t in ("a", "b") for p in range(4)]
 SIZE = 1 << 20
