@@ -39,6 +39,7 @@ from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
 from mm2py.kafka_local.cluster import PORTS_ENV, in_parallel
 from mm2py.kafka_local.jars import QUICK_JVM
 from tests.support.brokers import SASL_USERS
+from tests.support.tiered_storage import tiered_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = ROOT / "test-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -66,7 +67,7 @@ SECURITY = BrokerSecurity(
 
 #: how each cluster is created, and the clusters started together with it
 SPECS: dict[str, dict[str, Any]] = {
-    "east": {"tiered_storage": True},
+    "east": tiered_cluster(RUN_DIR / "east"),
     "west": {},
     "trio": {"nodes": 3},
     "secured": {"security": SECURITY},

@@ -30,7 +30,6 @@ from mm2py.client.reauth import SASL_SESSIONS
 from mm2py.config.security import parse_security
 from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
 from mm2py.kafka_local.cluster import in_parallel
-from mm2py.kafka_local.oidc import LocalIdentityProvider
 from mm2py.kafka_local.security import broker_jvm_args
 from mm2py.protocol.errors_codes import NONE
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
@@ -50,6 +49,7 @@ from tests.support.brokers import (
     wait_until,
 )
 from tests.support.live_producer import LiveProducer
+from tests.support.oidc_provider import LocalIdentityProvider
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 

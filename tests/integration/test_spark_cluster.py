@@ -25,7 +25,6 @@ from confluent_kafka import Producer
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.kafka_local.jars import QUICK_JVM
-from mm2py.kafka_local.spark_cluster import SparkStandaloneCluster
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin
@@ -43,6 +42,7 @@ from tests.support.brokers import (
     wait_until,
 )
 from tests.support.live_producer import LiveProducer
+from tests.support.spark_cluster import SparkStandaloneCluster
 
 pytestmark = pytest.mark.integration
 

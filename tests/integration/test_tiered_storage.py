@@ -24,7 +24,7 @@ from mm2py.client.cluster import EARLIEST, ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.config.filters import CONFIG_PROPERTIES_EXCLUDE_DEFAULT
 from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.kafka_local import EARLIEST_LOCAL, KafkaCluster, tiered_topic_config
+from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -47,6 +47,7 @@ from tests.support.brokers import (
     unique,
     wait_until,
 )
+from tests.support.tiered_storage import EARLIEST_LOCAL, tiered_topic_config
 
 pytestmark = pytest.mark.integration
 
