@@ -2,7 +2,8 @@
 size limits come from round to round, they equal the parameters computed from scratch, and the
 partitions said to have moved are exactly those whose parameters changed.
 
-The fetcher against real brokers: tests/integration/test_raw_client.py and test_fetch_sessions.py."""
+The fetcher against real brokers: tests/integration/test_raw_client.py and
+test_incremental_fetch_broker.py."""
 
 from __future__ import annotations
 
