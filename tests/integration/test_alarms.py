@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
-from helpers import (
+
+from mm2py.engine.losses import Alarm
+from mm2py.kafka_local import KafkaCluster
+from tests.support.brokers import (
     BackgroundWorker,
     create_topic,
     make_records,
@@ -18,9 +21,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.engine.losses import Alarm
-from mm2py.kafka_local import KafkaCluster
 
 pytestmark = pytest.mark.integration
 
