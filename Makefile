@@ -1,16 +1,22 @@
 # The two commands of README.md: `make demo` (main job) and `make test` (the whole suite).
 PYTHON ?= python3
 
-.PHONY: install demo test lint unit integration down bench wheel compose-check ui-screenshots
+.PHONY: install install-tests demo test lint unit integration down bench wheel compose-check ui-screenshots
 
+# what the demo needs (Java, Maven, a compiler, liblz4, mm2py, the Kafka jars)
 install:
 	./scripts/install.sh
+
+# that, and what only the tests need (chromium and its driver, the dev and spark extras, the jars
+# of the tiered-storage and Connect profiles)
+install-tests:
+	./scripts/install.sh --tests
 
 demo: install
 	$(PYTHON) -m mm2py.demo
 
 # ruff, then pytest on three workers with mypy and the pure-Python unit pass beside it (scripts/test.sh)
-test: install
+test: install-tests
 	PYTHON=$(PYTHON) ./scripts/test.sh
 
 unit:

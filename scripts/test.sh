@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole suite, as `make test` runs it (after ./scripts/install.sh):
+# The whole suite, as `make test` runs it (after ./scripts/install.sh --tests):
 #   ruff, then pytest over tests/ on $WORKERS xdist workers, with mypy and the unit suite on the
 #   pure-Python path (MM2PY_NATIVE=0) run beside it: most of the integration tests' time is spent
 #   waiting on brokers and JVMs, so the two CPU-bound checks fill that time instead of adding theirs.

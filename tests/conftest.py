@@ -1,6 +1,6 @@
 """The run's real Kafka clusters (KRaft, started by mm2py.kafka_local), shared by every module.
 
-Tests share clusters and use topics of their own (``helpers.unique``). Each cluster starts the
+Tests share clusters and use topics of their own (``tests.support.brokers.unique``). Each cluster starts the
 first time a test asks for it and stops at the end of the run. ``make test`` runs two
 pytest-xdist workers, a test module at a time each (``--dist loadfile``: module fixtures such as a
 Spark session stay one per module); each worker has clusters of its own:
@@ -9,13 +9,14 @@ Spark session stay one per module); each worker has clusters of its own:
   remote storage; a topic opts in with ``tiered_topic_config()``.
 - ``trio``: three nodes, for tests where partition leadership matters.
 - ``secured`` and ``secured_west``: TLS and SASL listeners and Kafka's standard authorizer, for
-  the TLS, SASL and ACL tests (their SASL users are ``helpers.SASL_USERS``; the ``super_users`` bypass ACLs).
+  the TLS, SASL and ACL tests (their SASL users are ``tests.support.brokers.SASL_USERS``; the
+  ``super_users`` bypass ACLs).
 
 Cluster work dirs live under ``test-logs/<run>/``; they are deleted after a green run and kept,
 broker logs included, after a run with failures (the path is printed at the end).
 
 Hypothesis runs the ``ci`` profile (the full depth) unless ``HYPOTHESIS_PROFILE=dev`` asks for
-the quicker one; see ``helpers.examples``.
+the quicker one; see ``tests.support.hypothesis_examples``.
 """
 
 from __future__ import annotations
@@ -31,15 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import SASL_USERS
 from hypothesis import settings
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
 from mm2py.kafka_local.cluster import PORTS_ENV, in_parallel
 from mm2py.kafka_local.jars import QUICK_JVM
-
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.support.brokers import SASL_USERS
+from tests.support.tiered_storage import tiered_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = ROOT / "test-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -67,7 +67,7 @@ SECURITY = BrokerSecurity(
 
 #: how each cluster is created, and the clusters started together with it
 SPECS: dict[str, dict[str, Any]] = {
-    "east": {"tiered_storage": True},
+    "east": tiered_cluster(RUN_DIR / "east"),
     "west": {},
     "trio": {"nodes": 3},
     "secured": {"security": SECURITY},
@@ -184,7 +184,7 @@ SHARED_CLUSTER = {"test_acl_sync": "secured", "test_oauth": "secured", "test_sec
 SLOW = {"test_spark_cluster": 275, "local-spark": 160, "secured": 150, "test_leadership": 120,
         "test_connect_differential": 75, "test_mm2_swap": 75, "test_audit": 45,
         "test_mirror_flow": 65, "test_ui_browser": 60, "test_harness": 40, "test_outage": 35,
-        "test_fetch_sessions": 35, "test_raw_client": 30, "test_tiered_storage": 30}
+        "test_incremental_fetch_broker": 35, "test_raw_client": 30, "test_tiered_storage": 30}
 
 
 def _group_of(nodeid: str) -> str:
@@ -220,7 +220,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: clusters that only one group of tests uses, stopped once its last test is done: an idle broker
 #: still takes ~4% of a core (measured here), which the other worker's tests need
 OWNED_BY = {"secured": ("secured", "secured-west"), "test_leadership": ("trio",),
-            "test_fetch_sessions": ("scarce",)}
+            "test_incremental_fetch_broker": ("scarce",)}
 
 
 #: the embedded SparkSession of the ``local-spark`` group, while it runs

@@ -24,7 +24,6 @@ from typing import TypeVar
 from .jars import KAFKA_VERSION, HarnessError, java_executable, resolve_jars
 from .layout import LOG4J2, KafkaNode, add_listeners, format_storage, random_id, server_properties
 from .security import BrokerSecurity, TlsFiles, broker_properties, generate_tls_files, scram_format_args
-from .tiered import TIERED_PROFILE, tiered_broker_config
 
 #: ports handed out by free_port in this process (never twice: clusters are created in parallel)
 _HANDED_OUT: set[int] = set()
@@ -79,7 +78,7 @@ class KafkaCluster:
     version: str = KAFKA_VERSION
     #: TLS material of a cluster created with secured listeners
     tls: TlsFiles | None = None
-    #: Maven profile of extra broker jars (``tiered``: KIP-405 remote storage, see ``tiered.py``)
+    #: Maven profile of extra broker jars (``tiered``: KIP-405 remote storage, see ``create``)
     jar_profile: str | None = None
     #: extra JVM options for every node's ``java`` command (a benchmark's JMX agent, say)
     jvm_args: list[str] = field(default_factory=list)
@@ -146,20 +145,21 @@ class KafkaCluster:
         broker_config: Mapping[str, str] | None = None,
         ports: list[tuple[int, int]] | None = None,
         security: BrokerSecurity | None = None,
-        tiered_storage: bool = False,
+        jar_profile: str | None = None,
     ) -> KafkaCluster:
         """Lay out config and format storage for a new cluster (not started yet).
 
         With ``security``, every node also gets the secured client listeners it names (see
         :mod:`mm2py.kafka_local.security`); ``bootstrap_for(protocol)`` gives their addresses.
-        With ``tiered_storage``, remote log storage (KIP-405) is on, backed by ``workdir/remote``
-        (see :mod:`mm2py.kafka_local.tiered`; topics opt in with ``tiered_topic_config()``)."""
+        With ``jar_profile``, the nodes' class path also holds the jars of that Maven profile of
+        ``pom.xml`` (``tiered``: KIP-405's ``LocalTieredStorage`` from Kafka's test jar, for
+        brokers whose ``broker_config`` turns remote storage on)."""
         workdir = Path(workdir)
         if workdir.exists():
             shutil.rmtree(workdir)
         workdir.mkdir(parents=True)
         cluster = cls(name=name, workdir=workdir, version=version)
-        cluster.jar_profile = TIERED_PROFILE if tiered_storage else None
+        cluster.jar_profile = jar_profile
         cluster.cluster_id = random_id()
         for i in range(1, nodes + 1):
             port, cport = ports[i - 1] if ports else (free_port(), free_port())
@@ -178,8 +178,6 @@ class KafkaCluster:
                 assert cluster.tls is not None
                 add_listeners(props, node.secured_ports)
                 props.update(broker_properties(security, cluster.tls))
-            if tiered_storage:
-                props.update(tiered_broker_config(workdir / "remote", min(3, nodes)))
             props.update(broker_config or {})
             (node.workdir / "server.properties").write_text(
                 "".join(f"{k}={v}\n" for k, v in props.items())
@@ -336,10 +334,10 @@ def start_all(clusters: Sequence[KafkaCluster], timeout: float = 90.0) -> None:
 @contextlib.contextmanager
 def running_cluster(
     name: str, workdir: Path, *, nodes: int = 1, security: BrokerSecurity | None = None,
-    tiered_storage: bool = False,
+    jar_profile: str | None = None,
 ) -> Iterator[KafkaCluster]:
     cluster = KafkaCluster.create(name, workdir, nodes=nodes, security=security,
-                                  tiered_storage=tiered_storage)
+                                  jar_profile=jar_profile)
     try:
         yield cluster.start()
     finally:

@@ -6,7 +6,7 @@ listeners accept PLAIN (users in the listener's JAAS config) and SCRAM-SHA-256/5
 written into the KRaft metadata log by ``kafka-storage format --add-scram``) and OAUTHBEARER: Kafka's
 unsecured tokens by default, or with ``oauth_jwks_url`` signed JWTs checked by Kafka's
 ``OAuthBearerValidatorCallbackHandler`` against that JWKS (an identity provider such as
-:mod:`mm2py.kafka_local.oidc`; the JVM must allow the URL, :func:`broker_jvm_args`).
+the tests' ``tests/support/oidc_provider.py``; the JVM must allow the URL, :func:`broker_jvm_args`).
 ``reauth_ms`` sets ``connections.max.reauth.ms`` (KIP-368 sessions). The SSL listener
 requires a client certificate. A throwaway CA, broker certificate and client certificate are
 generated at creation with the ``cryptography`` package (EC P-256, valid for a day).

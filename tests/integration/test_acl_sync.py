@@ -17,17 +17,6 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient
-from helpers import (
-    SASL_USERS,
-    BackgroundWorker,
-    create_topic,
-    make_records,
-    mirror_config,
-    produce_records,
-    total,
-    unique,
-    wait_until,
-)
 
 from mm2py.client.cluster import ClientConfig, ClusterClient
 from mm2py.client.connection import ConnectionConfig
@@ -38,6 +27,17 @@ from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner
 from mm2py.stores.acls import TopicAcl, to_binding
 from mm2py.stores.admin import ClusterAdmin
+from tests.support.brokers import (
+    SASL_USERS,
+    BackgroundWorker,
+    create_topic,
+    make_records,
+    mirror_config,
+    produce_records,
+    total,
+    unique,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-from helpers import (
+
+from mm2py.engine.losses import Alarm
+from mm2py.kafka_local import KafkaCluster
+from tests.support.brokers import (
     BackgroundWorker,
     create_topic,
     make_records,
@@ -20,9 +23,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.engine.losses import Alarm
-from mm2py.kafka_local import KafkaCluster
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from tests.support.brokers import (
     BASE_TS,
     BackgroundWorker,
     Rec,
@@ -34,9 +36,7 @@ from helpers import (
     unique,
     wait_until,
 )
-from mm2_process import mm2_command, mm2_properties, running
-
-from mm2py.kafka_local import KafkaCluster
+from tests.support.mm2_process import mm2_command, mm2_properties, running
 
 pytestmark = pytest.mark.integration
 

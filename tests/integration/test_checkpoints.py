@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from mm2py.protocol.mm2_records import Checkpoint
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.metrics import WorkerCollector
+from mm2py.stores.admin import ClusterAdmin, GroupOffset
+from tests.support.brokers import (
     BackgroundWorker,
     config_file,
     consume_and_commit,
@@ -25,12 +31,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.kafka_local import KafkaCluster
-from mm2py.protocol.mm2_records import Checkpoint
-from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.metrics import WorkerCollector
-from mm2py.stores.admin import ClusterAdmin, GroupOffset
 
 pytestmark = pytest.mark.integration
 

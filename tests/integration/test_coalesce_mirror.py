@@ -9,7 +9,12 @@ import random
 
 import pytest
 from confluent_kafka import Producer
-from helpers import (
+
+from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.kafka_local import KafkaCluster
+from mm2py.protocol.coalesce import CoalesceCounters
+from mm2py.protocol.types import TopicPartition
+from tests.support.brokers import (
     BASE_TS,
     BackgroundWorker,
     Rec,
@@ -26,11 +31,6 @@ from helpers import (
     wait_until,
     without_producer_state,
 )
-
-from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.kafka_local import KafkaCluster
-from mm2py.protocol.coalesce import CoalesceCounters
-from mm2py.protocol.types import TopicPartition
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import (
+
+import mm2py
+from mm2py.kafka_local import KafkaCluster
+from tests.support.brokers import (
     admin,
     create_topic,
     make_records,
@@ -29,9 +32,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-import mm2py
-from mm2py.kafka_local import KafkaCluster
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,6 +1,6 @@
 """mm2py's ``/connectors`` facade against Apache Kafka's own Kafka Connect 4.1.1 distributed worker.
 
-One Connect worker (``mm2py.kafka_local.connect_worker``: ``ConnectDistributed`` with the real
+One Connect worker (``tests.support.connect_worker``: ``ConnectDistributed`` with the real
 Mirror connectors, its topics on ``west``) and one in-process mm2py worker with its REST API are
 sent the same sequence of Connect REST calls, the calls that scripts and tools written for Connect
 make: worker info, plugins, validation, create (KIP-980 ``initial_state`` too), config (PUT and
@@ -25,11 +25,18 @@ from typing import Any
 
 import httpx
 import pytest
-from connect_diff import Allowance, Exchange, table
-from helpers import create_topic, make_records, mirror_config, produce_records, served_worker, unique
 
 from mm2py.kafka_local import KafkaCluster
-from mm2py.kafka_local.connect_worker import ConnectWorker
+from tests.support.brokers import (
+    create_topic,
+    make_records,
+    mirror_config,
+    produce_records,
+    served_worker,
+    unique,
+)
+from tests.support.connect_diff import Allowance, Exchange, table
+from tests.support.connect_worker import ConnectWorker
 
 pytestmark = pytest.mark.timeout(420)
 

@@ -14,7 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from tests.support.brokers import (
     BackgroundWorker,
     Rec,
     create_topic,
@@ -27,8 +29,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.kafka_local import KafkaCluster
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -15,7 +15,9 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from tests.support.brokers import (
     by_partition,
     create_topic,
     make_records,
@@ -27,8 +29,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.kafka_local import KafkaCluster
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -9,9 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CODECS, create_topic, make_records, produce_records, read_all, topic_names, unique
 
 from mm2py.kafka_local import KafkaCluster
+from tests.support.brokers import (
+    CODECS,
+    create_topic,
+    make_records,
+    produce_records,
+    read_all,
+    topic_names,
+    unique,
+)
 
 pytestmark = pytest.mark.integration
 

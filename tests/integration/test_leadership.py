@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from tests.support.brokers import (
     BackgroundWorker,
     by_partition,
     create_topic,
@@ -27,8 +29,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.kafka_local import KafkaCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 

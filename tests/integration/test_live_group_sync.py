@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
-from helpers import BackgroundWorker, create_topic, end_offsets, mirror_config, read_all, unique, wait_until
 
 from mm2py.engine.live_groups import as_fetched
 from mm2py.kafka_local import KafkaCluster
@@ -26,6 +25,15 @@ from mm2py.protocol.consumer_offsets import CONSUMER_OFFSETS_TOPIC, OffsetCommit
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin, GroupOffset
+from tests.support.brokers import (
+    BackgroundWorker,
+    create_topic,
+    end_offsets,
+    mirror_config,
+    read_all,
+    unique,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -10,18 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import (
-    config_file,
-    create_topic,
-    make_records,
-    produce_records,
-    unique,
-    wait_until,
-)
 from prometheus_client.parser import text_string_to_metric_families
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.kafka_local.cluster import free_port
+from tests.support.brokers import config_file, create_topic, make_records, produce_records, unique, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +89,7 @@ def _assert_dashboard_names_exported_metrics(exported: set[str]) -> None:
 
 
 def test_worker_status_lines_say_what_runs(east: KafkaCluster, west: KafkaCluster) -> None:
-    from helpers import BackgroundWorker, end_offsets, mirror_config
+    from tests.support.brokers import BackgroundWorker, end_offsets, mirror_config
 
     topic = create_topic(east.bootstrap, unique("status"), partitions=3)
     produce_records(east.bootstrap, topic, make_records(900))

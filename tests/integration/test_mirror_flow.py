@@ -8,7 +8,12 @@ import threading
 import time
 
 import pytest
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from mm2py.protocol.compression import CodecCounters
+from mm2py.protocol.mm2_records import Heartbeat
+from mm2py.protocol.types import TopicPartition
+from tests.support.brokers import (
     CODECS,
     BackgroundWorker,
     Rec,
@@ -26,11 +31,6 @@ from helpers import (
     wait_until,
     without_producer_state,
 )
-
-from mm2py.kafka_local import KafkaCluster
-from mm2py.protocol.compression import CodecCounters
-from mm2py.protocol.mm2_records import Heartbeat
-from mm2py.protocol.types import TopicPartition
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +94,7 @@ def test_three_topics_all_codecs_mirror_identically_asraw_batches(
 
 
 def _records(n: int, tag: str) -> list[Rec]:
-    from helpers import make_records
+    from tests.support.brokers import make_records
 
     return make_records(n, tag=tag)
 

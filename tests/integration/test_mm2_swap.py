@@ -17,14 +17,22 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from helpers import create_topic, end_offsets, placed_records, read_all, total, unique, wait_until
-from live import LiveProducer
-from mm2_process import mm2_command, mm2_properties, running, stop_process
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.connect_offsets import decode, progress_topic
 from mm2py.protocol.partitioner import partition_for_key
 from mm2py.stores.admin import ClusterAdmin
+from tests.support.brokers import (
+    create_topic,
+    end_offsets,
+    placed_records,
+    read_all,
+    total,
+    unique,
+    wait_until,
+)
+from tests.support.live_producer import LiveProducer
+from tests.support.mm2_process import mm2_command, mm2_properties, running, stop_process
 
 pytestmark = pytest.mark.timeout(600)
 

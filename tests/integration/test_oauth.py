@@ -20,18 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import (
-    BackgroundWorker,
-    create_topic,
-    make_records,
-    mirror_config,
-    produce_records,
-    read_all,
-    total,
-    unique,
-    wait_until,
-)
-from live import LiveProducer
 
 from mm2py.client.cluster import ClientConfig, ClusterClient
 from mm2py.client.connection import AuthenticationError, ConnectionConfig, ConnectionFactory
@@ -42,7 +30,6 @@ from mm2py.client.reauth import SASL_SESSIONS
 from mm2py.config.security import parse_security
 from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
 from mm2py.kafka_local.cluster import in_parallel
-from mm2py.kafka_local.oidc import LocalIdentityProvider
 from mm2py.kafka_local.security import broker_jvm_args
 from mm2py.protocol.errors_codes import NONE
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
@@ -50,6 +37,19 @@ from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.metrics import WorkerCollector
 from mm2py.stores.admin import ClusterAdmin
+from tests.support.brokers import (
+    BackgroundWorker,
+    create_topic,
+    make_records,
+    mirror_config,
+    produce_records,
+    read_all,
+    total,
+    unique,
+    wait_until,
+)
+from tests.support.live_producer import LiveProducer
+from tests.support.oidc_provider import LocalIdentityProvider
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 

@@ -13,7 +13,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from tests.support.brokers import (
     BackgroundWorker,
     by_partition,
     create_topic,
@@ -25,8 +27,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.kafka_local import KafkaCluster
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from helpers import create_topic, placed_records, unique
 
 from mm2py.kafka_local import KafkaCluster, resolve_jars
 from mm2py.kafka_local.jars import QUICK_JVM, java_executable
@@ -23,6 +22,7 @@ from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.positions import PositionStore
 from mm2py.stores.progress_repair import repair
+from tests.support.brokers import create_topic, placed_records, unique
 
 pytestmark = pytest.mark.timeout(300)
 

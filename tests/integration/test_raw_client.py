@@ -7,7 +7,6 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from helpers import BASE_TS, CODECS, Rec, admin, create_topic, make_records, produce_records, read_all, unique
 
 from mm2py.client.cluster import EARLIEST, LATEST, ClientConfig, ClusterClient
 from mm2py.client.errors import ConnectionLostError
@@ -22,6 +21,17 @@ from mm2py.protocol.errors_codes import NONE
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+from tests.support.brokers import (
+    BASE_TS,
+    CODECS,
+    Rec,
+    admin,
+    create_topic,
+    make_records,
+    produce_records,
+    read_all,
+    unique,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from cut_proxy import CutProxy, ProxiedFactory
-from helpers import BASE_TS, create_topic, read_all, unique
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.errors import ResendRefusedError
@@ -14,6 +12,8 @@ from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+from tests.support.brokers import BASE_TS, create_topic, read_all, unique
+from tests.support.cut_proxy import CutProxy, ProxiedFactory
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from helpers import (
+
+from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.kafka_local import KafkaCluster
+from mm2py.protocol.types import TopicPartition
+from tests.support.brokers import (
     BackgroundWorker,
     config_file,
     create_topic,
@@ -27,10 +31,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.kafka_local import KafkaCluster
-from mm2py.protocol.types import TopicPartition
 
 pytestmark = pytest.mark.integration
 

@@ -16,18 +16,6 @@ import time
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CKTopicPartition
-from helpers import (
-    BackgroundWorker,
-    create_topic,
-    make_records,
-    mirror_config,
-    produce_records,
-    read_all,
-    read_syncs,
-    total,
-    unique,
-    wait_until,
-)
 
 from mm2py.client.cluster import ClientConfig, ClusterClient
 from mm2py.client.connection import AuthenticationError, ConnectionConfig, TlsError
@@ -43,6 +31,18 @@ from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin, ClusterSecurityError
 from mm2py.stores.positions import PositionStore
+from tests.support.brokers import (
+    BackgroundWorker,
+    create_topic,
+    make_records,
+    mirror_config,
+    produce_records,
+    read_all,
+    read_syncs,
+    total,
+    unique,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,15 @@ import asyncio
 from typing import Any
 
 import pytest
-from cut_proxy import CutProxy
-from helpers import (
+
+from mm2py.client.connection import BrokerConnection, ConnectionFactory
+from mm2py.connectors.mirror_task import build_task
+from mm2py.engine.task import TaskRunner
+from mm2py.engine.task_api import TaskSpec
+from mm2py.kafka_local import KafkaCluster
+from mm2py.protocol.errors import CorruptBatchError
+from mm2py.runtime.inprocess import FlowRunner
+from tests.support.brokers import (
     by_partition,
     create_topic,
     end_offsets,
@@ -18,14 +25,7 @@ from helpers import (
     read_all,
     unique,
 )
-
-from mm2py.client.connection import BrokerConnection, ConnectionFactory
-from mm2py.connectors.mirror_task import build_task
-from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import TaskSpec
-from mm2py.kafka_local import KafkaCluster
-from mm2py.protocol.errors import CorruptBatchError
-from mm2py.runtime.inprocess import FlowRunner
+from tests.support.cut_proxy import CutProxy
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from mm2py.kafka_local.jars import QUICK_JVM
+from mm2py.protocol.mm2_records import Checkpoint
+from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin
+from tests.support.brokers import (
     config_file,
     consume_and_commit,
     create_topic,
@@ -35,14 +41,8 @@ from helpers import (
     unique,
     wait_until,
 )
-from live import LiveProducer
-
-from mm2py.kafka_local import KafkaCluster
-from mm2py.kafka_local.jars import QUICK_JVM
-from mm2py.kafka_local.spark_cluster import SparkStandaloneCluster
-from mm2py.protocol.mm2_records import Checkpoint
-from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin
+from tests.support.live_producer import LiveProducer
+from tests.support.spark_cluster import SparkStandaloneCluster
 
 pytestmark = pytest.mark.integration
 

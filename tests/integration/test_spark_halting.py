@@ -16,7 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
+from mm2py.runtime.spark.driver.worker import SparkWorker
+from tests.support.brokers import (
     Rec,
     create_topic,
     end_offsets,
@@ -27,10 +31,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.kafka_local import KafkaCluster
-from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
-from mm2py.runtime.spark.driver.worker import SparkWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

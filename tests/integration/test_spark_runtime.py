@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from mm2py.protocol.types import TopicPartition
+from mm2py.rest_api.models import FlowStatus
+from mm2py.runtime.spark.driver.lease_scheduler import LeaseSettings
+from mm2py.runtime.spark.driver.worker import SparkWorker
+from mm2py.stores.admin import ClusterAdmin
+from mm2py.stores.positions import PositionStore
+from tests.support.brokers import (
     by_partition,
     create_topic,
     end_offsets,
@@ -29,14 +37,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.kafka_local import KafkaCluster
-from mm2py.protocol.types import TopicPartition
-from mm2py.rest_api.models import FlowStatus
-from mm2py.runtime.spark.driver.lease_scheduler import LeaseSettings
-from mm2py.runtime.spark.driver.worker import SparkWorker
-from mm2py.stores.admin import ClusterAdmin
-from mm2py.stores.positions import PositionStore
 
 pytestmark = pytest.mark.integration
 

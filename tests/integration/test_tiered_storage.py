@@ -19,7 +19,18 @@ from collections.abc import Mapping
 import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from helpers import (
+
+from mm2py.client.cluster import EARLIEST, ClusterClient
+from mm2py.client.fetcher import FetcherConfig, RawFetcher
+from mm2py.config.filters import CONFIG_PROPERTIES_EXCLUDE_DEFAULT
+from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.kafka_local import KafkaCluster
+from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.records import RecordBatch
+from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin
+from mm2py.stores.positions import PositionStore
+from tests.support.brokers import (
     BASE_TS,
     CODECS,
     BackgroundWorker,
@@ -36,17 +47,7 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.client.cluster import EARLIEST, ClusterClient
-from mm2py.client.fetcher import FetcherConfig, RawFetcher
-from mm2py.config.filters import CONFIG_PROPERTIES_EXCLUDE_DEFAULT
-from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.kafka_local import EARLIEST_LOCAL, KafkaCluster, tiered_topic_config
-from mm2py.protocol.connect_offsets import Position
-from mm2py.protocol.records import RecordBatch
-from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin
-from mm2py.stores.positions import PositionStore
+from tests.support.tiered_storage import EARLIEST_LOCAL, tiered_topic_config
 
 pytestmark = pytest.mark.integration
 

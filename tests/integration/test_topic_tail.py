@@ -5,10 +5,10 @@ order, whatever was appended while it was paused."""
 from __future__ import annotations
 
 import pytest
-from helpers import create_topic, make_records, produce_records, unique
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.stores.topic_tail import TopicTail
+from tests.support.brokers import create_topic, make_records, produce_records, unique
 
 pytestmark = pytest.mark.integration
 

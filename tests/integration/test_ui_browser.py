@@ -17,7 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import (
+
+from mm2py.kafka_local import KafkaCluster
+from tests.support.brokers import (
     BackgroundWorker,
     admin,
     create_topic,
@@ -28,8 +30,6 @@ from helpers import (
     unique,
     wait_until,
 )
-
-from mm2py.kafka_local import KafkaCluster
 
 pytestmark = pytest.mark.timeout(300)
 

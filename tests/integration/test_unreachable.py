@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_until
 
 from mm2py.errors import ClusterUnreachableError
 from mm2py.stores.admin import ClusterAdmin
+from tests.support.brokers import wait_until
 
 pytestmark = pytest.mark.integration
 

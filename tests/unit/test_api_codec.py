@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -45,6 +44,7 @@ from mm2py.protocol.api import (
 )
 from mm2py.protocol.errors import ProtocolError, UnsupportedError
 from mm2py.protocol.wire import ZERO_UUID
+from tests.support.hypothesis_examples import examples
 
 MODULE: dict[int, str] = {
     ApiKey.PRODUCE: "produce",

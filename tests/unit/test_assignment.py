@@ -3,12 +3,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mm2py.engine.assignment import assign, count_moves, task_of
 from mm2py.protocol.types import TopicPartition
+from tests.support.hypothesis_examples import examples
 
 _tp = st.builds(TopicPartition, st.sampled_from(["a", "b", "c", "orders"]), st.integers(0, 11))
 _tps = st.lists(_tp, max_size=40)

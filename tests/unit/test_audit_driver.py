@@ -9,7 +9,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from audit_batches import batches, end_of, mirrored
 
 from mm2py.client.fetched import FetchedPartition
 from mm2py.engine.audit import (
@@ -26,6 +25,7 @@ from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.audit import driver
 from mm2py.runtime.audit.scope import Pair
+from tests.support.audit_batches import batches, end_of, mirrored
 
 
 class FakeFetcher:

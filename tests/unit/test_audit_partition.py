@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from audit_batches import batches, end_of, mirrored
-
 from mm2py.engine.audit import (
     Anchor,
     AnchorBook,
@@ -17,6 +15,7 @@ from mm2py.engine.audit import (
     PartitionAudit,
     PartitionStatus,
 )
+from tests.support.audit_batches import batches, end_of, mirrored
 
 POSITION = AnchorKind.POSITION
 

@@ -6,7 +6,6 @@ kind of mismatch at its exact offsets."""
 from __future__ import annotations
 
 import pytest
-from audit_batches import BASE_TS, batches, mirrored, rebatched, record, walk
 
 from mm2py.connectors.outgoing import CoalesceSettings
 from mm2py.engine.audit import CompareMode, MismatchKind, OffsetRange
@@ -15,6 +14,7 @@ from mm2py.protocol.batch_edit import crop
 from mm2py.protocol.compression import Codec, CodecCounters
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
+from tests.support.audit_batches import BASE_TS, batches, mirrored, rebatched, record, walk
 
 
 @pytest.mark.parametrize("codec", list(Codec))

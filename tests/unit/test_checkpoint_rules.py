@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import GroupOffset, GroupState
+from tests.support.hypothesis_examples import examples
 
 TP = TopicPartition("orders", 0)
 

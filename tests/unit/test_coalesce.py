@@ -8,8 +8,6 @@ import itertools
 import random
 
 import pytest
-from batch_specs import BASE_TS, TP, Spec, build, sizes_st, small_spec_st, spec_st
-from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +20,8 @@ from mm2py.protocol.compression import Codec
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
 from mm2py.protocol.records import RecordBatch
+from tests.support.batch_specs import BASE_TS, TP, Spec, build, sizes_st, small_spec_st, spec_st
+from tests.support.hypothesis_examples import examples
 
 Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
 

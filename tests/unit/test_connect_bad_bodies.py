@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from test_connect_errors import AppClient
+
+from tests.support.app_client import AppClient
 
 #: the five routes of the facade that read a JSON object from the body
 ROUTES = [

@@ -1,9 +1,9 @@
-"""The Connect differential test's comparison (tests/connect_diff.py): it must see what differs
+"""The Connect differential test's comparison (tests/support/connect_diff.py): it must see what differs
 and nothing else, or the differential test could pass over a real difference or fail on noise."""
 
 from __future__ import annotations
 
-from connect_diff import Allowance, Exchange, differences, shape, table
+from tests.support.connect_diff import Allowance, Exchange, differences, shape, table
 
 
 def _diff(connect: object, mm2py: object, keyed: bool = False) -> list[str]:

@@ -8,7 +8,6 @@ import struct
 from datetime import timedelta
 
 import pytest
-from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +24,7 @@ from mm2py.protocol.consumer_offsets import (
 )
 from mm2py.protocol.errors import ProtocolError, TruncatedError, UnsupportedError
 from mm2py.protocol.types import TopicPartition
+from tests.support.hypothesis_examples import examples
 
 TP = TopicPartition("orders", 3)
 

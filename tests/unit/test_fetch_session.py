@@ -28,7 +28,7 @@ from mm2py.protocol.fetch_session import (
     next_epoch,
 )
 from mm2py.protocol.types import TopicPartition
-from tests.helpers import examples
+from tests.support.hypothesis_examples import examples
 
 A, B, C = (TopicPartition("t", i) for i in range(3))
 IDS = {"t": uuid.UUID(int=7)}

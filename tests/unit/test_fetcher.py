@@ -2,16 +2,17 @@
 size limits come from round to round, they equal the parameters computed from scratch, and the
 partitions said to have moved are exactly those whose parameters changed.
 
-The fetcher against real brokers: tests/integration/test_raw_client.py and test_fetch_sessions.py."""
+The fetcher against real brokers: tests/integration/test_raw_client.py and
+test_incremental_fetch_broker.py."""
 
 from __future__ import annotations
 
-from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.protocol.types import TopicPartition
+from tests.support.hypothesis_examples import examples
 
 PARTS = [TopicPartition(t, p) for t in ("a", "b") for p in range(4)]
 SIZE = 1 << 20

@@ -9,7 +9,6 @@ import struct
 from typing import Any
 
 import pytest
-from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.request_header.v1.header import RequestHeader as KioHeaderV1
@@ -30,6 +29,7 @@ from mm2py.protocol.framing import (
     request_header_version,
     response_header_version,
 )
+from tests.support.hypothesis_examples import examples
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from memory_task import TP, Log, MemoryProgress, MemorySink, MemorySource, values
 
 from mm2py.engine.latency import LATENCY_BUCKETS, Histogram, PartitionTimes, observe_fetch
 from mm2py.engine.task import TaskRunner
@@ -16,6 +15,7 @@ from mm2py.engine.task_api import TaskSpec
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+from tests.support.memory_task import TP, Log, MemoryProgress, MemorySink, MemorySource, values
 
 
 def test_a_histogram_counts_each_value_in_its_bucket() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from helpers import examples
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -11,6 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.lease_table import Go, Lease, LeaseState, LeaseTable, Stop
+from tests.support.hypothesis_examples import examples
 
 A, B, C = (TopicPartition("t", p) for p in range(3))
 

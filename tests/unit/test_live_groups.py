@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +14,7 @@ from mm2py.protocol.consumer_offsets import CommittedOffset, GroupRecord, Offset
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin_types import GroupOffset
+from tests.support.hypothesis_examples import examples
 
 TP = TopicPartition("orders", 0)
 TARGET = TopicPartition("east.orders", 0)

@@ -9,7 +9,6 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 import pytest
-from memory_task import TP, Log, MemoryProgress, MemorySink, MemorySource, batch, values
 
 from mm2py.engine.losses import DEFAULT_POLICIES, SETTINGS, Alarm, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncStore
@@ -17,6 +16,7 @@ from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import Delivered, Polled, TaskSpec
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+from tests.support.memory_task import TP, Log, MemoryProgress, MemorySink, MemorySource, batch, values
 
 
 class MeddledSink(MemorySink):

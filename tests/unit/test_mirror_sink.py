@@ -4,13 +4,13 @@ failures, never the producer's re-sends; a failure says whether the task may ret
 from __future__ import annotations
 
 import pytest
-from fake_broker import A, B, FakeBroker, producer_on
 
 from mm2py.client.producer import ProducerConfig
 from mm2py.connectors.mirror_sink import MirrorSink
 from mm2py.engine.task_api import SinkError
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
+from tests.support.fake_broker import A, B, FakeBroker, producer_on
 
 TS = 1_700_000_000_000
 

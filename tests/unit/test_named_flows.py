@@ -9,9 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import fake_flows
 import pytest
-from fake_flows import BASE, FakeWorker
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig, check_flow_name
@@ -19,6 +17,8 @@ from mm2py.engine.flow_overlap import first_overlap, older_claim
 from mm2py.protocol.connect_offsets import Position, encode_key, encode_value, fold
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.steering import FlowConflictError, FlowExistsError, FlowNotFoundError
+from tests.support import fake_flows
+from tests.support.fake_flows import BASE, FakeWorker
 
 
 @pytest.fixture(autouse=True)

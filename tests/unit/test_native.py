@@ -18,8 +18,6 @@ from typing import Any
 
 import crc32c as crc32c_lib
 import pytest
-from batch_specs import BASE_TS, Spec, build, sizes_st, small_spec_st, spec_st
-from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +30,8 @@ from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import HEADER_STRUCT, RecordBatch, split_checked, split_record_set
 from mm2py.protocol.types import TopicPartition
+from tests.support.batch_specs import BASE_TS, Spec, build, sizes_st, small_spec_st, spec_st
+from tests.support.hypothesis_examples import examples
 
 if os.environ.get("MM2PY_NATIVE") == "0":
     pytest.skip("MM2PY_NATIVE=0: the pure-Python path alone, nothing to compare it with",

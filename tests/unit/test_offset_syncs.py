@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import bisect
 
-from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mm2py.engine.offset_syncs import OffsetSyncPlanner, OffsetSyncStore
 from mm2py.protocol.types import TopicPartition
+from tests.support.hypothesis_examples import examples
 
 TP = TopicPartition("orders", 3)
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fake_broker import A, B, FakeBroker, batch, producer_on
 
 from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import LaneStoppedError, ProduceError, ProducerConfig
 from mm2py.client.producer.pipeline import SHARED_PASS_BYTES
 from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER, BrokerError
 from mm2py.protocol.types import TopicPartition
+from tests.support.fake_broker import A, B, FakeBroker, batch, producer_on
 
 
 async def confirmed_producer(fb: FakeBroker):  # type: ignore[no-untyped-def]

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 
-from fake_broker import A, FakeBroker, FakeConnection, batch
-
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.producer import RawProducer
 from mm2py.client.reauth import SessionKeeper
+from tests.support.fake_broker import A, FakeBroker, FakeConnection, batch
 
 
 class GatedConnection(FakeConnection):

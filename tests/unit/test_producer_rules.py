@@ -8,9 +8,9 @@ tests/integration/test_raw_producer.py; the pipeline across calls is in test_pro
 from __future__ import annotations
 
 import pytest
-from fake_broker import OUT_OF_ORDER_SEQUENCE_NUMBER, A, B, FakeBroker, batch, producer_on
 
 from mm2py.client.producer import ProduceError
+from tests.support.fake_broker import OUT_OF_ORDER_SEQUENCE_NUMBER, A, B, FakeBroker, batch, producer_on
 
 # ---------------------------------------------------------------------------------- rules
 

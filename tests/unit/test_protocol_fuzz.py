@@ -6,7 +6,6 @@ import contextlib
 from datetime import timedelta
 
 import pytest
-from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +15,7 @@ from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
 from mm2py.protocol.records import RecordBatch, iter_batches, split_record_set
 from mm2py.protocol.transactions import AbortedTransactionFilter
+from tests.support.hypothesis_examples import examples
 
 FUZZ = settings(
     max_examples=examples(200),

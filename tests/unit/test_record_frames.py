@@ -10,7 +10,6 @@ import struct
 import cramjam
 import numpy as np
 import pytest
-from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from mm2py.protocol.compression import Codec, CodecCounters, SectionBuffer, comp
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.record_codec import Record, encode_record, read_varint, read_varlong
 from mm2py.protocol.record_frames import PAD, reframe, scan
+from tests.support.hypothesis_examples import examples
 
 Frame = tuple[int, int, int, int, int, int]  # start, tail, end, attributes, ts delta, offset delta
 

@@ -11,7 +11,6 @@ import io
 from typing import Any
 
 import pytest
-from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -25,6 +24,7 @@ from mm2py.protocol import api_sasl
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.framing import request_header_version, response_header_version
 from mm2py.protocol.sasl_mechanisms import SaslMechanismError, ScramClient, plain_message
+from tests.support.hypothesis_examples import examples
 
 
 def kio_encode(entity: Any) -> bytes:

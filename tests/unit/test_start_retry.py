@@ -10,12 +10,12 @@ import time
 from typing import Any
 
 import pytest
-from fake_flows import fake_controller
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.errors import ClusterUnreachableError
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
+from tests.support.fake_flows import fake_controller
 
 BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstrap.servers": "w:1",
         "east->west.enabled": "true", "emit.heartbeats.enabled": "false"}

@@ -7,7 +7,6 @@ import json
 from collections.abc import Mapping, Sequence
 
 import pytest
-from memory_task import TP, Log, MemoryProgress, MemorySink, MemorySource, batch, values
 
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.task import TaskRunner
@@ -16,6 +15,7 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+from tests.support.memory_task import TP, Log, MemoryProgress, MemorySink, MemorySource, batch, values
 
 
 def expected(*ranges: range) -> list[bytes]:

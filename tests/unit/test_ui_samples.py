@@ -3,44 +3,19 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from mm2py.engine.latency import PartitionTimes
-from mm2py.engine.task_api import TaskMetrics, TaskState
-from mm2py.protocol.types import TopicPartition
 from mm2py.rest_api.ui_samples import BEYOND, FLOW_SERIES, PARTITION_SERIES, PartitionRings, Ring, Sampler
-
-TP0, TP1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
-
-
-@dataclass
-class Task:
-    """A task as a flow runner shows it (the in-process TaskRunner's attributes)."""
-
-    partitions: tuple[TopicPartition, ...]
-    metrics: TaskMetrics = field(default_factory=TaskMetrics)
-    state: TaskState = TaskState.RUNNING
-    trace: str | None = None
-    acked: dict[TopicPartition, int] = field(default_factory=dict)
-
-    def positions(self) -> dict[TopicPartition, int]:
-        return dict(self.acked)
+from tests.support.fake_tasks import TP0, TP1, Clock, Task
 
 
 @dataclass
 class Runner:
     tasks: dict[int, Task]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def nan_or(values: list[float]) -> list[float | None]:

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from helpers import mirror_config
-from test_ui_samples import TP0, TP1, Clock, Task
 
 from mm2py.engine.latency import PartitionTimes
 from mm2py.rest_api.app import create_app
 from mm2py.rest_api.ui import STATIC
 from mm2py.runtime.inprocess import Worker
+from tests.support.brokers import mirror_config
+from tests.support.fake_tasks import TP0, TP1, Clock, Task
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ connectors are on the classpath and no ``plugin.path`` is needed), with its conf
 topics (replication factor 1, names of its own) on the cluster it is given and its REST API on a free
 loopback port. Its ``connect.log`` stays in its work dir (``tail`` shows the end of it).
 
-``python -m mm2py.kafka_local.connect_worker BOOTSTRAP`` runs one until Ctrl-C and prints its URL.
+``python -m tests.support.connect_worker BOOTSTRAP`` runs one until Ctrl-C and prints its URL.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cluster import free_port
-from .jars import KAFKA_VERSION, QUICK_JVM, HarnessError, java_executable, resolve_jars
-from .layout import LOG4J2
+from mm2py.kafka_local.cluster import free_port
+from mm2py.kafka_local.jars import KAFKA_VERSION, QUICK_JVM, HarnessError, java_executable, resolve_jars
+from mm2py.kafka_local.layout import LOG4J2
 
 __all__ = ["CONNECT_PROFILE", "ConnectWorker"]
 
@@ -165,7 +165,7 @@ class ConnectWorker:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m mm2py.kafka_local.connect_worker BOOTSTRAP", file=sys.stderr)
+        print("usage: python -m tests.support.connect_worker BOOTSTRAP", file=sys.stderr)
         return 2
     worker = ConnectWorker.create(Path.cwd() / "connect-worker", argv[0])
     with worker:

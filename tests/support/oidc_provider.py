@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from .security import _ca, _leaf, _pem, _pkcs8
+from mm2py.kafka_local.security import _ca, _leaf, _pem, _pkcs8
 
 
 def _b64url(data: bytes) -> str:

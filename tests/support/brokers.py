@@ -45,15 +45,6 @@ SASL_USERS = {"alice": "alice-secret", "mirror": "mirror-secret", "reader": "rea
               "writer": "writer-secret"}
 
 
-def examples(n: int) -> int:
-    """A property test's example count: ``n`` under the ``ci`` hypothesis profile (the default,
-    hypothesis's own 100 examples a test), ``n`` scaled like the profile's ``max_examples`` under
-    another one (``HYPOTHESIS_PROFILE=dev``: a tenth)."""
-    from hypothesis import settings
-
-    return max(1, n * settings().max_examples // 100)
-
-
 def unique(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

@@ -1,4 +1,4 @@
-"""KIP-405 tiered storage on a local cluster, for tests: remote log storage backed by a directory.
+"""KIP-405 tiered storage on a local test cluster: remote log storage backed by a directory.
 
 Kafka ships a directory-backed ``RemoteStorageManager`` only in its test artifact
 (``org.apache.kafka:kafka-storage:<version>:test``, class ``LocalTieredStorage``); the ``tiered``
@@ -8,12 +8,14 @@ broker's default, topic-based manager (``__remote_log_metadata``).
 What makes a topic's early segments remote-only quickly is per topic (:func:`tiered_topic_config`):
 tiny segments (``internal.segment.bytes``, a test-only topic config below the 1 MiB minimum of
 ``segment.bytes``) and a tiny local retention; the brokers check retention and copy segments often
-(:func:`tiered_broker_config`).
+(:func:`tiered_broker_config`). :func:`tiered_cluster` gives ``KafkaCluster.create`` both the
+brokers' settings and the jars.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 #: the Maven profile (``pom.xml``) whose jars include LocalTieredStorage
 TIERED_PROFILE = "tiered"
@@ -49,3 +51,11 @@ def tiered_topic_config(
         "local.retention.ms": str(local_retention_ms),
         "retention.ms": "-1",
     }
+
+
+def tiered_cluster(workdir: Path, nodes: int = 1) -> dict[str, Any]:
+    """``KafkaCluster.create`` options of a cluster with remote storage on, backed by
+    ``workdir/remote`` (``workdir``: the cluster's own); topics opt in with
+    :func:`tiered_topic_config`."""
+    return {"nodes": nodes, "jar_profile": TIERED_PROFILE,
+            "broker_config": tiered_broker_config(workdir / "remote", min(3, nodes))}

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import pytest
-from helpers import create_topic, end_offsets, make_records, produce_records, unique
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
@@ -22,6 +21,7 @@ from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.api import ApiKey, decode_fetch_response, encode_fetch_request
 from mm2py.protocol.fetch_session import FINAL_EPOCH
 from mm2py.protocol.types import TopicPartition
+from tests.support.brokers import create_topic, end_offsets, make_records, produce_records, unique
 
 pytestmark = pytest.mark.integration
 

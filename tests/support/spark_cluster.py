@@ -13,7 +13,7 @@ worker's directory, which is how the harness finds them to kill them: ``kill_wor
 worker with every process of its, and ``stop`` leaves no process of the cluster behind.
 
 To try the Spark runtime on a standalone master by hand:
-``python -m mm2py.kafka_local.spark_cluster`` runs one in the foreground until Ctrl-C and prints
+``python -m tests.support.spark_cluster`` runs one in the foreground until Ctrl-C and prints
 its ``spark://`` URL for ``mm2py run --runtime spark --spark-master``.
 """
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .cluster import free_port
-from .jars import QUICK_JVM, HarnessError, cache_root
+from mm2py.kafka_local.cluster import free_port
+from mm2py.kafka_local.jars import QUICK_JVM, HarnessError, cache_root
 
 LOG4J2 = """\
 rootLogger.level = info
@@ -354,7 +354,7 @@ def _kill_tree(root: int | None, directory: Path) -> list[int]:
 # -- by hand -----------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     """Run a standalone cluster in the foreground until SIGINT or SIGTERM, then stop all of it."""
-    parser = argparse.ArgumentParser(prog="python -m mm2py.kafka_local.spark_cluster",
+    parser = argparse.ArgumentParser(prog="python -m tests.support.spark_cluster",
                                      description="A Spark standalone master and workers on 127.0.0.1.")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cores", type=int, default=1, help="cores per worker")
