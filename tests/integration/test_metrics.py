@@ -73,19 +73,26 @@ def test_metrics_endpoint_reports_what_was_mirrored(
 DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "grafana" / "mm2py-dashboard.json"
 
 
+ALERTS = DASHBOARD.parents[1] / "prometheus" / "mm2py-alerts.yml"
+
+
 def _dashboard_metric_names() -> set[str]:
     import re
+
+    import yaml
 
     doc = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for panel in doc["panels"] for t in panel.get("targets", [])]
     assert len(exprs) >= 8
-    return {name for expr in exprs for name in re.findall(r"\bmm2py_[a-z_]+", expr)}
+    rules = [r["expr"] for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    assert len(rules) >= 5
+    return {name for expr in exprs + rules for name in re.findall(r"\bmm2py_[a-z_]+", expr)}
 
 
 def _assert_dashboard_names_exported_metrics(exported: set[str]) -> None:
-    """Every series the example Grafana dashboard queries is one the worker serves."""
+    """Every series the example Grafana dashboard and alerting rules query is one the worker serves."""
     missing = _dashboard_metric_names() - exported
-    assert not missing, f"the dashboard queries metrics the worker does not export: {sorted(missing)}"
+    assert not missing, f"the dashboard or alerts query metrics the worker does not export: {sorted(missing)}"
 
 
 def test_worker_status_lines_say_what_runs(east: KafkaCluster, west: KafkaCluster) -> None:
