@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
-from mm2py.engine.task_api import TaskMetrics
+import pytest
+
+from mm2py.engine.task_api import TaskMetrics, TaskSpec
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.flow_runner import SparkTask
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings, _Book
@@ -148,3 +151,24 @@ def test_a_halted_flow_gets_its_leases_stopped_none_started_and_the_halt_waits_f
             await sched.stop(timeout=5)
 
     asyncio.run(go())
+
+
+
+def test_a_lease_stopped_by_an_alarm_under_fail_leaves_its_task_failed_and_not_started_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from mm2py.engine.losses import Alarm, AlarmEvent, MirrorAlarmError
+    from mm2py.runtime.spark.executor import lease as lease_module
+
+    task = SparkTask(0, (A,))
+    task.fail("SinkError: broker went away", now=10.0)
+    assert task.retry_at == 10.5 and task.metrics.restarts == 1  # an ordinary failure: retried
+    task.fail("MirrorAlarmError: target.truncated (policy fail): ...", now=20.0, halted=True)
+    assert task.state == "FAILED" and task.retry_at == float("inf") and task.metrics.restarts == 1
+
+    async def alarmed(work: LeaseWork, result: LeaseResult) -> None:
+        raise MirrorAlarmError(AlarmEvent(Alarm.TARGET_TRUNCATED, A, 6, 0, 0.0))
+
+    monkeypatch.setattr(lease_module, "_lease", alarmed)
+    work = SimpleNamespace(flow="f", lease_id="l9", spec=TaskSpec(None, 0, (A,)))
+    result = lease_module.run_lease(work)  # type: ignore[arg-type]
+    assert result.halted and (result.error or "").startswith("MirrorAlarmError: target.truncated")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -59,11 +60,16 @@ class SparkTask:
             return
         self.fail(result.error, now)
 
-    def fail(self, error: str, now: float) -> None:
+    def fail(self, error: str, now: float, halted: bool = False) -> None:
+        """FAILED; run again from its committed progress after the back-off, unless ``halted`` (an
+        alarm under ``fail``: not until the flow is restarted)."""
         self.state, self.trace = TaskState.FAILED, error
         self.failed_rounds += 1
-        self.metrics.restarts += 1  # run again from its committed progress after the back-off
         self.consecutive_failures += 1
+        if halted:
+            self.retry_at = math.inf
+            return
+        self.metrics.restarts += 1
         self.retry_at = now + min(30.0, 0.5 * 2 ** (self.consecutive_failures - 1))
 
 
@@ -156,7 +162,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
                 task.rounds += 1
                 task.last_round_seconds = result.seconds
                 if result.error is not None:
-                    task.fail(result.error, now)
+                    task.fail(result.error, now, result.halted)
                 elif result.granted:
                     task.consecutive_failures = 0
             if result.error is None:

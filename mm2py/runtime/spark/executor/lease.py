@@ -29,6 +29,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 
+from mm2py.engine.losses import MirrorAlarmError
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_api import RUN_COUNTERS, TaskMetrics, TaskSpec
 from mm2py.protocol.compression import CodecCounters
@@ -73,6 +74,8 @@ class LeaseResult:
     metrics: TaskMetrics = field(default_factory=TaskMetrics)
     codec: tuple[int, int] = (0, 0)
     error: str | None = None
+    #: the error is an alarm under ``fail`` (engine/losses.py): the task is not started again
+    halted: bool = False
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     executor: str = ""
@@ -216,6 +219,7 @@ def run_lease(work: LeaseWork) -> LeaseResult:
             asyncio.run(_lease(work, result))
         except Exception as exc:
             result.error = f"{type(exc).__name__}: {exc}"
+            result.halted = isinstance(exc, MirrorAlarmError)
             result.positions = {}
     result.warnings = warnings
     result.seconds = time.monotonic() - started
