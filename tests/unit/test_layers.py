@@ -183,7 +183,7 @@ def _package_modules(folder: Path) -> list[tuple[str, Path]]:
 
 def test_spark_runtime_does_not_import_the_inprocess_runtime() -> None:
     spark = _package_modules(ROOT / "mm2py" / "runtime" / "spark")
-    assert len(spark) >= 12, spark  # driver (7), executor (3), wire, the packages
+    assert len(spark) >= 12, spark  # driver (7), executor (3), lease messages, the packages
     inprocess = "mm2py.runtime.inprocess"
     bad = {m: sorted(n for n in _imported_modules(m, p) if n == inprocess or n.startswith(f"{inprocess}."))
            for m, p in spark}

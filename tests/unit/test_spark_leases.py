@@ -17,7 +17,7 @@ from mm2py.runtime.spark.driver.flow_runner import SparkTask
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings, _Book
 from mm2py.runtime.spark.driver.lease_table import LeaseState
 from mm2py.runtime.spark.executor.lease import LeaseResult, LeaseWork
-from mm2py.runtime.spark.wire import Report
+from mm2py.runtime.spark.lease_messages import Report
 
 A, B, C = (TopicPartition("orders", p) for p in range(3))
 

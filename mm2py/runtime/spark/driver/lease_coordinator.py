@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from mm2py.engine.scheduler import Scheduler
 from mm2py.runtime.spark.driver.lease_table import Go, Lease, LeaseTable, Stop
-from mm2py.runtime.spark.wire import (
+from mm2py.runtime.spark.lease_messages import (
     MAX_LINE,
     Ack,
     GoMsg,

@@ -42,7 +42,7 @@ from mm2py.runtime.spark.driver.lease_coordinator import LeaseCoordinator
 from mm2py.runtime.spark.driver.lease_table import Lease, LeaseState, LeaseTable
 from mm2py.runtime.spark.driver.session import job_error
 from mm2py.runtime.spark.executor.lease import LeaseResult, LeaseWork
-from mm2py.runtime.spark.wire import Report
+from mm2py.runtime.spark.lease_messages import Report
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,17 @@ from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.loop_watch import freeze_start_up_heap
 from mm2py.runtime.spark.executor.common import capture_warnings
-from mm2py.runtime.spark.wire import Ack, GoMsg, Hello, Ready, Released, Report, StopMsg, decode, encode
+from mm2py.runtime.spark.lease_messages import (
+    Ack,
+    GoMsg,
+    Hello,
+    Ready,
+    Released,
+    Report,
+    StopMsg,
+    decode,
+    encode,
+)
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.lease_coordinator import LeaseCoordinator
 from mm2py.runtime.spark.driver.lease_table import LeaseState, LeaseTable
-from mm2py.runtime.spark.wire import (
+from mm2py.runtime.spark.lease_messages import (
     Ack,
     GoMsg,
     Hello,
