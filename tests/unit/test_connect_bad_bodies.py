@@ -11,11 +11,12 @@ import logging
 import pytest
 from test_connect_errors import AppClient
 
-#: the five routes of the facade that read a JSON object from the body
+#: the six routes of the facade that read a JSON object from the body
 ROUTES = [
     ("POST", "/connectors"),
     ("PUT", "/connectors/m/config"),
     ("PATCH", "/connectors/m/config"),
+    ("PATCH", "/connectors/m/offsets"),
     ("PUT", "/connector-plugins/MirrorSourceConnector/config/validate"),
     ("PUT", "/admin/loggers/mm2py"),
 ]
