@@ -67,7 +67,7 @@ def _get(summary: str, *query: tuple[str, str]) -> dict[str, Any]:
                     "responses": {"200": {"description": "OK"}, "404": {"description": "no such series"}}}}
 
 
-#: the operator page's routes (``include_in_schema=False`` in :func:`mm2py.rest_api.ui.ui_router`)
+#: the operator page's routes (``include_in_schema=False`` in :func:`mm2py.rest_api.ui.page.ui_router`)
 UI_PATHS = {
     "/ui": _get("the page"), "/ui/app.js": _get("its script"), "/ui/style.css": _get("its style"),
     "/ui/state": _get("everything the page shows"),

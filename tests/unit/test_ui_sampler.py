@@ -11,7 +11,7 @@ import pytest
 from mm2py.engine.latency import PartitionTimes
 from mm2py.engine.task_api import TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
-from mm2py.rest_api.ui_samples import BEYOND, FLOW_SERIES, PARTITION_SERIES, PartitionRings, Ring, Sampler
+from mm2py.rest_api.ui.sampler import BEYOND, FLOW_SERIES, PARTITION_SERIES, PartitionRings, Ring, Sampler
 
 TP0, TP1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
 
