@@ -185,7 +185,7 @@ class MirrorMakerConfig(BaseModel):
 
     def flow(self, source: str, target: str) -> FlowConfig:
         try:
-            return self.flows[f"{source}->{target}"]
+            return self.flows[pair_name(source, target)]
         except KeyError:
             clusters = ", ".join(self.clusters)
             raise ConfigError(f"no flow {source}->{target} (clusters: {clusters})") from None
@@ -236,7 +236,7 @@ def _build(flat: FlatConfig) -> MirrorMakerConfig:
                 target_cluster=clusters[target],
                 client_overrides=overrides,
             )
-            flows[f"{source}->{target}"] = _validate_flow(data, origins)
+            flows[pair_name(source, target)] = _validate_flow(data, origins)
     return MirrorMakerConfig(clusters=clusters, flows=flows, ignored_keys=tuple(flat.ignored))
 
 

@@ -34,6 +34,11 @@ class TaskState(enum.StrEnum):
     STOPPED = "STOPPED"
 
 
+#: a flow (or connector) kept with its tasks shut down until resumed: Kafka Connect's target states,
+#: KIP-875's STOPPED (a ``str`` of either is found in it too: the states are a ``StrEnum``)
+HALTED_STATES = frozenset({TaskState.PAUSED, TaskState.STOPPED})
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """Everything a runtime needs to start one task, as picklable data."""

@@ -13,7 +13,7 @@ import uvicorn
 from mm2py.rest_api.app import create_app
 
 if TYPE_CHECKING:
-    from mm2py.rest_api.app import AnyWorker
+    from mm2py.rest_api.shared import AnyWorker
 
 
 class _Server(uvicorn.Server):

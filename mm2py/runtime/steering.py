@@ -22,7 +22,6 @@ from mm2py.errors import Mm2pyError
 
 __all__ = [
     "FILTER_KEYS",
-    "HALTED_STATES",
     "ClusterConflictError",
     "FlowConflictError",
     "FlowExistsError",
@@ -36,8 +35,6 @@ __all__ = [
 
 #: settings a running flow takes without restarting its tasks
 FILTER_KEYS = frozenset({"topics", "topics.exclude"})
-#: a flow kept with its tasks shut down until resumed (Kafka Connect's target states, KIP-875's STOPPED)
-HALTED_STATES = frozenset({"PAUSED", "STOPPED"})
 
 
 class SteeringError(Mm2pyError):

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig, check_flow_name, pair_name
 from mm2py.engine.flow_overlap import older_claim
-from mm2py.engine.task_api import TaskState
+from mm2py.engine.task_api import HALTED_STATES, TaskState
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import ActiveTopics
@@ -23,7 +23,6 @@ from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.named_flows import NamedFlows, check_overlap, pair_config
 from mm2py.runtime.steering import (
     FILTER_KEYS,
-    HALTED_STATES,
     FlowConflictError,
     FlowExistsError,
     FlowNotFoundError,
@@ -259,7 +258,7 @@ class WorkerBase(WorkerStartup[R]):
     ) -> FlowConfig:
         """Settings of the pair ``source->target`` that need no running flow (heartbeats): a flow
         of that pair, if one runs, takes them as :meth:`update_flow` does."""
-        name = f"{source}->{target}"
+        name = pair_name(source, target)
         if name in self.flows:
             return (await self.update_flow(name, settings, drop=drop)).flow
         async with self._steer_lock:
@@ -279,7 +278,7 @@ class WorkerBase(WorkerStartup[R]):
             name = runner.flow.name
             return await self._replace(runner, runner.flow)
 
-    async def halt_flow(self, name: str, state: str = "STOPPED") -> R:
+    async def halt_flow(self, name: str, state: str = TaskState.STOPPED) -> R:
         """Shut the flow's tasks down (they commit their progress) and keep the flow, ``PAUSED`` or
         ``STOPPED`` (KIP-875: only a stopped flow's offsets may be changed), until resumed."""
         if state not in HALTED_STATES:
@@ -324,7 +323,7 @@ class WorkerBase(WorkerStartup[R]):
         async with self._steer_lock:
             name = self.flow_config(name).name
             runner = self.flows.get(name)
-            if runner is not None and self.halted.get(name) != "STOPPED":
+            if runner is not None and self.halted.get(name) != TaskState.STOPPED:
                 raise FlowStateError(
                     f"flow {name!r} is {runner.state}: its offsets can be changed only while it is "
                     "STOPPED (stop it first; it resumes from the new positions)")

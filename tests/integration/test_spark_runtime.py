@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.types import TopicPartition
-from mm2py.rest_api.models import FlowStatus
+from mm2py.rest_api.flows.models import FlowStatus
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseSettings
 from mm2py.runtime.spark.driver.worker import SparkWorker
 from mm2py.stores.admin import ClusterAdmin

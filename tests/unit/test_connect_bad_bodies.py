@@ -12,11 +12,12 @@ import pytest
 
 from tests.support.app_client import AppClient
 
-#: the five routes of the facade that read a JSON object from the body
+#: the six routes of the facade that read a JSON object from the body
 ROUTES = [
     ("POST", "/connectors"),
     ("PUT", "/connectors/m/config"),
     ("PATCH", "/connectors/m/config"),
+    ("PATCH", "/connectors/m/offsets"),
     ("PUT", "/connector-plugins/MirrorSourceConnector/config/validate"),
     ("PUT", "/admin/loggers/mm2py"),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mm2py.config.models import MirrorMakerConfig
-from mm2py.rest_api.connect_config import (
+from mm2py.rest_api.connect.config import (
     ConnectorConfigError,
     connector_kind,
     flow_connector_config,

@@ -80,7 +80,7 @@ def test_an_unexpected_error_is_a_connect_500_and_the_flows_api_keeps_its_body(
     def broken(*_: Any) -> Any:
         raise RuntimeError("the registry is gone")
 
-    monkeypatch.setattr("mm2py.rest_api.connect.Facade.names", broken)
+    monkeypatch.setattr("mm2py.rest_api.connect.facade.Facade.names", broken)
     assert "the registry is gone" in _connect_error(http.get("/connectors"), 500)
     r = http.get("/flows/nobody")
     assert (r.status_code == 404 and set(r.json()) == {"error", "key"}) or set(r.json()) == {"error"}, r.text

@@ -13,9 +13,9 @@ import pytest
 from mm2py.config.models import FlowSettings, MirrorMakerConfig
 from mm2py.engine.task_api import Delivered, PutTask, SinkError
 from mm2py.protocol.types import TopicPartition
-from mm2py.rest_api.connect_defs import WORKER_PREFIXES, definitions, groups
-from mm2py.rest_api.connect_validate import problems, value_infos
-from mm2py.rest_api.loggers import LEVELS, LoggerLevels, level_name
+from mm2py.rest_api.connect.defs import WORKER_PREFIXES, definitions, groups
+from mm2py.rest_api.connect.loggers import LEVELS, LoggerLevels, level_name
+from mm2py.rest_api.connect.validate import problems, value_infos
 from mm2py.runtime.active_topics import ActiveTopics, WatchedSink
 
 SOURCE = {"name": "m", "connector.class": "org.apache.kafka.connect.mirror.MirrorSourceConnector",

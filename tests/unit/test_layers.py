@@ -1,6 +1,8 @@
 """Imports only point down: errors -> protocol -> client -> config -> stores -> engine -> connectors
--> runtime -> interfaces. No import cycle between modules (``TYPE_CHECKING`` imports included), no
-Kafka client library below the stores, no Spark module importing the in-process runtime."""
+-> runtime -> interfaces; inside the REST API, what its parts share -> its parts (``flows``,
+``connect``, ``ui``, none importing another) -> the app and its server -> the CLI. No import cycle
+between modules (``TYPE_CHECKING`` imports included), no Kafka client library below the stores, no
+Spark module importing the in-process runtime."""
 
 from __future__ import annotations
 
@@ -21,9 +23,14 @@ LAYERS = {
     "mm2py.engine": 5,
     "mm2py.connectors": 6,
     "mm2py.runtime": 7,
-    "mm2py.rest_api": 8,
-    "mm2py.cli": 8,
-    "mm2py.demo": 8,
+    "mm2py.rest_api": 8,  # mm2py.rest_api.shared: what the API's parts share
+    "mm2py.rest_api.flows": 9,
+    "mm2py.rest_api.connect": 9,
+    "mm2py.rest_api.ui": 9,
+    "mm2py.rest_api.app": 10,
+    "mm2py.rest_api.server": 10,
+    "mm2py.cli": 11,
+    "mm2py.demo": 11,
     "mm2py.failover": 8,
     "mm2py.flow_offsets_cli": 8,
     "mm2py.audit_cli": 8,
@@ -179,6 +186,22 @@ def test_a_task_spec_is_plain_picklable_data() -> None:
 def _package_modules(folder: Path) -> list[tuple[str, Path]]:
     return [(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"), p)
             for p in sorted(folder.rglob("*.py"))]
+
+
+#: the REST API's parts by role: each stands on what they share, none on another
+REST_PARTS = ("mm2py.rest_api.flows", "mm2py.rest_api.connect", "mm2py.rest_api.ui")
+
+
+def test_the_rest_apis_parts_do_not_import_one_another() -> None:
+    modules = _package_modules(ROOT / "mm2py" / "rest_api")
+    parts = {part: [(m, p) for m, p in modules if m == part or m.startswith(f"{part}.")]
+             for part in REST_PARTS}
+    assert all(len(found) >= 3 for found in parts.values()), parts
+    imports = {m: sorted(n for n in _imported_modules(m, p)
+                         if any(n == o or n.startswith(f"{o}.") for o in REST_PARTS if o != part))
+               for part, found in parts.items() for m, p in found}
+    bad = {m: names for m, names in imports.items() if names}
+    assert not bad, f"a part of the REST API imports another: {bad}"
 
 
 def test_spark_runtime_does_not_import_the_inprocess_runtime() -> None:

@@ -173,8 +173,8 @@ def test_a_state_file_from_before_named_flows_loads_unchanged(tmp_path: Path) ->
 
 
 def test_source_connectors_are_named_flows_and_the_pairs_checkpoint_connector_applies_to_each() -> None:
-    from mm2py.rest_api.connect import Facade
-    from mm2py.rest_api.connect_errors import ConnectError
+    from mm2py.rest_api.connect.errors import ConnectError
+    from mm2py.rest_api.connect.facade import Facade
 
     def config(cls: str, **extra: str) -> dict[str, str]:
         return {"connector.class": cls, "source.cluster.alias": "east", "target.cluster.alias": "west",

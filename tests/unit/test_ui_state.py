@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from mm2py.engine.latency import PartitionTimes
 from mm2py.rest_api.app import create_app
-from mm2py.rest_api.ui import STATIC
+from mm2py.rest_api.ui.page import STATIC
 from mm2py.runtime.inprocess import Worker
 from tests.support.brokers import mirror_config
 from tests.support.fake_tasks import TP0, TP1, Clock, Task
@@ -52,10 +52,10 @@ def test_the_page_and_its_files_are_served_from_the_package(worker: Worker) -> N
 
 def test_the_pages_files_are_package_data_so_a_wheel_ships_them() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["mm2py.rest_api"]
-    files = {p.name for p in (ROOT / "mm2py" / "rest_api" / "ui").iterdir()}
+    patterns = config["tool"]["setuptools"]["package-data"]["mm2py.rest_api.ui"]
+    files = {p.name for p in (ROOT / "mm2py" / "rest_api" / "ui" / "static").iterdir()}
     assert files == set(STATIC)  # each file is served, and only those
-    assert all(any(fnmatch(f"ui/{name}", pattern) for pattern in patterns) for name in files)
+    assert all(any(fnmatch(f"static/{name}", pattern) for pattern in patterns) for name in files)
 
 
 def test_the_state_has_every_flow_its_filters_tasks_partitions_and_series(worker: Worker) -> None:

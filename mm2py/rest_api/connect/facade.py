@@ -2,10 +2,11 @@
 
 Tooling built for Kafka Connect (scripts, dashboards, ``kcctl``-style clients) can create, inspect,
 pause, resume, stop, restart and delete MirrorMaker 2's connectors here (this module: the
-:class:`Facade`; :mod:`mm2py.rest_api.connect_routes`: the config and status routes;
-:mod:`mm2py.rest_api.connect_control`: the state changes, KIP-875 offsets and KIP-558 topics;
-:mod:`mm2py.rest_api.connect_plugins`: ``/``, the plugins and validation; :mod:`mm2py.rest_api.loggers`:
-``/admin/loggers``). How connector configs map onto flows is :mod:`mm2py.rest_api.connect_config`'s (a
+:class:`Facade`; :mod:`mm2py.rest_api.connect.routes`: the config and status routes;
+:mod:`mm2py.rest_api.connect.control`: the state changes, KIP-875 offsets and KIP-558 topics;
+:mod:`mm2py.rest_api.connect.plugins`: ``/``, the plugins and validation;
+:mod:`mm2py.rest_api.connect.loggers`: ``/admin/loggers``). How connector configs map onto flows is
+:mod:`mm2py.rest_api.connect.config`'s (a
 MirrorSourceConnector is a flow named as the connector, so a pair may have several); every flow not
 created as a connector is listed under its own name (``east->west``, ``mirror-east-west-fast``) as a
 MirrorSourceConnector. Errors have Connect's body, ``{"error_code": <status>, "message": "..."}``.
@@ -13,14 +14,15 @@ MirrorSourceConnector. Errors have Connect's body, ``{"error_code": <status>, "m
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any
 
 from fastapi import Request
 
 from mm2py import __version__
-from mm2py.rest_api.connect_config import (
+from mm2py.config.models import pair_name
+from mm2py.engine.task_api import HALTED_STATES, TaskState
+from mm2py.rest_api.connect.config import (
     CLASSES,
     Kind,
     as_text,
@@ -30,25 +32,22 @@ from mm2py.rest_api.connect_config import (
     plan_connector,
     released_settings,
 )
-from mm2py.rest_api.connect_errors import ConnectError
-from mm2py.rest_api.connect_states import AuxStates
-from mm2py.rest_api.connect_validate import problems
-from mm2py.runtime.worker_base import WorkerBase
+from mm2py.rest_api.connect.errors import ConnectError
+from mm2py.rest_api.connect.states import AuxStates
+from mm2py.rest_api.connect.validate import problems
+from mm2py.rest_api.shared import AnyWorker, redacted
 
-__all__ = ["Facade", "redacted", "worker_id"]
+__all__ = ["Facade", "worker_id"]
 
-AnyWorker = WorkerBase[Any]
-_SECRET = re.compile(r"password|secret|jaas|token|credential|keystore\.key", re.IGNORECASE)
 #: the version a connector and its tasks report in their status (Connect 4.1 shows the plugin's)
 VERSION = __version__
-
-def redacted(config: dict[str, str]) -> dict[str, str]:
-    return {k: "[hidden]" if _SECRET.search(k) else v for k, v in config.items()}
+#: a flow's or task's states, each a state of Connect's too
+_CONNECT_STATES = frozenset(TaskState)
 
 
 def _state(state: str) -> str:
-    """A flow or task state in Connect's words."""
-    return state if state in ("RUNNING", "PAUSED", "STOPPED", "FAILED") else "UNASSIGNED"
+    """A flow or task state in Connect's words (anything else is UNASSIGNED)."""
+    return state if state in _CONNECT_STATES else TaskState.UNASSIGNED
 
 
 def worker_id(request: Request) -> str:
@@ -68,7 +67,7 @@ class Facade:
 
     # -- names ------------------------------------------------------------------------------------
     def _pair(self, config: dict[str, str]) -> str:
-        return f"{config['source.cluster.alias']}->{config['target.cluster.alias']}"
+        return pair_name(config["source.cluster.alias"], config["target.cluster.alias"])
 
     def _flow_of(self, name: str, config: dict[str, str]) -> str:
         """What a connector drives: a MirrorSourceConnector its own flow, named as it is (one
@@ -115,24 +114,26 @@ class Facade:
     def status(self, name: str, worker: str) -> dict[str, Any]:
         kind, flow, _ = self.lookup(name)
         runner = self._runner_of(kind, flow)
-        state, trace, tasks = "UNASSIGNED", None, [{"id": 0, "state": "RUNNING"}]
+        state: str = TaskState.UNASSIGNED
+        trace: str | None = None
+        tasks: list[dict[str, Any]] = [{"id": 0, "state": TaskState.RUNNING}]
         if kind != "source" and (halted := self.aux.get(name)) is not None:
             state = halted
         elif kind == "heartbeat":
-            state = "RUNNING" if flow in self.worker.heartbeats else "UNASSIGNED"
+            state = TaskState.RUNNING if flow in self.worker.heartbeats else TaskState.UNASSIGNED
         elif runner is not None:
             st = runner.status()
             state, trace = _state(runner.state), st.get("trace")
             if kind == "source":
                 tasks = [{"id": t["id"], "state": _state(t["state"]), "trace": t.get("trace")}
                          for t in st["tasks"]]
-            elif st.get("checkpoints") is None and state == "RUNNING":
-                state = "UNASSIGNED"
-        if state in ("PAUSED", "FAILED") and kind != "source":
+            elif st.get("checkpoints") is None and state == TaskState.RUNNING:
+                state = TaskState.UNASSIGNED
+        if state in (TaskState.PAUSED, TaskState.FAILED) and kind != "source":
             tasks = [{"id": 0, "state": state}] if self.aux.has_tasks(name) else []
-        elif state == "PAUSED":
-            tasks = [{**t, "state": "PAUSED"} for t in tasks]
-        elif state in ("STOPPED", "UNASSIGNED"):
+        elif state == TaskState.PAUSED:
+            tasks = [{**t, "state": TaskState.PAUSED} for t in tasks]
+        elif state in (TaskState.STOPPED, TaskState.UNASSIGNED):
             tasks = []  # Connect: a stopped connector has no tasks
         connector = {"state": state, "worker_id": worker, **({"trace": trace} if trace else {}),
                      "version": VERSION}
@@ -180,7 +181,7 @@ class Facade:
         if exists and create_only:
             raise ConnectError(409, f"connector {name!r} already exists")
         kind = connector_kind(raw)
-        pair = f"{raw.get('source.cluster.alias')}->{raw.get('target.cluster.alias')}"
+        pair = pair_name(str(raw.get("source.cluster.alias")), str(raw.get("target.cluster.alias")))
         checkpoint = self._registered("checkpoint", pair)
         plan = plan_connector(raw, has_checkpoint=checkpoint is not None,
                               has_heartbeat=self._registered("heartbeat", pair) is not None)
@@ -199,7 +200,7 @@ class Facade:
             checkpointing = (released_settings("checkpoint") if self.aux.get(checkpoint) is not None
                              else plan_connector(self.worker.connectors[checkpoint]).settings)
             plan = replace(plan, settings={**plan.settings, **checkpointing})
-        halted = initial_state if initial_state in ("PAUSED", "STOPPED") else None
+        halted = initial_state if initial_state in HALTED_STATES else None
         if exists:
             halted = self.aux.get(name) if kind != "source" else None
         await self._apply(flow, kind, plan, exists, halted, as_text(raw))

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mm2py.config.errors import ConfigError
-from mm2py.config.models import FlowConfig
+from mm2py.config.models import FlowConfig, pair_name
 from mm2py.runtime.worker_base import HEARTBEAT_KEYS
 
 __all__ = [
@@ -96,7 +96,8 @@ class ConnectorPlan:
 
     @property
     def flow(self) -> str:
-        return f"{self.source}->{self.target}"
+        """The name of the connector's pair (its flow's, for a MirrorSourceConnector's default)."""
+        return pair_name(self.source, self.target)
 
 
 def connector_kind(config: Mapping[str, Any]) -> Kind:

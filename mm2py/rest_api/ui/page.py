@@ -1,12 +1,12 @@
 """The operator's page at ``GET /ui``: every flow, its tasks and partitions, charts of the last 15
 minutes, and the actions of the REST API (the page calls it; same rules, same error messages).
 
-The page is three static files shipped in the package (``mm2py/rest_api/ui/``: no third-party code; the
-charts are inline SVG drawn by its own script). It asks ``GET /ui/state`` every few seconds for
+The page is three static files shipped in the package (``mm2py/rest_api/ui/static/``: no third-party
+code; the charts are inline SVG drawn by its own script). It asks ``GET /ui/state`` every few seconds for
 everything it shows in one answer, and ``GET /ui/partition`` for one partition's history. With
 ``read_only`` (``mm2py run --rest-read-only``) the page shows no actions and the whole REST API
-refuses changes: the page has no powers of its own, so a read-only page over a writable API would
-hide buttons, not protect anything.
+refuses changes (:func:`mm2py.rest_api.app.read_only_guard`): the page has no powers of its own, so
+a read-only page over a writable API would hide buttons, not protect anything.
 """
 
 from __future__ import annotations
@@ -20,27 +20,22 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from mm2py.protocol.types import TopicPartition
-from mm2py.rest_api.ui_samples import FlowNow, Sampler, finite, series_json
-from mm2py.runtime.flows import FlowRunnerBase
-from mm2py.runtime.worker_base import WorkerBase
+from mm2py.rest_api.shared import AnyRunner, AnyWorker
+from mm2py.rest_api.ui.sampler import FlowNow, Sampler, finite, series_json
 
-AnyWorker = WorkerBase[Any]
-
-__all__ = ["STATIC", "StateCache", "page_address", "read_only_guard", "ui_router", "ui_state"]
+__all__ = ["STATIC", "StateCache", "page_address", "ui_router", "ui_state"]
 
 #: the page's files, served as they are
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "style.css": "text/css; charset=utf-8"}
 _FILTERS = ("topics", "topics.exclude", "groups", "groups.exclude")
-#: mutating calls that change nothing (Connect's config validation): allowed when read-only
-_READ_ONLY_EXEMPT = ("/config/validate",)
 
 
 def _static(name: str) -> bytes:
-    return resources.files("mm2py.rest_api").joinpath("ui", name).read_bytes()
+    return resources.files("mm2py.rest_api.ui").joinpath("static", name).read_bytes()
 
 
-def flow_path(runner: FlowRunnerBase[Any]) -> str:
+def flow_path(runner: AnyRunner) -> str:
     """The flow's address under the REST API (what the page's actions are sent to)."""
     return f"/flows/{quote(runner.name, safe='')}"
 
@@ -111,7 +106,7 @@ class StateCache:
             self._count, self._flows, self._times = self.sampler.count, {}, ""
 
 
-def _flow_state(worker: AnyWorker, name: str, runner: FlowRunnerBase[Any], cache: StateCache) -> str:
+def _flow_state(worker: AnyWorker, name: str, runner: AnyRunner, cache: StateCache) -> str:
     """A flow as the page shows it (``/flows``' status without the tasks' partition lists, which
     the partition rows carry with their figures), keyed by its name in the worker; as JSON."""
     flow = runner.flow.model_dump(by_alias=True, include={"topics", "topics_exclude", "groups",
@@ -177,21 +172,6 @@ def ui_router(worker: AnyWorker, sampler: Sampler, read_only: bool) -> APIRouter
                              "series": series_json(series)})
 
     return router
-
-
-def read_only_guard(app: FastAPI) -> None:
-    """Refuse every change (POST, PUT, PATCH, DELETE) with 403, in the body shape of the route's API."""
-
-    @app.middleware("http")
-    async def refuse_changes(request: Request, call_next: Any) -> Response:
-        path = request.url.path.rstrip("/")
-        if request.method in {"GET", "HEAD", "OPTIONS"} or path.endswith(_READ_ONLY_EXEMPT):
-            response: Response = await call_next(request)
-            return response
-        message = "this worker's REST API is read-only (mm2py run --rest-read-only): nothing was changed"
-        if path.split("/")[1:2] and path.split("/")[1] in {"connectors", "connector-plugins", "admin"}:
-            return JSONResponse({"error_code": 403, "message": message}, 403)
-        return JSONResponse({"error": message}, 403)
 
 
 def page_address(app: FastAPI) -> None:

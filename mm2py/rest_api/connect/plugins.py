@@ -2,8 +2,8 @@
 
 ``GET /`` (``version``, ``commit``, ``kafka_cluster_id``), ``GET /connector-plugins`` (MirrorMaker
 2's three connectors, the only plugins mm2py runs), ``GET /connector-plugins/{class}/config`` (their
-settings, :mod:`mm2py.rest_api.connect_defs`) and ``PUT /connector-plugins/{class}/config/validate``
-(each problem on its key, found by mm2py's own checks: :mod:`mm2py.rest_api.connect_validate`), in the
+settings, :mod:`mm2py.rest_api.connect.defs`) and ``PUT /connector-plugins/{class}/config/validate``
+(each problem on its key, found by mm2py's own checks: :mod:`mm2py.rest_api.connect.validate`), in the
 shapes Kafka Connect 4.1 gives them.
 """
 
@@ -22,11 +22,12 @@ from mm2py.client.cluster import ClusterClient
 from mm2py.config.models import FlowConfig
 from mm2py.connectors.client_settings import raw_client_settings
 from mm2py.errors import Mm2pyError
-from mm2py.rest_api.connect import VERSION, AnyWorker
-from mm2py.rest_api.connect_config import CLASSES, ConnectorConfigError, Kind, connector_kind
-from mm2py.rest_api.connect_defs import definitions, groups
-from mm2py.rest_api.connect_errors import ConnectError, ConnectRoute
-from mm2py.rest_api.connect_validate import problems, value_infos
+from mm2py.rest_api.connect.config import CLASSES, ConnectorConfigError, Kind, connector_kind
+from mm2py.rest_api.connect.defs import definitions, groups
+from mm2py.rest_api.connect.errors import ConnectError, ConnectRoute
+from mm2py.rest_api.connect.facade import VERSION
+from mm2py.rest_api.connect.validate import problems, value_infos
+from mm2py.rest_api.shared import AnyWorker
 
 __all__ = ["plugins_router", "source_commit"]
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mm2py.engine.latency import PartitionTimes
-from mm2py.rest_api.ui_samples import BEYOND, FLOW_SERIES, PARTITION_SERIES, PartitionRings, Ring, Sampler
+from mm2py.rest_api.ui.sampler import BEYOND, FLOW_SERIES, PARTITION_SERIES, PartitionRings, Ring, Sampler
 from tests.support.fake_tasks import TP0, TP1, Clock, Task
 
 

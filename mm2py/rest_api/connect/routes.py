@@ -1,6 +1,6 @@
 """The ``/connectors`` routes of the Connect facade: list, read, create, change and delete
-(:class:`mm2py.rest_api.connect.Facade` does the work; :mod:`mm2py.rest_api.connect_control` has the state
-changes, offsets and topics)."""
+(:class:`mm2py.rest_api.connect.facade.Facade` does the work; :mod:`mm2py.rest_api.connect.control`
+has the state changes, offsets and topics)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, BeforeValidator, Field
 
-from mm2py.rest_api.connect import Facade, redacted, worker_id
-from mm2py.rest_api.connect_errors import ConnectRoute
+from mm2py.rest_api.connect.errors import ConnectRoute
+from mm2py.rest_api.connect.facade import Facade, worker_id
+from mm2py.rest_api.shared import redacted
 
 __all__ = ["connect_router"]
 

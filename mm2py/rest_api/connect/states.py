@@ -1,7 +1,7 @@
 """Pause, stop, resume and restart of the facade's MirrorCheckpointConnectors and MirrorHeartbeatConnectors.
 
 In Kafka Connect each of MirrorMaker 2's connectors has a target state of its own; in mm2py the
-checkpoint and heartbeat connectors are settings of their pair (:mod:`mm2py.rest_api.connect_config`).
+checkpoint and heartbeat connectors are settings of their pair (:mod:`mm2py.rest_api.connect.config`).
 Pausing or stopping one turns its job off (the switches it owns set to ``false``, as when it is
 deleted) and records its state; resuming it applies its config again; restarting it turns its job
 off and on. The states are kept in the state file (section ``connector_states``), and a halted
@@ -14,18 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from mm2py.rest_api.connect_config import Kind, owned_keys, plan_connector, released_settings
-from mm2py.runtime.worker_base import WorkerBase
+from mm2py.rest_api.connect.config import Kind, owned_keys, plan_connector, released_settings
+from mm2py.rest_api.shared import AnyWorker
 
 __all__ = ["AuxStates"]
-
-HALTED = ("PAUSED", "STOPPED")
 
 
 class AuxStates:
     """The target states of the checkpoint and heartbeat connectors that are not running."""
 
-    def __init__(self, worker: WorkerBase[Any]) -> None:
+    def __init__(self, worker: AnyWorker) -> None:
         self.worker = worker
         #: connector name -> {"state": PAUSED or STOPPED, "tasks": whether it ever ran its task}
         self.states: dict[str, dict[str, Any]] = worker.store.sections.setdefault("connector_states", {})

@@ -1,10 +1,12 @@
-"""Request and response bodies of the REST API (pydantic; unknown fields are refused)."""
+"""Request and response bodies of the ``/flows`` API (pydantic; unknown fields are refused)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from mm2py.rest_api.shared import AnyRunner
 
 #: a cluster alias as MM2 accepts it in ``A->B`` (no whitespace, no ``>``)
 Alias = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$", max_length=200)]
@@ -93,6 +95,11 @@ class FlowStatus(BaseModel):
     trace: str | None
     topics: dict[str, Any]
     tasks: list[TaskStatus]
+
+
+def flow_status(runner: AnyRunner) -> FlowStatus:
+    """A flow's status as the ``/flows`` routes answer it (from its runner's ``status()``)."""
+    return FlowStatus.model_validate(runner.status())
 
 
 class FlowList(BaseModel):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mm2py.config.models import FlowSettings
-from mm2py.rest_api.connect_config import CHECKPOINT_KEYS, Kind
+from mm2py.rest_api.connect.config import CHECKPOINT_KEYS, Kind
 from mm2py.runtime.worker_base import HEARTBEAT_KEYS
 
 __all__ = ["ConfigKey", "definitions", "groups"]

@@ -4,7 +4,7 @@
 ``POST .../restart`` and ``.../tasks/{n}/restart``; KIP-875's ``GET``/``PATCH``/``DELETE
 .../offsets`` of a MirrorSourceConnector; KIP-558's ``GET .../topics`` and ``PUT .../topics/reset``.
 Pause, stop, resume and restart apply to a MirrorSourceConnector's flow, and to a checkpoint or
-heartbeat connector's job (:mod:`mm2py.rest_api.connect_states`); offset changes to a MirrorSourceConnector
+heartbeat connector's job (:mod:`mm2py.rest_api.connect.states`); offset changes to a MirrorSourceConnector
 (409 on the others).
 """
 
@@ -16,9 +16,10 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from mm2py.engine.task_api import TaskState
 from mm2py.protocol.types import TopicPartition
-from mm2py.rest_api.connect import Facade, worker_id
-from mm2py.rest_api.connect_errors import ConnectError, ConnectRoute
+from mm2py.rest_api.connect.errors import ConnectError, ConnectRoute
+from mm2py.rest_api.connect.facade import Facade, worker_id
 from mm2py.runtime.flow_offsets import Reset, read_offsets
 
 __all__ = ["control_router"]
@@ -62,12 +63,12 @@ def control_router(facade: Facade) -> APIRouter:
 def _lifecycle_routes(router: APIRouter, facade: Facade) -> None:
     @router.put("/connectors/{name}/pause", status_code=202)
     async def pause(name: str) -> Response:
-        await facade.halt(name, "PAUSED")
+        await facade.halt(name, TaskState.PAUSED)
         return Response(status_code=202)
 
     @router.put("/connectors/{name}/stop", status_code=204)
     async def stop(name: str) -> Response:
-        await facade.halt(name, "STOPPED")
+        await facade.halt(name, TaskState.STOPPED)
         return Response(status_code=204)
 
     @router.put("/connectors/{name}/resume", status_code=202)
@@ -95,7 +96,7 @@ def _lifecycle_routes(router: APIRouter, facade: Facade) -> None:
         answers: 409 while the connector is stopped (no worker runs its tasks), 404 for a task it
         does not have."""
         status = facade.status(name, worker_id(request))
-        if status["connector"]["state"] == "STOPPED":
+        if status["connector"]["state"] == TaskState.STOPPED:
             raise ConnectError(409, f"connector {name!r} is stopped: it has no task to restart")
         if not any(t["id"] == task for t in status["tasks"]):
             raise ConnectError(404, f"unknown task {task} of connector {name!r}")

@@ -22,7 +22,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from mm2py.rest_api.connect_errors import ConnectError, ConnectRoute
+from mm2py.rest_api.connect.errors import ConnectError, ConnectRoute
 
 __all__ = ["LEVELS", "loggers_router"]
 

@@ -12,23 +12,22 @@ whose config has any problem, so what validates is what can be created.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig
-from mm2py.rest_api.connect_config import (
+from mm2py.rest_api.connect.config import (
     CONNECT_KEYS,
     CONNECT_PREFIXES,
     ConnectorConfigError,
     connector_kind,
 )
-from mm2py.rest_api.connect_defs import ConfigKey
+from mm2py.rest_api.connect.defs import ConfigKey
+from mm2py.rest_api.shared import HIDDEN, is_secret
 
 __all__ = ["problems", "value_infos"]
 
-_SECRET = re.compile(r"password|secret|jaas|token|credential|keystore\.key", re.IGNORECASE)
 #: a stand-in address for the pair's clusters while one key is checked (nothing connects to it)
 _ADDRESS = "localhost:9092"
 
@@ -135,7 +134,7 @@ def value_infos(keys: list[ConfigKey], config: Mapping[str, Any],
 
     def value(name: str, given: Any) -> dict[str, Any]:
         text = None if given is None else ("true" if given is True else "false" if given is False
-                                           else "[hidden]" if _SECRET.search(name) else str(given))
+                                           else HIDDEN if is_secret(name) else str(given))
         return {"name": name, "value": text, "recommended_values": [], "errors": found.get(name, []),
                 "visible": True}
 

@@ -34,7 +34,7 @@ from mm2py.runtime.steering import (
     FlowStateError,
 )
 
-__all__ = ["FACADE_PREFIXES", "ConnectError", "ConnectRoute", "install"]
+__all__ = ["FACADE_PREFIXES", "ConnectError", "ConnectRoute", "in_facade", "install"]
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,8 @@ def _invalid(exc: RequestValidationError) -> JSONResponse:
     return _error(400, f"invalid request {where!r}: {first.get('msg', 'malformed')}")
 
 
-def _in_facade(path: str) -> bool:
+def in_facade(path: str) -> bool:
+    """Whether ``path`` is one of the facade's (under Connect's prefixes)."""
     return any(path == p or path.startswith(p + "/") for p in FACADE_PREFIXES)
 
 
@@ -108,7 +109,7 @@ def install(app: FastAPI) -> None:
 
     async def not_routed(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        if not _in_facade(request.url.path):
+        if not in_facade(request.url.path):
             return await http_exception_handler(request, exc)
         return _http_error(exc)
 

@@ -15,6 +15,8 @@ from urllib.parse import quote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mm2py.config.models import pair_name
+
 __all__ = ["ACTIONS", "PairPaths"]
 
 #: what follows a flow's name in a path (so ``/flows/{name}/{action}`` is not read as a pair)
@@ -30,7 +32,7 @@ def rewritten(path: str) -> str | None:
         return None  # /flows/{name}/{action}
     if len(parts) > 4 and parts[4] == "groups":
         return None  # the pair's consumer-group routes
-    return "/".join(["", "flows", f"{parts[2]}->{parts[3]}", *parts[4:]])
+    return "/".join(["", "flows", pair_name(parts[2], parts[3]), *parts[4:]])
 
 
 class PairPaths:

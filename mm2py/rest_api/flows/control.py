@@ -8,17 +8,16 @@ STOPPED, and it resumes exactly from the new ones. Errors use the ``/flows`` API
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from mm2py.engine.task_api import TaskState
 from mm2py.protocol.types import TopicPartition
-from mm2py.rest_api.models import FlowStatus
+from mm2py.rest_api.flows.models import FlowStatus, flow_status
+from mm2py.rest_api.shared import AnyWorker
 from mm2py.runtime.flow_offsets import PartitionOffset, Reset, read_offsets
-from mm2py.runtime.worker_base import WorkerBase
-
-AnyWorker = WorkerBase[Any]
 
 __all__ = ["FlowOffsets", "OffsetChange", "OffsetsChange", "flow_control_router"]
 
@@ -68,23 +67,20 @@ def _body(worker: AnyWorker, name: str, rows: list[PartitionOffset]) -> FlowOffs
 def flow_control_router(worker: AnyWorker) -> APIRouter:
     router = APIRouter()
 
-    def status(runner: Any) -> FlowStatus:
-        return FlowStatus.model_validate(runner.status())
-
     @router.post("/flows/{name}/pause")
     async def pause_flow(name: str) -> FlowStatus:
         """Shut the flow's tasks down (they commit) and keep it PAUSED until resumed."""
-        return status(await worker.halt_flow(name, "PAUSED"))
+        return flow_status(await worker.halt_flow(name, TaskState.PAUSED))
 
     @router.post("/flows/{name}/stop")
     async def stop_flow(name: str) -> FlowStatus:
         """Shut the flow's tasks down (they commit) and keep it STOPPED: its offsets may be reset."""
-        return status(await worker.halt_flow(name, "STOPPED"))
+        return flow_status(await worker.halt_flow(name, TaskState.STOPPED))
 
     @router.post("/flows/{name}/resume")
     async def resume_flow(name: str) -> FlowStatus:
         """Start a paused or stopped flow again, from its committed (or reset) positions."""
-        return status(await worker.resume_flow(name))
+        return flow_status(await worker.resume_flow(name))
 
     @router.get("/flows/{name}/offsets")
     async def get_offsets(name: str) -> FlowOffsets:
