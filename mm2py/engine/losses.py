@@ -47,7 +47,10 @@ from dataclasses import dataclass
 from mm2py.engine.task_api import TaskError, TaskMetrics
 from mm2py.protocol.types import TopicPartition
 
-__all__ = ["DEFAULT_POLICIES", "SETTINGS", "Alarm", "AlarmEvent", "LossWatch", "MirrorAlarmError", "Policy"]
+__all__ = [
+    "ALARM_COUNTERS", "DEFAULT_POLICIES", "SETTINGS", "Alarm", "AlarmEvent", "LossWatch", "MirrorAlarmError",
+    "Policy",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ DEFAULT_POLICIES: Mapping[Alarm, Policy] = {
 SETTINGS: Mapping[Alarm, str] = {a: f"mm2py.alarm.{a.value}" for a in Alarm}
 
 #: each alarm's counter in :class:`TaskMetrics`
-_COUNTER: Mapping[Alarm, str] = {
+ALARM_COUNTERS: Mapping[Alarm, str] = {
     Alarm.SOURCE_DELETED: "audit_source_deleted",
     Alarm.SOURCE_TRUNCATED: "audit_source_truncated",
     Alarm.SOURCE_RECREATED: "audit_source_recreated",
@@ -166,7 +169,7 @@ class LossWatch:
     def _raise(self, alarm: Alarm, tp: TopicPartition, expected: int, found: int) -> None:
         event = AlarmEvent(alarm, tp, expected, found, self.wall_clock())
         self.recent.append(event)
-        name = _COUNTER[alarm]
+        name = ALARM_COUNTERS[alarm]
         setattr(self.metrics, name, getattr(self.metrics, name) + 1)
         policy = self.policies[alarm]
         log.warning("task %s: %s; policy %s%s", self.task, event.describe(), policy.value,

@@ -25,6 +25,7 @@ from mm2py.connectors.acl_sync import TopicAclSync
 from mm2py.connectors.checkpoint import CheckpointConnector
 from mm2py.engine.controller import Controller, Plan
 from mm2py.engine.live_groups import AcknowledgedView
+from mm2py.engine.losses import ALARM_COUNTERS
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task_api import TaskMetrics, TaskState
 from mm2py.protocol.connect_offsets import progress_topic
@@ -261,4 +262,8 @@ def _task_status(task_id: int, task: TaskView) -> dict[str, Any]:
         "batches": m.batches, "records": m.records, "bytes": m.bytes,
         "rebuilt_batches": m.rebuilt_batches, "syncs": m.syncs,
         "lag": sum(m.lag.values()), "restarts": m.restarts,
+        # the alarms (engine/losses.py): counts, and the newest in words where the task keeps them
+        "verified_batches": m.audit_verified_batches,
+        "alarms": {alarm.value: n for alarm, name in ALARM_COUNTERS.items() if (n := getattr(m, name))},
+        "recent_alarms": [e.describe() for e in getattr(getattr(task, "losses", None), "recent", ())][-5:],
     }

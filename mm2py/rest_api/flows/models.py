@@ -85,6 +85,11 @@ class TaskStatus(BaseModel):
     syncs: int
     lag: int
     restarts: int = 0  # failed and started again by the worker (with back-off)
+    #: batches the target wrote exactly where the last one ended (mm2py/engine/losses.py)
+    verified_batches: int = 0
+    #: alarms raised so far, by name (``target.foreign``: 2), and the newest in words
+    alarms: dict[str, int] = Field(default_factory=dict)
+    recent_alarms: list[str] = Field(default_factory=list)
 
 
 class FlowStatus(BaseModel):
