@@ -13,6 +13,7 @@
     ├── TaskError              a mirror task cannot go on (source or sink side)
     ├── SteeringError          a run-time change names no flow, an existing flow, a conflicting cluster
     ├── FailoverError          a consumer-group move that cannot be carried out
+    ├── TranslationError       an offset that cannot be translated exactly (mm2py.engine.translation)
     └── AuditError             ``mm2py audit`` cannot read the offset-syncs or progress topic
 
 Each family lives beside the code that raises it; this module holds the root and the families
