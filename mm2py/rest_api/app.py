@@ -47,6 +47,7 @@ from mm2py.rest_api.models import (
     OffsetsRequest,
     TranslatedOffset,
 )
+from mm2py.rest_api.translate_routes import translate_router
 from mm2py.rest_api.ui import page_address, read_only_guard, ui_router
 from mm2py.rest_api.ui_samples import Sampler
 from mm2py.runtime.flow_offsets import OffsetResetError
@@ -133,6 +134,7 @@ def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds:
     _flow_routes(app, worker)
     _group_offset_routes(app, worker)
     app.include_router(flow_control_router(worker))
+    app.include_router(translate_router(worker))  # offsets translated either way, failback
     # the Kafka Connect-shaped facade, errors (unknown routes under it included) in Connect's shape
     facade = Facade(worker)
     for router in (connect_router(facade), control_router(facade), plugins_router(worker), loggers_router()):

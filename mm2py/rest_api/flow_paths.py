@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 __all__ = ["ACTIONS", "PairPaths"]
 
 #: what follows a flow's name in a path (so ``/flows/{name}/{action}`` is not read as a pair)
-ACTIONS = frozenset({"config", "restart", "pause", "stop", "resume", "offsets"})
+ACTIONS = frozenset({"config", "restart", "pause", "stop", "resume", "offsets", "translate"})
 
 
 def rewritten(path: str) -> str | None:
