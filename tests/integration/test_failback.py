@@ -6,7 +6,10 @@ different lags read part of it on the source; the mirror stops; the groups are f
 (``mm2py offsets apply``), read and commit more on the target, are failed back (``--direction
 back``) and read the rest on the source: each group reads every record exactly once, in order.
 The REST translate endpoint and the JSON offsets map are checked both ways against where records
-actually are (found by their content).
+actually are (found by their content). A Spark Structured Streaming query that read the source
+topic is restarted on the target from its checkpoint as ``mm2py offsets rewrite`` moved it, and
+reads each record once (spark-sql-kafka from Maven Central: the harness pom's ``spark-kafka``
+profile).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from helpers import (
+    BackgroundWorker,
     config_file,
     create_topic,
     end_offsets,
@@ -36,7 +42,8 @@ from helpers import (
 from mm2py.cli import main
 from mm2py.config.models import load_config
 from mm2py.engine.translation import Direction
-from mm2py.kafka_local import KafkaCluster
+from mm2py.kafka_local import KafkaCluster, resolve_jars
+from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.translator import FlowTranslator
 
 pytestmark = pytest.mark.integration
@@ -48,30 +55,31 @@ FORWARD, BACK = Direction.FORWARD, Direction.BACK
 FIRST_READ = {"inside-aborted": 16, "on-marker": 10, "far-behind": 1, "caught-up": None}
 
 
-def _seed(bootstrap: str, topic: str) -> None:
+def _seed(bootstrap: str, topic: str, tag: str = "", start: int = 0) -> None:
     """Per partition: four rounds of 6 plain records and a 4-record transaction (rounds 0 and 2
-    committed, 1 and 3 aborted), then 5 plain records: 37 visible records over offsets 0-48."""
+    committed, 1 and 3 aborted), then 5 plain records: 37 visible records over 49 offsets from
+    ``start`` (``start`` + 0-48)."""
     plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("tx"), "linger.ms": 5})
     tx.init_transactions(30)
     for r in range(4):
         for p in PARTITIONS:
             for i in range(6):
-                plain.produce(topic, f"plain-{r}-{p}-{i}".encode(), partition=p)
+                plain.produce(topic, f"{tag}plain-{r}-{p}-{i}".encode(), partition=p)
         plain.flush(30)
         tx.begin_transaction()
         for p in PARTITIONS:
             for i in range(4):
-                tx.produce(topic, f"tx-{r}-{p}-{i}".encode(), partition=p)
+                tx.produce(topic, f"{tag}tx-{r}-{p}-{i}".encode(), partition=p)
         tx.flush(30)  # on the broker before the abort
         tx.abort_transaction(30) if r % 2 else tx.commit_transaction(30)
         # the coordinator writes the markers after it answers: wait for them, so that the layout is
         # the same every run (a marker at 10, 21, 32 and 43 of each partition)
-        wait_until(lambda r=r: end_offsets(bootstrap, topic) == {p: 11 * (r + 1) for p in PARTITIONS},
+        wait_until(lambda r=r: end_offsets(bootstrap, topic) == {p: start + 11 * (r + 1) for p in PARTITIONS},
                    30, 0.05, "transaction markers")
     for p in PARTITIONS:
         for i in range(5):
-            plain.produce(topic, f"last-{p}-{i}".encode(), partition=p)
+            plain.produce(topic, f"{tag}last-{p}-{i}".encode(), partition=p)
     plain.flush(30)
 
 
@@ -236,3 +244,96 @@ def test_failover_then_failback_is_exact_both_ways(east: KafkaCluster, west: Kaf
             assert on_source[p] + on_target[p] + back_on_source[p] == visible[p], (g, p)  # once, in order
     assert [len(reads["far-behind"][i][0]) for i in range(3)] == [1, 5, 31]
     assert [len(reads["caught-up"][i][0]) for i in range(3)] == [37, 0, 0]
+
+
+# --------------------------------------------------------------------- Spark Structured Streaming
+
+#: a streaming query reading a Kafka topic in batches of at most 20 offsets (so that its checkpoint
+#: holds batches ending inside aborted stretches and on markers) until what is there now is read, the
+#: records it read written to a JSON file; then, once a "go" file names them, the same query on
+#: another cluster, topic and checkpoint (one Spark application: one JVM start)
+SPARK_JOB = """
+import json, pathlib, sys, time
+from pyspark.sql import SparkSession
+
+jars, first, go = sys.argv[1], json.loads(sys.argv[2]), pathlib.Path(sys.argv[3])
+spark = (SparkSession.builder.master("local[1]").appName("mm2py-failover")
+         .config("spark.jars", jars).config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "1")
+         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+
+def run(bootstrap, topic, checkpoint, out):
+    rows = []
+    def sink(df, batch_id):
+        rows.extend((r.partition, r.value.decode()) for r in df.select("partition", "value").collect())
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("kafka.isolation.level", "read_committed").option("maxOffsetsPerTrigger", "20").load()
+             .writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    pathlib.Path(out).write_text(json.dumps(rows))
+
+run(*first)
+deadline = time.monotonic() + 120
+while not go.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+run(*json.loads(go.read_text()))
+spark.stop()
+"""
+
+
+def _values(path: Path) -> dict[int, list[str]]:
+    """The values a query read, per partition, in order."""
+    read: dict[int, list[str]] = {p: [] for p in PARTITIONS}
+    for partition, value in json.loads(path.read_text()):
+        read[partition].append(value)
+    return read
+
+
+def test_spark_query_fails_over_with_a_rewritten_checkpoint(east: KafkaCluster, west: KafkaCluster,
+                                                            tmp_path: Path) -> None:
+    topic = create_topic(east.bootstrap, unique("spark"), partitions=len(PARTITIONS))
+    _seed(east.bootstrap, topic)
+    jars = ",".join(str(j) for j in sorted(resolve_jars(profile="spark-kafka").glob("*.jar")))
+    (tmp_path / "job.py").write_text(SPARK_JOB)
+    first = [east.bootstrap, topic, str(tmp_path / "cp-east"), str(tmp_path / "east.json")]
+    go = tmp_path / "go.json"
+    job = subprocess.Popen([sys.executable, str(tmp_path / "job.py"), jars, json.dumps(first), str(go)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (tmp_path / "east.json").exists() or job.poll() is not None, 120, 0.1,
+                   "the query on east")
+        assert job.poll() is None, job.communicate()[1][-4000:]
+        _seed(east.bootstrap, topic, "more-", start=49)  # what the query has not read when east is lost
+        settings = {"topics": topic, "emit.checkpoints.enabled": False}
+        clusters = {"east": east.bootstrap, "west": west.bootstrap}
+        cfg = config_file(tmp_path / "mm2.json", clusters, {"east->west": settings})
+        flow = load_config(str(cfg)).flow("east", "west")
+
+        def mirrored() -> bool:
+            positions = FlowTranslator.read(flow).positions
+            ends = [positions.get(TopicPartition(topic, p)) for p in PARTITIONS]
+            return all(end is not None and end.source == 98 for end in ends)
+
+        with BackgroundWorker(mirror_config(clusters, {"east->west": settings})):
+            wait_until(mirrored, 60, 0.3, "mirror committed to the end")
+        code, out, err = _cli("offsets", "rewrite", "-c", str(cfg), "--flow", "east->west",
+                              "--spark-checkpoint", str(tmp_path / "cp-east"),
+                              "-o", str(tmp_path / "cp-west"))
+        assert code == 0 and "rewritten" in out, err
+        # the query restarted on west, from the rewritten checkpoint, subscribed to east.<topic>
+        go.write_text(json.dumps([west.bootstrap, f"east.{topic}", str(tmp_path / "cp-west"),
+                                  str(tmp_path / "west.json")]))
+        assert job.wait(120) == 0, job.communicate()[1][-4000:]
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    before, after = _values(tmp_path / "east.json"), _values(tmp_path / "west.json")
+    visible = {p: [r.value.decode() for r in read_all(east.bootstrap, topic) if r.partition == p]
+               for p in PARTITIONS}
+    for p in PARTITIONS:
+        assert len(before[p]) == 37 and len(after[p]) == 37
+        assert before[p] + after[p] == visible[p], p  # each record once, in order
