@@ -76,6 +76,21 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {400: {"model": ErrorBody}, 404: {
                                                503: {"model": ErrorBody}}
 
 
+def _failback(worker: AnyWorker, source: str, target: str, group: str, topic_regex: str | None,
+              execute: bool | None) -> GroupOffsets:
+    """The failback plan of ``group`` (``execute`` None), or its dry run or commit on the source."""
+    flow = worker.config.flow(source, target)  # any configured pair
+    check_topic_regex(topic_regex, "topic_regex")
+    timeout = flow.admin_timeout_ms / 1000
+    translation = translate_back(flow, [group], topic_regex, timeout)
+    rows = [TranslatedOffset.model_validate(vars(r)) for r in translation.rows]
+    if execute is None:
+        return GroupOffsets(rows=rows, notes=translation.notes)
+    before = apply(flow, translation.rows, execute, timeout)
+    previous = {str(tp): o.offset for tp, o in before.get(group, {}).items()}
+    return GroupOffsets(rows=rows, notes=translation.notes, executed=execute, previous=previous)
+
+
 def translate_router(worker: AnyWorker) -> APIRouter:
     router = APIRouter()
 
@@ -111,29 +126,17 @@ def translate_router(worker: AnyWorker) -> APIRouter:
         except TranslationError as exc:
             return _error(400, str(exc), "offset")
 
-    def failback(source: str, target: str, group: str, topic_regex: str | None, execute: bool | None
-                 ) -> GroupOffsets:
-        flow = worker.config.flow(source, target)  # any configured pair
-        check_topic_regex(topic_regex, "topic_regex")
-        timeout = flow.admin_timeout_ms / 1000
-        translation = translate_back(flow, [group], topic_regex, timeout)
-        rows = [TranslatedOffset.model_validate(vars(r)) for r in translation.rows]
-        if execute is None:
-            return GroupOffsets(rows=rows, notes=translation.notes)
-        before = apply(flow, translation.rows, execute, timeout)
-        previous = {str(tp): o.offset for tp, o in before.get(group, {}).items()}
-        return GroupOffsets(rows=rows, notes=translation.notes, executed=execute, previous=previous)
-
     @router.get("/flows/{source}/{target}/groups/{group}/failback")
     async def failback_plan(source: str, target: str, group: str, topic_regex: str | None = None
                             ) -> GroupOffsets:
         """Where ``group``, as committed on the target, resumes on the source (``source_offset``)."""
-        return await asyncio.to_thread(failback, source, target, group, topic_regex, None)
+        return await asyncio.to_thread(_failback, worker, source, target, group, topic_regex, None)
 
     @router.post("/flows/{source}/{target}/groups/{group}/failback")
     async def failback_group(source: str, target: str, group: str, body: OffsetsRequest) -> GroupOffsets:
         """Commit ``group``'s translated offsets on the source (failback); a dry run by default.
         ``previous``: the group's offsets on the source before."""
-        return await asyncio.to_thread(failback, source, target, group, body.topic_regex, body.execute)
+        return await asyncio.to_thread(_failback, worker, source, target, group, body.topic_regex,
+                                       body.execute)
 
     return router

@@ -78,3 +78,36 @@ def test_what_cannot_be_translated(get: Any) -> None:
     assert r.status_code == 404 and "no flow east->south" in r.json()["error"], r.text
     r = get("/flows/nobody/translate?topic=orders&partition=0&offset=1")
     assert r.status_code == 404 and "no running flow 'nobody'" in r.json()["error"], r.text
+
+
+def test_failback_routes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mm2py.failover import Row, Translation
+    from mm2py.rest_api import translate_routes
+    from mm2py.stores.admin import GroupOffset
+
+    row = Row("billing", "orders", 0, 131, "east.orders", 120, "offset-syncs", "", "back")
+    monkeypatch.setattr(translate_routes, "translate_back",
+                        lambda flow, groups, regex, timeout: Translation([row], ["a note"]))
+    applied: list[bool] = []
+
+    def apply(flow: FlowConfig, rows: list[Row], execute: bool, timeout: float) -> dict[str, Any]:
+        applied.append(execute)
+        return {"billing": {TopicPartition("orders", 0): GroupOffset(99)}}
+
+    monkeypatch.setattr(translate_routes, "apply", apply)
+    app = create_app(FakeWorker())
+
+    def send(method: str, path: str, **kwargs: Any) -> httpx.Response:
+        async def go() -> httpx.Response:
+            transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://mm2py") as client:
+                return await client.request(method, path, **kwargs)
+
+        return asyncio.run(go())
+
+    plan = send("GET", "/flows/east/west/groups/billing/failback").json()
+    assert plan["rows"][0]["source_offset"] == 131 and plan["notes"] == ["a note"] and not applied
+    done = send("POST", "/flows/east/west/groups/billing/failback", json={"execute": True}).json()
+    assert applied == [True] and done["executed"] and done["previous"] == {"orders-0": 99}
+    r = send("GET", "/flows/east/west/groups/billing/failback?topic_regex=(")
+    assert r.status_code == 400 and r.json()["key"] == "topic_regex"
