@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from mm2py.config.errors import ConfigError
 from mm2py.engine.translation import Direction, NotMirroredError, TranslationError
+from mm2py.errors import Mm2pyError
 from mm2py.failback import translate_back
 from mm2py.failover import apply, check_topic_regex
 from mm2py.rest_api.models import ErrorBody, GroupOffsets, OffsetsRequest, TranslatedOffset
@@ -50,7 +51,9 @@ class TranslatedPosition(BaseModel):
     target_offset: int
 
 
-class _BadRequest(Exception):
+class _BadRequest(Mm2pyError):
+    """A query parameter missing or malformed (answered 400 naming it)."""
+
     def __init__(self, message: str, key: str) -> None:
         super().__init__(message)
         self.key = key
