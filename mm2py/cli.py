@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--spark-round-seconds", type=float, default=10.0,
                      help="longest Spark round before a task commits and the next round starts")
     run.set_defaults(func=_run)
-    from mm2py.failover import add_parser as add_offsets_parser
+    from mm2py.offsets_cli import add_parser as add_offsets_parser
 
     add_offsets_parser(sub)
     from mm2py.flow_offsets_cli import add_parser as add_flow_offsets_parser

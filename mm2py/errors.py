@@ -17,6 +17,7 @@
     ├── ConnectError           the Connect facade's own refusal (unknown connector, name taken) and its status
     ├── OffsetResetError       a flow's positions cannot be moved as asked (no such partition, out of range)
     ├── FailoverError          a consumer-group move that cannot be carried out
+    ├── TranslationError       an offset that cannot be translated exactly (mm2py.engine.translation)
     ├── AuditError             ``mm2py audit`` cannot read the offset-syncs or progress topic
     └── HarnessError           the local Kafka harness (``mm2py dev``) cannot do what was asked
 

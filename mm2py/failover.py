@@ -1,30 +1,28 @@
-"""``mm2py offsets``: move consumer groups to the target cluster of a flow (failover).
+"""Consumer groups moved to the target cluster of a flow (failover), as ``mm2py offsets`` and the
+REST API's group routes do it (the command line is ``mm2py/offsets_cli.py``; failback's translation,
+``mm2py/failback.py``, commits through :func:`apply` too).
 
 ``translate`` prints, for each partition a group committed on the source, where that group should
 resume on the target: from the flow's checkpoints on the target (what MM2's
 ``RemoteClusterUtils.translateOffsets`` reads), and for partitions without a checkpoint yet from the
 source group's committed offsets translated with the offset syncs (the same exact rule as the
-checkpoint connector). ``apply`` commits those offsets to the group on the target — only with
-``--execute`` (otherwise it prints what it would do), and only while the group has no active
-members there.
+checkpoint connector). ``apply`` commits those offsets to the group on the target (failback rows:
+on the source) — only with ``--execute`` (otherwise it prints what it would do), and only while
+the group has no active members there.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
-import logging
 import re
-import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
 
 from mm2py.config.errors import ConfigError
-from mm2py.config.models import FlowConfig, load_config
+from mm2py.config.models import FlowConfig
 from mm2py.config.security import Side
 from mm2py.connectors.checkpoint import mirror_rule
 from mm2py.engine.checkpoints import CheckpointLog, translate_group
@@ -33,6 +31,7 @@ from mm2py.errors import Mm2pyError
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.translator import source_topic_of
 from mm2py.stores.admin import (
     ClusterAdmin,
     ClusterUnreachableError,
@@ -76,10 +75,28 @@ class Row:
     target_offset: int
     via: str  # "checkpoint" or "offset-syncs"
     metadata: str = ""
+    #: "forward": the group moves to the target (``target_offset`` is where it resumes there);
+    #: "back": it moves back to the source (``source_offset`` is where it resumes there)
+    direction: str = "forward"
 
     @property
     def target_partition(self) -> TopicPartition:
         return TopicPartition(self.target_topic, self.partition)
+
+    @property
+    def source_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def back(self) -> bool:
+        return self.direction == "back"
+
+    def destination(self) -> tuple[TopicPartition, int]:
+        """The partition this row commits to and its offset (on the target, or on the source for
+        a failback row)."""
+        if self.back:
+            return self.source_partition, self.source_offset
+        return self.target_partition, self.target_offset
 
 
 @dataclass
@@ -96,14 +113,6 @@ def _read(flow: FlowConfig, side: Side, topic: str, handler: Any, timeout: float
         raise FailoverError(f"reading {topic} failed: {exc}") from None
     finally:
         tail.close()
-
-
-def _source_topic(flow: FlowConfig, target_topic: str) -> str:
-    policy = flow.replication_policy()
-    upstream = policy.upstream_topic(target_topic)
-    if policy.topic_source(target_topic) == flow.source and upstream is not None:
-        return upstream
-    return target_topic
 
 
 def translate(
@@ -144,7 +153,7 @@ def translate(
                 f"'{flow.source}' is unreachable")
             raise UnknownGroupError(f"unknown group {group!r}: no checkpoints on '{flow.target}' and {where}")
         for ttp, cp in sorted(cps.items()):
-            topic = _source_topic(flow, ttp.topic)
+            topic = source_topic_of(flow, ttp.topic)
             if pattern and not pattern.fullmatch(topic):
                 continue
             rows.append(Row(group, topic, ttp.partition, cp.upstream_offset, ttp.topic,
@@ -196,109 +205,35 @@ def _translate_directly(
     if untranslated:
         notes.append(f"group {group}: {untranslated} partitions not mirrored far enough to translate")
     return [
-        Row(group, _source_topic(flow, tp.topic), tp.partition, cp.upstream_offset, tp.topic,
+        Row(group, source_topic_of(flow, tp.topic), tp.partition, cp.upstream_offset, tp.topic,
             cp.downstream_offset, "offset-syncs", cp.metadata)
         for tp, cp in cps.items()
     ]
 
 
 def apply(flow: FlowConfig, rows: Sequence[Row], execute: bool, timeout: float = 30.0) -> dict[str, Any]:
-    """Current target offsets of the rows' groups; commits the rows when ``execute``."""
-    target = ClusterAdmin.for_cluster(flow, "target", timeout=timeout)
+    """Current offsets of the rows' groups on the cluster they move to (the target; the source for
+    failback rows); commits the rows there when ``execute``, only while no group has members there."""
+    back = any(r.back for r in rows)
+    if back and not all(r.back for r in rows):
+        raise FailoverError("rows of both directions cannot be applied at once")
+    side: Side = "source" if back else "target"
+    cluster = flow.source if back else flow.target
+    admin = ClusterAdmin.for_cluster(flow, side, timeout=timeout)
     groups = sorted({r.group for r in rows})
-    for group, state in target.group_states(groups).items():
+    for group, state in admin.group_states(groups).items():
         if not state.inactive:
             raise GroupActiveError(
-                f"group {group!r} is active on '{flow.target}' ({state.members} members, {state.state}); "
+                f"group {group!r} is active on '{cluster}' ({state.members} members, {state.state}); "
                 "stop its consumers there first"
             )
-    current = target.group_offsets(groups)
+    current = admin.group_offsets(groups)
     if execute:
         for group in groups:
-            offsets = {r.target_partition: GroupOffset(r.target_offset, r.metadata) for r in rows
-                       if r.group == group}
+            offsets = {tp: GroupOffset(offset, r.metadata) for r in rows if r.group == group
+                       for tp, offset in [r.destination()]}
             try:
-                target.alter_group_offsets(group, offsets)
+                admin.alter_group_offsets(group, offsets)
             except GroupOffsetsRefusedError as exc:
                 raise FailoverError(str(exc)) from None
     return current
-
-
-# ----------------------------------------------------------------------------------- command line
-
-
-def add_parser(sub: Any) -> None:
-    """Adds ``offsets translate`` and ``offsets apply`` to the ``mm2py`` command line."""
-    offsets = sub.add_parser("offsets", help="translate consumer-group offsets to a flow's target (failover)")
-    commands = offsets.add_subparsers(dest="offsets_command", required=True)
-    for name, text in (
-        ("translate", "print where each group should resume on the target"),
-        ("apply", "commit the translated offsets to the groups on the target (dry run unless --execute)"),
-    ):
-        cmd = commands.add_parser(name, help=text)
-        cmd.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
-        cmd.add_argument("--flow", required=True, help="source->target, e.g. east->west")
-        cmd.add_argument("--group", "-g", action="append", required=True, help="consumer group (repeatable)")
-        cmd.add_argument("--topic-regex", help="only source topics matching this regular expression")
-        cmd.add_argument("--json", action="store_true", help="print JSON instead of a table")
-        cmd.add_argument("--timeout", type=float, default=30.0, help="seconds per cluster call (default 30)")
-        if name == "apply":
-            cmd.add_argument("--execute", action="store_true", help="commit (without it: dry run)")
-        cmd.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    # librdkafka reports every refused connection; the errors that matter are raised and shown once
-    logging.getLogger("mm2py.librdkafka").setLevel(logging.CRITICAL)
-    if args.flow.count("->") != 1:
-        return _error(f"--flow must look like source->target, got {args.flow!r}")
-    source, target = (part.strip() for part in args.flow.split("->"))
-    flow = load_config(args.config).flow(source, target)
-    check_topic_regex(args.topic_regex, "--topic-regex")
-    try:
-        result = translate(flow, list(dict.fromkeys(args.group)), args.topic_regex, args.timeout)
-        current = None
-        if args.offsets_command == "apply":
-            current = apply(flow, result.rows, args.execute, args.timeout)
-    except FailoverError as exc:
-        return _error(str(exc))
-    for note in result.notes:
-        print(f"mm2py: note: {note}", file=sys.stderr)
-    _print(result.rows, current, getattr(args, "execute", False), args.json)
-    return 0
-
-
-def _error(message: str) -> int:
-    print(f"mm2py: error: {message}", file=sys.stderr)
-    return 2
-
-
-def _print(
-    rows: Sequence[Row], current: dict[str, dict[TopicPartition, GroupOffset]] | None, execute: bool,
-    as_json: bool,
-) -> None:
-    def now(r: Row) -> int | None:
-        got = (current or {}).get(r.group, {}).get(r.target_partition)
-        return None if got is None else got.offset
-
-    if as_json:
-        docs = []
-        for r in rows:
-            doc: dict[str, Any] = asdict(r)
-            if current is not None:
-                doc.update(current_target_offset=now(r), committed=execute)
-            docs.append(doc)
-        print(json.dumps(docs, indent=2))
-        return
-    header = ["GROUP", "TOPIC", "PARTITION", "SOURCE OFFSET", "TARGET TOPIC", "TARGET OFFSET", "VIA"]
-    table = [[r.group, r.topic, str(r.partition), str(r.source_offset), r.target_topic,
-              str(r.target_offset), r.via] for r in rows]
-    if current is not None:
-        header.insert(5, "CURRENT")
-        for line, r in zip(table, rows, strict=True):
-            line.insert(5, "-" if now(r) is None else str(now(r)))
-    widths = [max(len(x) for x in col) for col in zip(header, *table, strict=False)]
-    for line in [header, *table]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
-    if current is not None:
-        print("committed to the target" if execute else "dry run: nothing committed (add --execute)")

@@ -184,7 +184,8 @@ SHARED_CLUSTER = {"test_acl_sync": "secured", "test_oauth": "secured", "test_sec
 SLOW = {"test_spark_cluster": 275, "local-spark": 160, "secured": 150, "test_leadership": 120,
         "test_connect_differential": 75, "test_mm2_swap": 75, "test_audit": 45,
         "test_mirror_flow": 65, "test_ui_browser": 60, "test_harness": 40, "test_outage": 35,
-        "test_incremental_fetch_broker": 35, "test_raw_client": 30, "test_tiered_storage": 30}
+        "test_incremental_fetch_broker": 35, "test_raw_client": 30, "test_tiered_storage": 30,
+        "test_failback": 50}
 
 
 def _group_of(nodeid: str) -> str:

@@ -20,6 +20,7 @@ from mm2py.rest_api.connect.routes import connect_router
 from mm2py.rest_api.flows.control import flow_control_router
 from mm2py.rest_api.flows.paths import PairPaths
 from mm2py.rest_api.flows.routes import ERROR_RESPONSES, flow_errors, flow_routes, group_offset_routes
+from mm2py.rest_api.flows.translate import translate_router
 from mm2py.rest_api.shared import AnyWorker
 from mm2py.rest_api.ui.page import page_address, ui_router
 from mm2py.rest_api.ui.sampler import Sampler
@@ -45,6 +46,7 @@ def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds:
     flow_routes(app, worker)
     group_offset_routes(app, worker)
     app.include_router(flow_control_router(worker))
+    app.include_router(translate_router(worker))  # offsets translated either way, failback
     # the Kafka Connect-shaped facade, errors (unknown routes under it included) in Connect's shape
     facade = Facade(worker)
     for router in (connect_router(facade), control_router(facade), plugins_router(worker), loggers_router()):

@@ -32,6 +32,9 @@ LAYERS = {
     "mm2py.cli": 11,
     "mm2py.demo": 11,
     "mm2py.failover": 8,
+    "mm2py.failback": 8,
+    "mm2py.offsets_cli": 8,
+    "mm2py.offsets_rewrite": 8,
     "mm2py.flow_offsets_cli": 8,
     "mm2py.audit_cli": 8,
 }

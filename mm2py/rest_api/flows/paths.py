@@ -20,7 +20,7 @@ from mm2py.config.models import pair_name
 __all__ = ["ACTIONS", "PairPaths"]
 
 #: what follows a flow's name in a path (so ``/flows/{name}/{action}`` is not read as a pair)
-ACTIONS = frozenset({"config", "restart", "pause", "stop", "resume", "offsets"})
+ACTIONS = frozenset({"config", "restart", "pause", "stop", "resume", "offsets", "translate"})
 
 
 def rewritten(path: str) -> str | None:

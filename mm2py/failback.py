@@ -1,0 +1,77 @@
+"""``mm2py offsets translate|apply --direction back``: consumer groups moved back to a flow's source
+(failback).
+
+After a failover, consumers ran on the target and committed there: group ``billing`` at offset ``d``
+of ``east.orders`` on ``west``. Failing back means resuming them on the source, on ``orders`` of
+``east``, at the first record they had not read on the target. Each such offset is translated with
+the forward flow's own offset syncs and committed positions, read back exactly
+(``mm2py/engine/translation.py``: the source offset of the record at ``d``; at the end of what was
+mirrored, the next source offset). That holds for an active-passive pair and for an active-active
+one alike: the reverse flow (``west->east``) never mirrors ``east.orders`` (it would be a cycle), so
+its checkpoints never name those partitions, and the forward flow's syncs are the exact record of
+where each of them came from.
+
+Partitions of topics the flow did not mirror (the target's own topics) are left alone; an offset that
+cannot be translated exactly (before the oldest sync still known, past what was mirrored) is left
+out with a note saying why, never guessed. Committing (``apply``) is ``mm2py/failover.py``'s, on
+the source cluster: only with ``--execute``, and only while the group has no members there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from mm2py.config.models import FlowConfig
+from mm2py.engine.translation import Direction, NotMirroredError, TranslationError
+from mm2py.failover import Row, Translation, UnknownGroupError
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.translator import FlowTranslator, source_topic_of
+from mm2py.stores.admin import ClusterAdmin
+
+__all__ = ["translate_back"]
+
+
+def translate_back(
+    flow: FlowConfig, groups: Sequence[str], topic_regex: str | None = None, timeout: float = 30.0
+) -> Translation:
+    """Where each group, as committed on the target, resumes on the source (rows with ``direction``
+    ``back``: ``target_offset`` is the group's offset on the target, ``source_offset`` where it goes)."""
+    target = ClusterAdmin.for_cluster(flow, "target", timeout=timeout)
+    committed = target.group_offsets(groups)  # fails clearly when the target is unreachable
+    translator = FlowTranslator.read(flow, timeout)
+    mirrored_topics = {tp.topic for tp in translator.positions}
+    pattern = re.compile(topic_regex) if topic_regex else None
+    rows: list[Row] = []
+    notes: list[str] = []
+    for group in groups:
+        have = committed.get(group, {})
+        if not have:
+            raise UnknownGroupError(f"unknown group {group!r}: no committed offsets on '{flow.target}'")
+        found = False
+        for ttp, offset in sorted(have.items()):
+            source = source_topic_of(flow, ttp.topic)
+            if source not in mirrored_topics or translator.target_topic_of(source) != ttp.topic:
+                continue  # a topic of the target's own, or one this flow never mirrored
+            if pattern and not pattern.fullmatch(source):
+                continue
+            found = True
+            try:
+                t = translator.translate(ttp.topic, ttp.partition, offset.offset, Direction.BACK)
+            except NotMirroredError as exc:
+                notes.append(f"group {group}: {exc}")
+                continue
+            except TranslationError as exc:
+                notes.append(f"group {group}: left out: {exc}")
+                continue
+            rows.append(Row(group, t.source_topic, ttp.partition, t.source_offset, ttp.topic, offset.offset,
+                            "offset-syncs", offset.metadata, Direction.BACK.value))
+        if not found:
+            notes.append(f"group {group}: no offsets on topics this flow mirrors to '{flow.target}'")
+    rows.sort(key=lambda r: (r.group, r.topic, r.partition))
+    return Translation(rows, notes)
+
+
+def source_partition(row: Row) -> TopicPartition:
+    """The source partition a failback row commits to."""
+    return TopicPartition(row.topic, row.partition)

@@ -1,0 +1,168 @@
+"""A flow's offset syncs and committed positions read once, translating any offset both ways.
+
+What it is for: everything that moves a consumer between a flow's clusters by hand — ``mm2py
+offsets translate|apply --direction back`` (failback of consumer groups), ``mm2py offsets
+translate-offset`` and ``GET /flows/{name}/translate`` (one offset), ``mm2py offsets rewrite`` (a
+JSON ``{topic: {partition: offset}}`` map, a Spark Structured Streaming checkpoint). The rule is
+``mm2py/engine/translation.py``'s, exact both ways; this module reads what it needs:
+
+* the positions every flow of the pair committed on the target (``mm2-offsets.<source>.internal``)
+  — read **first**: a task flushes its offset syncs before it commits a position, so every sync
+  below a position read is then on the offset-syncs topic;
+* the pair's offset syncs (``mm2-offset-syncs.<target>.internal`` on the source, or on the target
+  with ``offset-syncs.topic.location = target``).
+
+Topic names: a source topic ``orders`` is ``east.orders`` on the target (the flow's replication
+policy). An offset is named by its topic on the cluster it is from (``orders`` forward,
+``east.orders`` back); the other cluster's name is accepted as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+
+from mm2py.config.models import FlowConfig
+from mm2py.config.security import Side
+from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.engine.translation import Direction, NotMirroredError, PartitionMap, TranslationError
+from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.errors import ProtocolError
+from mm2py.protocol.mm2_records import OffsetSync
+from mm2py.protocol.types import TopicPartition
+from mm2py.stores.admin import ClusterAdmin, StoreError, librdkafka_config
+from mm2py.stores.positions import PositionStore
+from mm2py.stores.topic_tail import TopicTail
+
+__all__ = ["FlowTranslator", "Translated", "source_topic_of"]
+
+#: Spark's and Kafka's "latest" and "earliest" stand-ins in an offsets map: kept as they are
+SENTINELS = frozenset({-1, -2})
+
+
+def source_topic_of(flow: FlowConfig, target_topic: str) -> str:
+    """The source topic a target topic of ``flow`` mirrors (``east.orders`` -> ``orders``; the same
+    name under ``IdentityReplicationPolicy`` or for a name the policy does not trace to the source)."""
+    policy = flow.replication_policy()
+    upstream = policy.upstream_topic(target_topic)
+    if policy.topic_source(target_topic) == flow.source and upstream is not None:
+        return upstream
+    return target_topic
+
+
+@dataclass(frozen=True)
+class Translated:
+    """One offset translated: where it is on the source and on the target."""
+
+    direction: Direction
+    source_topic: str
+    target_topic: str
+    partition: int
+    source_offset: int
+    target_offset: int
+
+
+@dataclass
+class FlowTranslator:
+    """The flow's syncs and positions as read at one moment (:meth:`read`); translating is pure."""
+
+    flow: FlowConfig
+    syncs: OffsetSyncStore
+    positions: Mapping[TopicPartition, Position]
+    _maps: dict[TopicPartition, PartitionMap] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, flow: FlowConfig, timeout: float = 30.0) -> FlowTranslator:
+        """Reads the pair's committed positions, then its offset syncs (raises ``StoreError`` when a
+        topic cannot be read, ``ClusterUnreachableError`` when a cluster does not answer)."""
+        target = ClusterAdmin.for_cluster(flow, "target", timeout=timeout)
+        target.list_topics()  # an unreachable target is named (ClusterUnreachableError)
+        store = PositionStore(target, flow.source, connector=None)  # every flow of the pair
+        try:
+            positions = store.load(timeout)
+        except (KafkaException, TimeoutError, RuntimeError) as exc:
+            raise StoreError(f"reading {store.topic} on '{flow.target}' failed: {exc}") from None
+        syncs = OffsetSyncStore()
+
+        def on_sync(key: bytes | None, value: bytes | None) -> None:
+            with contextlib.suppress(ProtocolError):
+                syncs.add(OffsetSync.from_record(key, value))
+
+        side: Side = "source" if flow.offset_syncs_cluster == flow.source else "target"
+        ClusterAdmin.for_cluster(flow, side, timeout=timeout).list_topics()  # named if unreachable
+        tail = TopicTail(librdkafka_config(flow, side, "consumer"), flow.offset_syncs_topic(), on_sync,
+                         name="translator")
+        try:
+            tail.catch_up(timeout)
+        except (KafkaException, TimeoutError) as exc:
+            raise StoreError(f"reading {flow.offset_syncs_topic()} on '{flow.offset_syncs_cluster}' "
+                             f"failed: {exc}") from None
+        finally:
+            tail.close()
+        return cls(flow, syncs, positions)
+
+    def target_topic_of(self, source_topic: str) -> str:
+        return self.flow.replication_policy().format_remote_topic(self.flow.source, source_topic)
+
+    def source_topic(self, topic: str, partition: int, direction: Direction) -> str:
+        """The source topic an offset named ``topic`` (on the cluster ``direction`` reads from, or
+        else on the other) belongs to; ``NotMirroredError`` when the flow mirrored no such partition."""
+        mirrored = source_topic_of(self.flow, topic)
+        candidates = [topic, mirrored] if direction is Direction.FORWARD else [mirrored, topic]
+        for name in candidates:
+            if TopicPartition(name, partition) in self.positions:
+                return name
+        raise NotMirroredError(
+            f"flow {self.flow.name} has no committed position for {topic}-{partition} "
+            f"(it is not a partition the flow mirrors, or not one it has mirrored yet)",
+            TopicPartition(topic, partition))
+
+    def partition_map(self, tp: TopicPartition) -> PartitionMap:
+        """The exact map of source partition ``tp``."""
+        pm = self._maps.get(tp)
+        if pm is None:
+            pm = self._maps[tp] = PartitionMap.of(tp, self.syncs.syncs(tp), self.positions.get(tp))
+        return pm
+
+    def translate(self, topic: str, partition: int, offset: int, direction: Direction) -> Translated:
+        """One offset of ``topic``'s ``partition`` translated (``TranslationError`` when it cannot be,
+        exactly)."""
+        if offset < 0:
+            raise TranslationError(f"offset {offset} of {topic}-{partition} is negative",
+                                   TopicPartition(topic, partition), offset)
+        source = self.source_topic(topic, partition, direction)
+        result = self.partition_map(TopicPartition(source, partition)).translate(offset, direction)
+        forward = direction is Direction.FORWARD
+        return Translated(direction, source, self.target_topic_of(source), partition,
+                          offset if forward else result, result if forward else offset)
+
+    def rewrite(self, offsets: Mapping[str, Mapping[int, int]], direction: Direction
+                ) -> dict[str, dict[int, int]]:
+        """A ``{topic: {partition: offset}}`` map of one cluster as the same map of the other:
+        topics renamed, offsets translated (Spark's -1/-2, latest/earliest, kept as they are). Every
+        partition is tried; one ``TranslationError`` names all that cannot be translated."""
+        out: dict[str, dict[int, int]] = {}
+        failed: list[str] = []
+        for topic, partitions in offsets.items():
+            for partition, offset in partitions.items():
+                try:
+                    if offset in SENTINELS:
+                        source = self.source_topic(topic, partition, direction)
+                        name = self.target_topic_of(source) if direction is Direction.FORWARD else source
+                        out.setdefault(name, {})[partition] = offset
+                        continue
+                    t = self.translate(topic, partition, offset, direction)
+                except TranslationError as exc:
+                    failed.append(str(exc))
+                    continue
+                name, moved = ((t.target_topic, t.target_offset) if direction is Direction.FORWARD
+                               else (t.source_topic, t.source_offset))
+                out.setdefault(name, {})[partition] = moved
+        if failed:
+            more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+            raise TranslationError(f"{len(failed)} offsets cannot be translated: "
+                                   + "; ".join(failed[:3]) + more)
+        return {topic: dict(sorted(parts.items())) for topic, parts in sorted(out.items())}
