@@ -42,7 +42,7 @@ from mm2py.engine.latency import Histogram
 from mm2py.engine.live_groups import AcknowledgedView
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.scheduler import Job, Scheduler
-from mm2py.engine.task_api import TaskState
+from mm2py.engine.task_contract import TaskState
 from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, ProgressFold, progress_topic
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync

@@ -21,7 +21,7 @@ from mm2py.client.cluster import LATEST
 from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import RawProducer, Submission
 from mm2py.connectors.outgoing import CoalesceSettings, Outgoing, prepare
-from mm2py.engine.task_api import START_LOOKUP_SECONDS, Delivered, SinkError
+from mm2py.engine.task_contract import START_LOOKUP_SECONDS, Delivered, SinkError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 

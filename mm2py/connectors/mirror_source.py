@@ -33,7 +33,7 @@ from mm2py.client.errors import ClientError
 from mm2py.client.fetch_hub import HubMember, Linger
 from mm2py.client.fetched import fetched_bytes
 from mm2py.client.fetcher import FetchedPartition, FetcherConfig, RawFetcher
-from mm2py.engine.task_api import START_LOOKUP_SECONDS, Polled, TaskError
+from mm2py.engine.task_contract import START_LOOKUP_SECONDS, Polled, TaskError
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE, BrokerError
 from mm2py.protocol.types import TopicPartition

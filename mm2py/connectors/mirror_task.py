@@ -17,7 +17,7 @@ from mm2py.connectors.outgoing import CoalesceSettings
 from mm2py.connectors.resume import TailReconciler
 from mm2py.engine.losses import Alarm, Policy
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import TaskSpec
+from mm2py.engine.task_contract import TaskSpec
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition

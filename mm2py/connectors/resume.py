@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.connectors.mirror_source import MirrorSource
-from mm2py.engine.task_api import Delivered
+from mm2py.engine.task_contract import Delivered
 from mm2py.protocol.api_fetch import READ_UNCOMMITTED
 from mm2py.protocol.batch_edit import rebuild_contiguous
 from mm2py.protocol.batch_merge import match_run

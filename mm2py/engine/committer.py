@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
-from mm2py.engine.task_api import ProgressKeeper, TaskMetrics
+from mm2py.engine.task_contract import ProgressKeeper, TaskMetrics
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.fetch_session import changed_keys
 from mm2py.protocol.types import TopicPartition

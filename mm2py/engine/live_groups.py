@@ -38,7 +38,7 @@ from typing import Protocol
 
 from mm2py.engine.checkpoints import translate_offset
 from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.engine.task_api import Delivered
+from mm2py.engine.task_contract import Delivered
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.consumer_offsets import ConsumerOffsetsRecord, GroupRecord, OffsetCommit
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from mm2py.engine.task_api import TaskError, TaskMetrics
+from mm2py.engine.task_contract import TaskError, TaskMetrics
 from mm2py.protocol.types import TopicPartition
 
 __all__ = [

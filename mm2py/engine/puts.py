@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mm2py.engine.task_api import BatchSink, PendingPut
+from mm2py.engine.task_contract import BatchSink, PendingPut
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 

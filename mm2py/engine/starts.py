@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mm2py.engine.task_api import BatchSink, BatchSource, Delivered, ProgressKeeper, Reconciler
+from mm2py.engine.task_contract import BatchSink, BatchSource, Delivered, ProgressKeeper, Reconciler
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 

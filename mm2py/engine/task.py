@@ -30,7 +30,7 @@ from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
 from mm2py.engine.scheduler import sleep_or_stop
 from mm2py.engine.starts import StartRetry, resolve_starts
-from mm2py.engine.task_api import (
+from mm2py.engine.task_contract import (
     BatchSink,
     BatchSource,
     Polled,

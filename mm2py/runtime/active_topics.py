@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mm2py.engine.task_api import BatchSink, Delivered, PendingPut, SinkError
+from mm2py.engine.task_contract import BatchSink, Delivered, PendingPut, SinkError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 

@@ -27,7 +27,7 @@ from mm2py.engine.controller import Controller, Plan
 from mm2py.engine.live_groups import AcknowledgedView
 from mm2py.engine.losses import ALARM_COUNTERS
 from mm2py.engine.scheduler import Scheduler
-from mm2py.engine.task_api import TaskMetrics, TaskState
+from mm2py.engine.task_contract import TaskMetrics, TaskState
 from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin

@@ -21,7 +21,7 @@ from mm2py.engine.live_groups import AcknowledgedView
 from mm2py.engine.losses import MirrorAlarmError
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import TASK_COUNTERS, TaskSpec, TaskState
+from mm2py.engine.task_contract import TASK_COUNTERS, TaskSpec, TaskState
 from mm2py.runtime.active_topics import WatchedSink
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase

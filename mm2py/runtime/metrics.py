@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 from mm2py.client.oauth import token_fetches
 from mm2py.client.reauth import SASL_SESSIONS
 from mm2py.client.request_counts import REQUESTS, api_name
-from mm2py.engine.task_api import TASK_COUNTERS, TaskState
+from mm2py.engine.task_contract import TASK_COUNTERS, TaskState
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.loop_watch import LoopWatch
 from mm2py.runtime.metrics_page import HISTOGRAMS, LAG, partition_times

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig, check_flow_name, pair_name
 from mm2py.engine.flow_overlap import older_claim
-from mm2py.engine.task_api import HALTED_STATES, TaskState
+from mm2py.engine.task_contract import HALTED_STATES, TaskState
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import ActiveTopics

@@ -228,7 +228,7 @@ def test_a_task_runs_a_bounded_round_from_its_spec(east: KafkaCluster, west: Kaf
     import pickle
 
     from mm2py.connectors.mirror_task import build_task
-    from mm2py.engine.task_api import TaskSpec
+    from mm2py.engine.task_contract import TaskSpec
     from mm2py.runtime.flows import controller_for, ensure_internal_topics
 
     topic = create_topic(east.bootstrap, unique("round"), partitions=2)

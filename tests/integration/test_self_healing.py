@@ -11,7 +11,7 @@ import pytest
 from mm2py.client.connection import BrokerConnection, ConnectionFactory
 from mm2py.connectors.mirror_task import build_task
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import TaskSpec
+from mm2py.engine.task_contract import TaskSpec
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.runtime.inprocess import FlowRunner

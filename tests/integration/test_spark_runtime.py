@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.types import TopicPartition
-from mm2py.rest_api.flows.models import FlowStatus
+from mm2py.rest_api.flows.bodies import FlowStatus
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseSettings
 from mm2py.runtime.spark.driver.worker import SparkWorker
 from mm2py.stores.admin import ClusterAdmin
@@ -140,7 +140,11 @@ def test_spark_mirrors_exactly_resumes_exactly_and_picks_up_new_topics(
         f"{a}-0", f"{a}-1", f"{b}-0", f"{b}-1"]
     assert sum(t["records"] for t in status["tasks"]) == 3200
     assert set(status["tasks"][0]) == {"id", "state", "trace", "partitions", "batches", "records", "bytes",
-                                       "rebuilt_batches", "syncs", "lag", "restarts"}
+                                       "rebuilt_batches", "syncs", "lag", "restarts", "verified_batches",
+                                       "alarms", "recent_alarms"}
+    # the leases' and rounds' acknowledgements were verified where the last batch ended, no alarm
+    assert sum(t["verified_batches"] for t in status["tasks"]) > 0
+    assert all(t["alarms"] == {} and t["recent_alarms"] == [] for t in status["tasks"])
 
     # offset syncs for every partition, in MM2's format; progress committed at the source ends
     synced = {s.topic_partition for s in read_syncs(east.bootstrap, "mm2-offset-syncs.west.internal")}

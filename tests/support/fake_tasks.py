@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mm2py.engine.task_api import TaskMetrics, TaskState
+from mm2py.engine.task_contract import TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
 
 TP0, TP1 = TopicPartition("orders", 0), TopicPartition("orders", 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
-from mm2py.engine.task_api import Delivered, Polled, PutTask, SinkError
+from mm2py.engine.task_contract import Delivered, Polled, PutTask, SinkError
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.mm2_records import OffsetSync

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mm2py.engine.committer import Committer, MovedSince
-from mm2py.engine.task_api import TaskMetrics
+from mm2py.engine.task_contract import TaskMetrics
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 from tests.support.memory_task import MemoryProgress

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mm2py.config.models import FlowSettings, MirrorMakerConfig
-from mm2py.engine.task_api import Delivered, PutTask, SinkError
+from mm2py.engine.task_contract import Delivered, PutTask, SinkError
 from mm2py.protocol.types import TopicPartition
 from mm2py.rest_api.connect.defs import WORKER_PREFIXES, definitions, groups
 from mm2py.rest_api.connect.loggers import LEVELS, LoggerLevels, level_name
@@ -215,7 +215,7 @@ def test_level_names_are_connects() -> None:
 
 def test_the_spark_driver_records_the_topics_its_rounds_had_acknowledged() -> None:
     from mm2py.engine.latency import PartitionTimes
-    from mm2py.engine.task_api import TaskMetrics
+    from mm2py.engine.task_contract import TaskMetrics
     from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner
     from mm2py.runtime.spark.executor.round import RoundResult
 

@@ -11,7 +11,7 @@ import pytest
 
 from mm2py.engine.latency import LATENCY_BUCKETS, Histogram, PartitionTimes, observe_fetch
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import TaskSpec
+from mm2py.engine.task_contract import TaskSpec
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -68,7 +68,7 @@ def test_batches_without_timestamps_are_not_measured() -> None:
 
 
 def test_metrics_export_latency_histograms_per_partition_merging_tasks() -> None:
-    from mm2py.engine.task_api import TaskMetrics
+    from mm2py.engine.task_contract import TaskMetrics
     from mm2py.runtime.metrics import WorkerCollector
 
     def task(*latencies: float) -> SimpleNamespace:
@@ -96,7 +96,7 @@ def test_the_served_page_writes_the_partition_times_as_the_collector_yields_them
     from prometheus_client import CollectorRegistry
     from prometheus_client.parser import text_string_to_metric_families
 
-    from mm2py.engine.task_api import TaskMetrics
+    from mm2py.engine.task_contract import TaskMetrics
     from mm2py.runtime.metrics import WorkerCollector
     from mm2py.runtime.metrics_page import PartitionTimesPage, metrics_page
 

@@ -140,7 +140,7 @@ def test_a_cycle_would_be_found() -> None:
     """The cycle check itself: the graph it walks has the edges the sources state."""
     graph = _module_graph()
     assert "mm2py.protocol.records" in graph["mm2py.protocol.batch_edit"]
-    assert "mm2py.engine.task_api" in graph["mm2py.engine.task"]
+    assert "mm2py.engine.task_contract" in graph["mm2py.engine.task"]
     assert "mm2py.kafka_local.jars" in graph["mm2py.kafka_local.cluster"]  # relative import
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
@@ -172,7 +172,7 @@ def test_protocol_layer_does_no_io() -> None:
 
 def test_a_task_spec_is_plain_picklable_data() -> None:
     from mm2py.config.models import MirrorMakerConfig
-    from mm2py.engine.task_api import TaskSpec
+    from mm2py.engine.task_contract import TaskSpec
     from mm2py.protocol.types import TopicPartition
 
     config = MirrorMakerConfig.from_mapping({

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from mm2py.engine.checkpoints import translate_offset
 from mm2py.engine.live_groups import AcknowledgedView, LiveGroups, TopicsView, as_fetched, exact_translation
 from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.engine.task_api import Delivered
+from mm2py.engine.task_contract import Delivered
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.consumer_offsets import CommittedOffset, GroupRecord, OffsetCommit, OtherRecord
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync

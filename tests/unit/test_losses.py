@@ -13,7 +13,7 @@ import pytest
 from mm2py.engine.losses import DEFAULT_POLICIES, SETTINGS, Alarm, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import Delivered, Polled, TaskSpec
+from mm2py.engine.task_contract import Delivered, Polled, TaskSpec
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 from tests.support.memory_task import TP, Log, MemoryProgress, MemorySink, MemorySource, batch, values

@@ -7,7 +7,7 @@ import pytest
 
 from mm2py.client.producer import ProducerConfig
 from mm2py.connectors.mirror_sink import MirrorSink
-from mm2py.engine.task_api import SinkError
+from mm2py.engine.task_contract import SinkError
 from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
 from tests.support.fake_broker import A, B, FakeBroker, producer_on

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mm2py.engine.task_api import TaskMetrics, TaskSpec
+from mm2py.engine.task_contract import TaskMetrics, TaskSpec
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.flow_runner import SparkTask
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings, _Book

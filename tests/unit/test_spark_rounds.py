@@ -11,7 +11,7 @@ import pytest
 
 import mm2py
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
-from mm2py.engine.task_api import TaskMetrics
+from mm2py.engine.task_contract import TaskMetrics
 from mm2py.protocol.types import TopicPartition as TP
 from mm2py.runtime.spark.driver.round_plan import plan_round
 from mm2py.runtime.spark.driver.session import default_master, job_error, runs_here, session_conf

@@ -10,7 +10,7 @@ import pytest
 
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import Delivered, Polled, SinkError, TaskSpec, TaskState
+from mm2py.engine.task_contract import Delivered, Polled, SinkError, TaskSpec, TaskState
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.records import RecordBatch

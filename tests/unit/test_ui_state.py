@@ -96,7 +96,7 @@ def test_the_state_has_every_flow_its_filters_tasks_partitions_and_series(worker
 
 
 def test_a_failed_task_shows_its_last_error_with_its_trace(worker: Worker) -> None:
-    from mm2py.engine.task_api import TaskState
+    from mm2py.engine.task_contract import TaskState
 
     http, _ = _client(worker)
     trace = "Traceback (most recent call last):\n  ...\nClusterUnreachableError: west: no broker answered"

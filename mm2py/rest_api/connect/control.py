@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from mm2py.engine.task_api import TaskState
+from mm2py.engine.task_contract import TaskState
 from mm2py.protocol.types import TopicPartition
 from mm2py.rest_api.connect.errors import ConnectError, ConnectRoute
 from mm2py.rest_api.connect.facade import Facade, worker_id

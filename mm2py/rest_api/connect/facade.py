@@ -21,7 +21,7 @@ from fastapi import Request
 
 from mm2py import __version__
 from mm2py.config.models import pair_name
-from mm2py.engine.task_api import HALTED_STATES, TaskState
+from mm2py.engine.task_contract import HALTED_STATES, TaskState
 from mm2py.rest_api.connect.config import (
     CLASSES,
     Kind,

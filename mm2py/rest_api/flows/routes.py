@@ -28,7 +28,7 @@ from mm2py.failover import (
     check_topic_regex,
     translate,
 )
-from mm2py.rest_api.flows.models import (
+from mm2py.rest_api.flows.bodies import (
     ClusterInfo,
     ErrorBody,
     FlowCreate,

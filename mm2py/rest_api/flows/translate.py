@@ -26,7 +26,7 @@ from mm2py.config.errors import ConfigError
 from mm2py.engine.translation import Direction, NotMirroredError, TranslationError
 from mm2py.failback import translate_back
 from mm2py.failover import apply, check_topic_regex
-from mm2py.rest_api.flows.models import ErrorBody, GroupOffsets, OffsetsRequest, TranslatedOffset
+from mm2py.rest_api.flows.bodies import ErrorBody, GroupOffsets, OffsetsRequest, TranslatedOffset
 from mm2py.rest_api.shared import AnyWorker
 from mm2py.runtime.translator import FlowTranslator
 

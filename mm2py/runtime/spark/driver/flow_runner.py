@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Plan
-from mm2py.engine.task_api import RUN_COUNTERS, TaskMetrics, TaskState
+from mm2py.engine.task_contract import RUN_COUNTERS, TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import acknowledged_topics
 from mm2py.runtime.flows import FlowRunnerBase

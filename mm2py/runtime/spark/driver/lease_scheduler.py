@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mm2py.engine.latency import PartitionTimes
-from mm2py.engine.task_api import RUN_COUNTERS, TaskSpec
+from mm2py.engine.task_contract import RUN_COUNTERS, TaskSpec
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark.driver.lease_coordinator import LeaseCoordinator

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from mm2py.engine.task_api import TaskSpec
+from mm2py.engine.task_contract import TaskSpec
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.executor.round import RoundWork
 

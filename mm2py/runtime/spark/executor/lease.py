@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from mm2py.engine.losses import MirrorAlarmError
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import RUN_COUNTERS, TaskMetrics, TaskSpec
+from mm2py.engine.task_contract import RUN_COUNTERS, TaskMetrics, TaskSpec
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.loop_watch import freeze_start_up_heap

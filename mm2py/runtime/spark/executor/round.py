@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_api import TaskMetrics, TaskSpec
+from mm2py.engine.task_contract import TaskMetrics, TaskSpec
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.executor.common import capture_warnings
 
