@@ -15,8 +15,9 @@ Spark session stay one per module); each worker has clusters of its own:
 Cluster work dirs live under ``test-logs/<run>/``; they are deleted after a green run and kept,
 broker logs included, after a run with failures (the path is printed at the end).
 
-Hypothesis runs the ``ci`` profile (the full depth) unless ``HYPOTHESIS_PROFILE=dev`` asks for
-the quicker one; see ``tests.support.hypothesis_examples``.
+Hypothesis runs the ``ci`` profile (the full depth) unless ``HYPOTHESIS_PROFILE`` asks for ``dev``,
+a tenth (a quicker local loop), or ``fallback``, the pure-Python pass of ``make test``; see
+``tests.support.hypothesis_examples``.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ if _WORKER.startswith("gw"):
 #: ``ci``: hypothesis's own depth (the tests' ``examples(n)`` give n); ``dev``: a tenth of it
 settings.register_profile("ci", max_examples=100)
 settings.register_profile("dev", max_examples=10)
+#: the unit suite's second pass, on the pure-Python path (``make test``): the compiled and the
+#: Python paths are compared at full depth in the first
+settings.register_profile("fallback", max_examples=30)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 #: the principal of the client certificate that the secured clusters' TLS material includes
