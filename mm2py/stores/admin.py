@@ -29,6 +29,7 @@ from mm2py.stores.acls import TopicAclCalls
 from mm2py.stores.admin_settings import admin_settings
 from mm2py.stores.admin_types import GroupOffset, GroupState, TopicInfo, TopicSpec, in_calls
 from mm2py.stores.rdkafka_log import LibrdkafkaLog
+from mm2py.stores.reachability import accepts_connections
 
 log = logging.getLogger(__name__)
 _RETRIABLE_GROUP_ERRORS = frozenset({
@@ -163,10 +164,10 @@ class ClusterAdmin(TopicAclCalls):
             self._down_since = time.monotonic()
 
     def _unreachable(self) -> bool:
-        """Every broker has refused us for ``unreachable_timeout``, and still does."""
-        now = time.monotonic()
-        return (self._down_since is not None and now - self._down_since >= self.unreachable_timeout
-                and now - self._last_refusal < 2.0)
+        """Every broker has refused us for ``unreachable_timeout``, and still does (reachability.py)."""
+        now, since = time.monotonic(), self._down_since
+        return (since is not None and now - since >= self.unreachable_timeout
+                and (now - self._last_refusal < 2.0 or not accepts_connections(self.bootstrap)))
 
     def _given_up(self, deadline: float) -> bool:
         return (self._refused is not None or self._unreachable() or _INTERRUPTED.is_set()
