@@ -15,7 +15,7 @@ from mm2py.connectors.mirror_sink import MirrorSink
 from mm2py.connectors.mirror_source import Linger, MirrorSource
 from mm2py.connectors.outgoing import CoalesceSettings
 from mm2py.connectors.resume import TailReconciler
-from mm2py.engine.losses import Alarm, Policy
+from mm2py.engine.losses import policies_of
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_contract import TaskSpec
 from mm2py.protocol.connect_offsets import Position
@@ -177,5 +177,5 @@ async def build_task(
         spec, source, sink, FlowProgressKeeper(flow, clients.on_syncs if clients is not None else None),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,
         reconcile=TailReconciler(source, target_client, rename), pipeline_depth=PIPELINE_DEPTH,
-        alarms={a: Policy(getattr(flow, f"alarm_{a.value.replace('.', '_')}")) for a in Alarm},
+        alarms=policies_of(flow),
     )

@@ -49,7 +49,7 @@ from mm2py.protocol.types import TopicPartition
 
 __all__ = [
     "ALARM_COUNTERS", "DEFAULT_POLICIES", "SETTINGS", "Alarm", "AlarmEvent", "LossWatch", "MirrorAlarmError",
-    "Policy",
+    "Policy", "policies_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,12 @@ DEFAULT_POLICIES: Mapping[Alarm, Policy] = {
 
 #: each alarm's flow setting
 SETTINGS: Mapping[Alarm, str] = {a: f"mm2py.alarm.{a.value}" for a in Alarm}
+
+
+def policies_of(settings: object) -> dict[Alarm, Policy]:
+    """Each alarm's policy as a flow's settings give it (the field of ``mm2py.alarm.<name>``:
+    ``alarm_<name>`` with dots as underscores)."""
+    return {a: Policy(getattr(settings, f"alarm_{a.value.replace('.', '_')}")) for a in Alarm}
 
 #: each alarm's counter in :class:`TaskMetrics`
 ALARM_COUNTERS: Mapping[Alarm, str] = {

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from mm2py.engine.losses import DEFAULT_POLICIES, SETTINGS, Alarm, MirrorAlarmError, Policy
+from mm2py.engine.losses import DEFAULT_POLICIES, SETTINGS, Alarm, MirrorAlarmError, Policy, policies_of
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_contract import Delivered, Polled, TaskSpec
@@ -156,7 +156,6 @@ def test_every_alarm_has_a_setting_and_a_default() -> None:
 
     aliases = {f.alias for f in FlowSettings.model_fields.values()}
     assert set(SETTINGS.values()) <= aliases
-    defaults = FlowSettings.model_validate({})
-    for alarm, key in SETTINGS.items():
-        field = key.removeprefix("mm2py.").replace(".", "_")
-        assert getattr(defaults, field) == DEFAULT_POLICIES[alarm].value
+    assert policies_of(FlowSettings.model_validate({})) == DEFAULT_POLICIES
+    assert policies_of(FlowSettings.model_validate({"mm2py.alarm.target.foreign": "fail"}))[
+        Alarm.FOREIGN_RECORDS] is Policy.FAIL
