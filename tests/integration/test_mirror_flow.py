@@ -65,7 +65,9 @@ def test_three_topics_all_codecs_mirror_identically_asraw_batches(
                 Rec(r.key, r.value, r.headers, r.timestamp, (n + c) % 4)
                 for n, r in enumerate(_records(per_codec, tag=f"{topic}-{codec}"))
             ]
-            produce_records(east.bootstrap, topic, recs, compression=codec, linger_ms=20)
+            # a long linger: the batches stay large (past the coalescing threshold, so they pass
+            # through untouched) even when a loaded machine slows this loop down
+            produce_records(east.bootstrap, topic, recs, compression=codec, linger_ms=200)
     total = sum(sum(end_offsets(east.bootstrap, t).values()) for t in topics)
     assert total >= 200_000
 
