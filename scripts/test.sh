@@ -16,10 +16,10 @@ trap 'rm -rf "$side"' EXIT
 # mypy's incremental cache outside the checkout, as Maven's is (it re-checks what changed)
 MYPY_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/mm2py/mypy" "$PY" -m mypy >"$side/mypy.log" 2>&1 &
 mypy_pid=$!
-# the unit suite again on the pure-Python path (a user without the compiled extension); niced,
-# so that it only takes what the integration tests leave idle
+# the unit suite again on the pure-Python path (a user without the compiled extension), not niced:
+# its timing tests (a linger, a loop stall) need their share of the CPU
 # (property tests at a third of their depth: the first pass compares both paths at full depth)
-MM2PY_NATIVE=0 HYPOTHESIS_PROFILE=fallback nice -n 10 "$PY" -m pytest -q -p no:cacheprovider tests/unit \
+MM2PY_NATIVE=0 HYPOTHESIS_PROFILE=fallback "$PY" -m pytest -q -p no:cacheprovider tests/unit \
   >"$side/pure.log" 2>&1 &
 pure_pid=$!
 
