@@ -238,9 +238,10 @@ def local_spark() -> Iterator[Any]:
     JVM starts slowly): two tasks, each with a lease and room for its successor. Stopped once the
     group is done."""
     from mm2py.runtime.spark.driver.session import spark_session
+    from tests.support.spark_cluster import driver_java_options
 
     session = spark_session("local[4]", app_name="mm2py-tests",
-                            conf={"spark.driver.defaultJavaOptions": QUICK_JVM})
+                            conf={"spark.driver.defaultJavaOptions": driver_java_options()})
     _LOCAL_SPARK.append(session)
     yield session
     _stop_local_spark()

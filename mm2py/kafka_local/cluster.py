@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from .class_archive import class_archive_args
 from .jars import KAFKA_VERSION, HarnessError, java_executable, resolve_jars
 from .layout import LOG4J2, KafkaNode, add_listeners, format_storage, random_id, server_properties
 from .security import BrokerSecurity, TlsFiles, broker_properties, generate_tls_files, scram_format_args
@@ -196,7 +197,7 @@ class KafkaCluster:
             cmd = [
                 java_executable(),
                 "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-                "-Djava.awt.headless=true", *self.jvm_args,
+                "-Djava.awt.headless=true", *class_archive_args("kafka-broker", libs), *self.jvm_args,
                 f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.properties'}",
                 "-cp", f"{libs}/*",
                 "kafka.Kafka", str(node.workdir / "server.properties"),

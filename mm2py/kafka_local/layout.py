@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .class_archive import class_archive_args
 from .jars import HarnessError, java_executable
 
 LOG4J2 = """\
@@ -132,7 +133,7 @@ def format_storage(libs: Path, cluster_id: str, nodes: Sequence[KafkaNode], form
 
 def run_tool(libs: Path, args: list[str], cwd: Path) -> str:
     proc = subprocess.run(
-        [java_executable(), "-Xmx256m", "-cp", f"{libs}/*", *args],
+        [java_executable(), "-Xmx256m", *class_archive_args("kafka-tool", libs), "-cp", f"{libs}/*", *args],
         capture_output=True, text=True, cwd=cwd,
     )
     if proc.returncode != 0:

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from mm2py.kafka_local import KafkaCluster, resolve_jars
+from mm2py.kafka_local.class_archive import class_archive_args
 from mm2py.kafka_local.jars import QUICK_JVM, java_executable
 from mm2py.protocol.connect_offsets import Position, encode_key, encode_value, progress_topic
 from mm2py.protocol.partitioner import partition_for_key
@@ -33,7 +34,8 @@ COUNTS = (1, 5, 25, 50)
 def _java_partitions(keys: list[bytes]) -> list[list[int]]:
     """Each key's partition for each of COUNTS, from Kafka's own BuiltInPartitioner."""
     out = subprocess.run(
-        [java_executable(), QUICK_JVM, "-cp", f"{resolve_jars()}/*", str(JAVA), *map(str, COUNTS)],
+        [java_executable(), QUICK_JVM, *class_archive_args("java-source", resolve_jars()),
+         "-cp", f"{resolve_jars()}/*", str(JAVA), *map(str, COUNTS)],
         input="\n".join(k.hex() for k in keys) + "\n", capture_output=True, text=True, timeout=120,
         check=True,
     ).stdout

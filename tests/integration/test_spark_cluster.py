@@ -42,7 +42,7 @@ from tests.support.brokers import (
     wait_until,
 )
 from tests.support.live_producer import LiveProducer
-from tests.support.spark_cluster import SparkStandaloneCluster
+from tests.support.spark_cluster import SparkStandaloneCluster, driver_java_options
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +75,7 @@ class Driver:
             sys.executable, "-m", "mm2py.cli", "run", "-c", str(config), "--runtime", "spark",
             "--spark-master", master, "--spark-round-seconds", "5", "--commit-interval", "0.5",
             # quick JVM start-up for the driver and the executors (the machine is small)
-            "--spark-conf", f"spark.driver.defaultJavaOptions={QUICK_JVM}",
+            "--spark-conf", f"spark.driver.defaultJavaOptions={driver_java_options()}",
             "--spark-conf", f"spark.executor.defaultJavaOptions={QUICK_JVM}", *extra,
         ]
         self.proc: subprocess.Popen[bytes] | None = None

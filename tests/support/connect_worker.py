@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mm2py.kafka_local.class_archive import class_archive_args
 from mm2py.kafka_local.cluster import free_port
 from mm2py.kafka_local.jars import KAFKA_VERSION, QUICK_JVM, HarnessError, java_executable, resolve_jars
 from mm2py.kafka_local.layout import LOG4J2
@@ -102,7 +103,7 @@ class ConnectWorker:
         log4j = self.workdir / "log4j2.properties"
         log4j.write_text(LOG4J2.format(log=self.log_file, level="INFO"))
         cmd = [java_executable(), "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", QUICK_JVM,
-               "-Djava.awt.headless=true",
+               "-Djava.awt.headless=true", *class_archive_args("connect-worker", libs),
                f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*",
                "org.apache.kafka.connect.cli.ConnectDistributed", str(config)]
         with open(self.workdir / "stdout.log", "ab") as out:

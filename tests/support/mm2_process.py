@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mm2py.kafka_local import resolve_jars
+from mm2py.kafka_local.class_archive import class_archive_args
 from mm2py.kafka_local.jars import QUICK_JVM, java_executable
 from mm2py.kafka_local.layout import LOG4J2
 
@@ -66,6 +67,7 @@ def stop_process(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 def mm2_command(cfg: Path, work: Path) -> list[str]:
     log4j = work / "mm2-log4j2.properties"
     log4j.write_text(LOG4J2.format(log=work / "mm2.log", level="INFO"))
-    return [java_executable(), "-Xms128m", "-Xmx512m", QUICK_JVM, f"-Dlog4j2.configurationFile={log4j}",
-            "-cp", f"{resolve_jars(profile='mirrormaker')}/*", "org.apache.kafka.connect.mirror.MirrorMaker",
-            str(cfg)]
+    libs = resolve_jars(profile="mirrormaker")
+    return [java_executable(), "-Xms128m", "-Xmx512m", QUICK_JVM, *class_archive_args("mirrormaker2", libs),
+            f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*",
+            "org.apache.kafka.connect.mirror.MirrorMaker", str(cfg)]

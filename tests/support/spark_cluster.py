@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mm2py.kafka_local.class_archive import class_archive_args
 from mm2py.kafka_local.cluster import free_port
 from mm2py.kafka_local.jars import QUICK_JVM, HarnessError, cache_root
 
@@ -46,6 +47,12 @@ appender.console.layout.pattern = [%d] %p %c{1}: %m%n
 logger.jetty.name = org.sparkproject.jetty
 logger.jetty.level = warn
 """
+
+def driver_java_options() -> str:
+    """JVM options for a test's Spark driver: C1 only, and the drivers' class-data archive (a Spark
+    driver starts with half the CPU; see ``mm2py.kafka_local.class_archive``)."""
+    return " ".join([QUICK_JVM, *class_archive_args("spark-driver", spark_home() / "jars")])
+
 
 def spark_home() -> Path:
     """The installed pyspark distribution (it holds ``bin/spark-class`` and ``jars/``)."""
