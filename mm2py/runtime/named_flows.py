@@ -34,7 +34,8 @@ def pair_config(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> MirrorMa
 
 
 class NamedFlows:
-    """The ``flows`` section of the state file (a dict shared with the :class:`OverlayStore`)."""
+    """The ``flows`` section of the state file (a dict shared with the worker's
+    :class:`~mm2py.runtime.state_file.StateFile`)."""
 
     def __init__(self, section: dict[str, Any]) -> None:
         for name, spec in section.items():

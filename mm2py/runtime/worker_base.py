@@ -21,13 +21,13 @@ from mm2py.runtime.active_topics import ActiveTopics
 from mm2py.runtime.flow_offsets import PartitionOffset, Reset, reset_offsets
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.named_flows import NamedFlows, check_overlap, pair_config
+from mm2py.runtime.state_file import StateFile
 from mm2py.runtime.steering import (
     FILTER_KEYS,
     FlowConflictError,
     FlowExistsError,
     FlowNotFoundError,
     FlowStateError,
-    OverlayStore,
     cluster_keys,
     flow_keys,
     layered,
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 
 R = TypeVar("R", bound=FlowRunnerBase[Any])
+T = TypeVar("T")
 
 
 class WorkerBase(WorkerStartup[R]):
@@ -47,8 +48,8 @@ class WorkerBase(WorkerStartup[R]):
     remove; REST), MM2's heartbeats, and the periodic status lines.
 
     A runtime calls :meth:`_init_steering` and :meth:`_init_heartbeats` and implements
-    :meth:`_new_runner`; changes are serialised by one lock and written to the state file before
-    they take effect.
+    :meth:`_new_runner`; changes are serialised by one lock (the steering lock) and written to the
+    state file, under that lock, before they take effect; the worker alone writes the file.
     """
 
     flows: dict[str, R]
@@ -57,19 +58,21 @@ class WorkerBase(WorkerStartup[R]):
 
     def _init_steering(self, config: MirrorMakerConfig, state_file: str | None) -> MirrorMakerConfig:
         self.base_keys = dict(config.source_keys)
-        self.store = OverlayStore(state_file)
-        self.overlay = self.store.load()
+        self._steer_lock = asyncio.Lock()
+        #: what the worker keeps across restarts; written only by :meth:`_write_state_file`
+        self.state_file = StateFile(state_file, self._steer_lock)
+        self.overlay = self.state_file.load()
         self.config = layered(self.base_keys, self.overlay) if self.overlay else config
         #: flows kept PAUSED or STOPPED (tasks shut down) until resumed; kept in the state file
-        self.halted: dict[str, str] = self.store.sections.setdefault("states", {})
+        self.halted: dict[str, str] = self.state_file.section("states")
         #: the Kafka Connect facade's connectors (name -> Connect config); kept in the state file
-        self.connectors: dict[str, dict[str, str]] = self.store.sections.setdefault("connectors", {})
-        #: each flow's active topics (KIP-558); kept in the state file
-        self.active_topics = ActiveTopics(self.store.sections.setdefault("topics", {}),
-                                          lambda: self.store.save(self.overlay))
+        self.connectors: dict[str, dict[str, str]] = self.state_file.section("connectors")
+        #: each flow's active topics (KIP-558); kept in the state file (told by the data path,
+        #: outside the steering lock: written by a task that takes it)
+        self.active_topics = ActiveTopics(self.state_file.section("topics"), self._write_state_file_soon)
         #: the flows with names of their own (several per pair); kept in the state file
-        self.named = NamedFlows(self.store.sections.setdefault("flows", {}))
-        self._steer_lock = asyncio.Lock()
+        self.named = NamedFlows(self.state_file.section("flows"))
+        self._pending_write: asyncio.Task[None] | None = None
         self._started = False
         return self.config
 
@@ -124,11 +127,15 @@ class WorkerBase(WorkerStartup[R]):
         raise FlowConflictError(f"{pair} has {len(names)} flows ({', '.join(names)}): address one by "
                                 "its name, /flows/{name}")
 
-    def reset_active_topics(self, name: str) -> None:
+    async def reset_active_topics(self, name: str) -> None:
         """Forget flow ``name``'s active topics; each is recorded again when next written to."""
-        self.active_topics.reset(name)
-        if name in self.flows:
-            self.flows[name].forget_acknowledged()
+
+        def forget() -> None:
+            self.active_topics.reset(name, save=False)
+            if name in self.flows:
+                self.flows[name].forget_acknowledged()
+
+        await self.edit_state_file(forget)
 
     # -- status -----------------------------------------------------------------------------------
     def codec_operations(self) -> tuple[int, int]:
@@ -291,7 +298,7 @@ class WorkerBase(WorkerStartup[R]):
             if not was_halted:
                 await self._halt_tasks(runner)
             runner.state = TaskState(state)
-            self._commit_overlay(self.overlay, self.config)
+            self._write_state_file()
             return runner
 
     async def resume_flow(self, name: str) -> R:
@@ -302,7 +309,7 @@ class WorkerBase(WorkerStartup[R]):
             if name not in self.halted:
                 return runner
             del self.halted[name]
-            self._commit_overlay(self.overlay, self.config)
+            self._write_state_file()
             return await self._replace(runner, runner.flow)
 
     async def _halt_tasks(self, runner: R) -> None:
@@ -345,15 +352,15 @@ class WorkerBase(WorkerStartup[R]):
             runner = self.flow(name)
             name = runner.flow.name
             was_halted = self.halted.pop(name, None) is not None
+            runner.on_acknowledged = None  # what its tasks settle while stopping is not recorded
+            self.active_topics.reset(name, save=False)  # as Connect forgets a deleted connector's
             if runner.flow.label is None:
                 overlay = {**self.overlay, f"{name}.enabled": "false"}
                 self._commit_overlay(overlay, layered(self.base_keys, overlay))
             else:
                 self.named.remove(name)
-                self._commit_overlay(self.overlay, self.config)
+                self._write_state_file()
             del self.flows[name]
-            runner.on_acknowledged = None  # what its tasks settle while stopping is not recorded
-            self.active_topics.reset(name)  # as Connect forgets a deleted connector's
             if not was_halted:
                 await runner.stop()
 
@@ -370,8 +377,38 @@ class WorkerBase(WorkerStartup[R]):
         return fresh
 
     def _commit_overlay(self, overlay: dict[str, Any], config: MirrorMakerConfig) -> None:
-        self.store.save(overlay)
         self.overlay, self.config = overlay, config
+        self._write_state_file()
+
+    # -- the state file ---------------------------------------------------------------------------
+    def _write_state_file(self) -> None:
+        """The one place the state file is written: the overlay and every section as they are now,
+        while the steering lock is held (:class:`StateFile` refuses otherwise)."""
+        self.state_file.write(self.overlay)
+
+    async def edit_state_file(self, edit: Callable[[], T]) -> T:
+        """Make ``edit`` — a change of what the state file keeps beside the flows (the Connect
+        facade's connectors and their states, active topics) — under the steering lock, then write
+        the file; ``edit``'s answer. A steering change already under way finishes first."""
+        async with self._steer_lock:
+            done = edit()
+            self._write_state_file()
+            return done
+
+    def _write_state_file_soon(self) -> None:
+        """A change made outside the steering lock, on the event loop (a flow's new active topic):
+        written by a task that takes the lock; one such task at a time writes what is new by then."""
+        if self._pending_write is None or self._pending_write.done():
+            self._pending_write = asyncio.get_running_loop().create_task(self.edit_state_file(_nothing))
+
+    async def _state_file_written(self) -> None:
+        """Wait for a write :meth:`_write_state_file_soon` started (as the worker stops)."""
+        if self._pending_write is not None:
+            await self._pending_write
+
+
+def _nothing() -> None:
+    """No change: :meth:`WorkerBase.edit_state_file` just writes what is new."""
 
 
 #: settings only the worker's heartbeat emitter reads: no flow restart for them

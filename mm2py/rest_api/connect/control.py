@@ -143,5 +143,5 @@ def _topic_routes(router: APIRouter, facade: Facade) -> None:
     @router.put("/connectors/{name}/topics/reset", status_code=202)
     async def reset_topics(name: str) -> Response:
         """KIP-558: forget them; each is recorded again when next written to."""
-        facade.reset_topics(name)
+        await facade.reset_topics(name)
         return Response(status_code=202)

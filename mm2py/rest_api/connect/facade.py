@@ -204,10 +204,13 @@ class Facade:
         if exists:
             halted = self.aux.get(name) if kind != "source" else None
         await self._apply(flow, kind, plan, exists, halted, as_text(raw))
-        self.worker.connectors[name] = as_text(raw)
-        if kind != "source":
-            self.aux.record(name, halted, created=not exists)
-        self.worker.store.save(self.worker.overlay)
+
+        def register() -> None:
+            self.worker.connectors[name] = as_text(raw)
+            if kind != "source":
+                self.aux.set(name, halted, created=not exists)
+
+        await self.worker.edit_state_file(register)
         return not exists
 
     async def patch(self, name: str, changes: dict[str, Any]) -> None:
@@ -256,9 +259,12 @@ class Facade:
             await w.set_pair_settings(source, target, released_settings(kind),
                                       drop=owned_keys(kind).__contains__)
         self._topic_marks.pop(name, None)
-        self.aux.record(name, None)
-        if w.connectors.pop(name, None) is not None:
-            w.store.save(w.overlay)
+
+        def forget() -> None:
+            self.aux.set(name, None)
+            w.connectors.pop(name, None)
+
+        await w.edit_state_file(forget)
 
     async def halt(self, name: str, state: str) -> None:
         """Pause or stop a connector (a MirrorSourceConnector: its flow)."""
@@ -319,12 +325,12 @@ class Facade:
         mark = self._topic_marks.get(name)
         return [topic] if count > (mark[1] if mark is not None and mark[0] == writer else 0) else []
 
-    def reset_topics(self, name: str) -> None:
+    async def reset_topics(self, name: str) -> None:
         try:
             kind, flow, _ = self.lookup(name)
         except ConnectError:
             return  # as in Connect: nothing to forget
         if kind == "source":
-            self.worker.reset_active_topics(flow)
+            await self.worker.reset_active_topics(flow)
         elif (emitted := self._emitted(kind, flow)) is not None:
             self._topic_marks[name] = emitted[:2]

@@ -26,7 +26,7 @@ class AuxStates:
     def __init__(self, worker: AnyWorker) -> None:
         self.worker = worker
         #: connector name -> {"state": PAUSED or STOPPED, "tasks": whether it ever ran its task}
-        self.states: dict[str, dict[str, Any]] = worker.store.sections.setdefault("connector_states", {})
+        self.states: dict[str, dict[str, Any]] = worker.state_file.section("connector_states")
 
     def get(self, name: str) -> str | None:
         found = self.states.get(name)
@@ -51,24 +51,22 @@ class AuxStates:
 
     async def halt(self, name: str, kind: Kind, config: dict[str, str], state: str) -> None:
         await self.apply(kind, config, halted=True, clusters=False)
-        self.record(name, state)
+        await self.worker.edit_state_file(lambda: self.set(name, state))
 
     async def resume(self, name: str, kind: Kind, config: dict[str, str]) -> None:
         if name in self.states:
             await self.apply(kind, config, halted=False, clusters=False)
-            self.record(name, None)
+            await self.worker.edit_state_file(lambda: self.set(name, None))
 
     async def restart(self, kind: Kind, config: dict[str, str]) -> None:
         """Off and on again (a halted connector stays halted, as Connect restarts nothing then)."""
         await self.apply(kind, config, halted=True, clusters=False)
         await self.apply(kind, config, halted=False, clusters=False)
 
-    def record(self, name: str, state: str | None, created: bool = False) -> None:
-        """``name``'s state (None: running, or deleted; ``created``: halted as it is created),
-        saved in the state file."""
+    def set(self, name: str, state: str | None, created: bool = False) -> None:
+        """``name``'s state (None: running, or deleted; ``created``: halted as it is created), kept
+        in the state file when the caller next writes it (``WorkerBase.edit_state_file``)."""
         if state is None:
-            if self.states.pop(name, None) is None:
-                return
+            self.states.pop(name, None)
         else:
             self.states[name] = {"state": state, "tasks": self.has_tasks(name) and not created}
-        self.worker.store.save(self.worker.overlay)
