@@ -19,18 +19,18 @@ import asyncio
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
 from mm2py.config.errors import ConfigError
-from mm2py.errors import Mm2pyError
+from mm2py.runtime.steering import SteeringError
 
 __all__ = ["StateFile", "StateFileLockError"]
 
 
-class StateFileLockError(Mm2pyError, RuntimeError):
-    """The state file was about to be written without the worker's steering lock (a bug)."""
+class StateFileLockError(SteeringError, RuntimeError):
+    """A change that was about to write the state file without the worker's steering lock."""
 
 
 class StateFile:
@@ -41,6 +41,7 @@ class StateFile:
         self.path = Path(path) if path is not None else None
         self.sections: dict[str, dict[str, Any]] = {}
         self._lock = lock
+        self._pending: asyncio.Task[Any] | None = None
 
     def load(self) -> dict[str, Any]:
         """The overlay keys; the sections are read into :attr:`sections`."""
@@ -80,3 +81,14 @@ class StateFile:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def write_soon(self, write: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        """Start ``write`` (the worker's: it takes the lock and writes) in a task, unless one
+        started before has not written yet: that one writes what is new by then."""
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.get_running_loop().create_task(write())
+
+    async def written(self) -> None:
+        """Wait for the write :meth:`write_soon` started last (as the worker stops)."""
+        if self._pending is not None:
+            await self._pending
