@@ -14,6 +14,7 @@ from typing import Any
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig
+from mm2py.config.patch import FlowPatch, setting_text
 from mm2py.errors import Mm2pyError
 
 __all__ = [
@@ -56,28 +57,9 @@ class FlowStateError(SteeringError):
     """The flow is not in a state that allows the change (e.g. offsets reset while it runs)."""
 
 
-def _value(key: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-        return ",".join(value)
-    raise ConfigError(
-        f"invalid value for {key!r}: expected a string, number, boolean or list of strings", key
-    )
-
-
 def flow_keys(name: str, settings: Mapping[str, Any]) -> dict[str, str]:
     """Flat keys for settings of flow ``name`` (``{"topics": ["a"]}`` -> ``{"A->B.topics": "a"}``)."""
-    out = {}
-    for key, value in settings.items():
-        if not key or key.startswith(".") or "->" in key:
-            raise ConfigError(f"invalid setting name {key!r}", key)
-        out[f"{name}.{key}"] = _value(f"{name}.{key}", value)
-    return out
+    return {f"{name}.{k}": v for k, v in FlowPatch(values=dict(settings)).text(name).items()}
 
 
 def cluster_keys(config: MirrorMakerConfig, clusters: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
@@ -102,7 +84,7 @@ def cluster_keys(config: MirrorMakerConfig, clusters: Mapping[str, Mapping[str, 
             raise ConfigError(f"missing required key {key!r}", key)
         known.append(alias)
         for key, value in props.items():
-            out[f"{alias}.{key}"] = _value(f"{alias}.{key}", value)
+            out[f"{alias}.{key}"] = setting_text(f"{alias}.{key}", value)
     if len(known) > len(config.clusters):
         out["clusters"] = ",".join(known)
     return out

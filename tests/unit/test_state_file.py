@@ -64,7 +64,7 @@ def test_a_flows_change_and_a_connector_change_at_once_both_reach_the_file(tmp_p
             assert "fast" not in on_disk["sections"].get("connectors", {})
             gate.release.set()
             answers = await asyncio.wait_for(asyncio.gather(patch, put), 30)
-        await worker._state_file_written()
+        await worker.state_file.written()
         return answers
 
     patched, put = asyncio.run(run())

@@ -27,6 +27,7 @@ from mm2py.rest_api.connect.config import (
     Kind,
     as_text,
     connector_kind,
+    connector_patch,
     flow_connector_config,
     owned_keys,
     plan_connector,
@@ -232,14 +233,14 @@ class Facade:
             for aux in ("checkpoint", "heartbeat"):
                 if self._registered(aux, plan.flow) is not None:
                     keep |= owned_keys(aux)
+            patch = connector_patch(kind, plan.settings, frozenset(keep))
             if exists:
-                await w.update_flow(flow, plan.settings, drop=lambda k: k not in keep)
+                await w.update_flow(flow, patch)
             elif flow in w.flows:
                 raise ConnectError(409, f"flow {flow} runs already (connector {flow!r}); "
                                         f"PUT /connectors/{flow}/config to change it")
             else:
-                await w.add_flow(plan.source, plan.target, plan.settings, plan.clusters,
-                                 drop=lambda k: k not in keep, halted=halted, name=flow)
+                await w.add_flow(plan.source, plan.target, patch, plan.clusters, halted=halted, name=flow)
         elif kind == "checkpoint" and not self.pair_flows(flow):
             raise ConnectError(400, f"a MirrorCheckpointConnector needs its pair's flow: create "
                                     f"a MirrorSourceConnector of {flow} first")
@@ -253,11 +254,10 @@ class Facade:
             await w.remove_flow(flow)
         elif kind == "checkpoint":
             for each in self.pair_flows(flow):
-                await w.update_flow(each, released_settings(kind), drop=owned_keys(kind).__contains__)
+                await w.update_flow(each, connector_patch(kind, released_settings(kind)))
         elif kind == "heartbeat":
             source, target = flow.split("->", 1)
-            await w.set_pair_settings(source, target, released_settings(kind),
-                                      drop=owned_keys(kind).__contains__)
+            await w.set_pair_settings(source, target, connector_patch(kind, released_settings(kind)))
         self._topic_marks.pop(name, None)
 
         def forget() -> None:

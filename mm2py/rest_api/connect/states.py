@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mm2py.rest_api.connect.config import Kind, owned_keys, plan_connector, released_settings
+from mm2py.rest_api.connect.config import Kind, connector_patch, plan_connector, released_settings
 from mm2py.rest_api.shared import AnyWorker
 
 __all__ = ["AuxStates"]
@@ -40,14 +40,13 @@ class AuxStates:
         """The pair's settings for a checkpoint or heartbeat connector: its own, or, ``halted``, its
         job turned off."""
         plan = plan_connector(config)
-        settings = released_settings(kind) if halted else plan.settings
-        drop = owned_keys(kind).__contains__
+        patch = connector_patch(kind, released_settings(kind) if halted else plan.settings)
         if kind == "checkpoint":  # it applies to every flow of its pair
             for name in [n for n, r in self.worker.flows.items() if r.flow.pair == plan.flow]:
-                await self.worker.update_flow(name, settings, drop=drop)
+                await self.worker.update_flow(name, patch)
         else:
-            await self.worker.set_pair_settings(plan.source, plan.target, settings,
-                                                plan.clusters if clusters else None, drop=drop)
+            await self.worker.set_pair_settings(plan.source, plan.target, patch,
+                                                plan.clusters if clusters else None)
 
     async def halt(self, name: str, kind: Kind, config: dict[str, str], state: str) -> None:
         await self.apply(kind, config, halted=True, clusters=False)

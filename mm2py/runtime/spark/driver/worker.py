@@ -258,7 +258,7 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         await asyncio.gather(
             *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
         )
-        await self._state_file_written()  # active topics its leases reported while stopping
+        await self.state_file.written()  # active topics its leases reported while stopping
         if self._owns_spark and self.spark is not None:
             spark, self.spark = self.spark, None
             if self.leases is not None:
