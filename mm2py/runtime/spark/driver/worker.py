@@ -118,7 +118,7 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
     async def start(self) -> None:
         self._started = True
         self._start_heartbeats()
-        # the session starts while the controllers prepare topics; off the main thread, so that
+        # the session starts while the controllers create topics; off the main thread, so that
         # pyspark leaves the process's SIGINT handling alone
         session = None if self.spark is not None else asyncio.to_thread(
             spark_session, self.master, self.spark_conf)

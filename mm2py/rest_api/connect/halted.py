@@ -1,13 +1,14 @@
-"""Pause, stop, resume and restart of the facade's MirrorCheckpointConnectors and MirrorHeartbeatConnectors.
+"""The facade's halted checkpoint and heartbeat connectors: pause, stop, resume, restart.
 
 In Kafka Connect each of MirrorMaker 2's connectors has a target state of its own; in mm2py the
 checkpoint and heartbeat connectors are settings of their pair (:mod:`mm2py.rest_api.connect.config`).
 Pausing or stopping one turns its job off (the switches it owns set to ``false``, as when it is
-deleted) and records its state; resuming it applies its config again; restarting it turns its job
-off and on. The states are kept in the state file (section ``connector_states``), and a halted
-connector whose config is replaced stays halted, as in Connect. One created halted (KIP-980) has no
-task until first resumed, as in Connect, where its tasks are not generated before it starts. A
-MirrorSourceConnector's state is its flow's (the worker's ``halt_flow``/``resume_flow``).
+deleted) and keeps it halted; resuming it applies its config again; restarting it turns its job
+off and on. Each halted connector's task state (``PAUSED`` or ``STOPPED``) is kept in the state
+file (section ``connector_states``, its name on disk), and a halted connector whose config is
+replaced stays halted, as in Connect. One created halted (KIP-980) has no task until first
+resumed, as in Connect, where its tasks are not generated before it starts. A
+MirrorSourceConnector's task state is its flow's (the worker's ``halt_flow``/``resume_flow``).
 """
 
 from __future__ import annotations
@@ -17,24 +18,24 @@ from typing import Any
 from mm2py.rest_api.connect.config import Kind, connector_patch, plan_connector, released_settings
 from mm2py.rest_api.shared import AnyWorker
 
-__all__ = ["AuxStates"]
+__all__ = ["HaltedConnectors"]
 
 
-class AuxStates:
-    """The target states of the checkpoint and heartbeat connectors that are not running."""
+class HaltedConnectors:
+    """The checkpoint and heartbeat connectors kept PAUSED or STOPPED (Connect's target state)."""
 
     def __init__(self, worker: AnyWorker) -> None:
         self.worker = worker
         #: connector name -> {"state": PAUSED or STOPPED, "tasks": whether it ever ran its task}
-        self.states: dict[str, dict[str, Any]] = worker.state_file.section("connector_states")
+        self.section: dict[str, dict[str, Any]] = worker.state_file.section("connector_states")
 
     def get(self, name: str) -> str | None:
-        found = self.states.get(name)
+        found = self.section.get(name)
         return None if found is None else str(found["state"])
 
     def has_tasks(self, name: str) -> bool:
         """False for a connector created halted and not resumed since."""
-        return bool(self.states.get(name, {}).get("tasks", True))
+        return bool(self.section.get(name, {}).get("tasks", True))
 
     async def apply(self, kind: Kind, config: dict[str, str], halted: bool, clusters: bool = True) -> None:
         """The pair's settings for a checkpoint or heartbeat connector: its own, or, ``halted``, its
@@ -53,7 +54,7 @@ class AuxStates:
         await self.worker.edit_state_file(lambda: self.set(name, state))
 
     async def resume(self, name: str, kind: Kind, config: dict[str, str]) -> None:
-        if name in self.states:
+        if name in self.section:
             await self.apply(kind, config, halted=False, clusters=False)
             await self.worker.edit_state_file(lambda: self.set(name, None))
 
@@ -66,6 +67,6 @@ class AuxStates:
         """``name``'s state (None: running, or deleted; ``created``: halted as it is created), kept
         in the state file when the caller next writes it (``WorkerBase.edit_state_file``)."""
         if state is None:
-            self.states.pop(name, None)
+            self.section.pop(name, None)
         else:
-            self.states[name] = {"state": state, "tasks": self.has_tasks(name) and not created}
+            self.section[name] = {"state": state, "tasks": self.has_tasks(name) and not created}
