@@ -34,7 +34,9 @@ from mm2py.protocol.types import TopicPartition
 
 
 @dataclass
-class _PartitionState:
+class _LastSync:
+    """A partition's last emitted sync, as the emission rule compares with it."""
+
     last_upstream: int | None = None
     last_delta: int | None = None
 
@@ -44,10 +46,10 @@ class OffsetSyncPlanner:
     """Decides, batch by batch, which syncs a task must emit (the emission rule above)."""
 
     offset_lag_max: int = 100
-    _state: dict[TopicPartition, _PartitionState] = field(default_factory=dict)
+    _last: dict[TopicPartition, _LastSync] = field(default_factory=dict)
 
     def reset(self, tp: TopicPartition) -> None:
-        self._state.pop(tp, None)
+        self._last.pop(tp, None)
 
     def on_batch(
         self,
@@ -63,7 +65,7 @@ class OffsetSyncPlanner:
         was rebuilt (compaction gaps); otherwise the batch is contiguous from ``source_first`` to
         ``source_last``.
         """
-        st = self._state.setdefault(tp, _PartitionState())
+        st = self._last.setdefault(tp, _LastSync())
         out: list[OffsetSync] = []
         if record_offsets is None:
             self._maybe_emit(tp, st, source_first, target_first, out)
@@ -77,7 +79,7 @@ class OffsetSyncPlanner:
         return out
 
     def _maybe_emit(
-        self, tp: TopicPartition, st: _PartitionState, u: int, d: int, out: list[OffsetSync]
+        self, tp: TopicPartition, st: _LastSync, u: int, d: int, out: list[OffsetSync]
     ) -> None:
         if (
             st.last_upstream is None
@@ -88,7 +90,7 @@ class OffsetSyncPlanner:
 
     @staticmethod
     def _emit(
-        tp: TopicPartition, st: _PartitionState, u: int, d: int, out: list[OffsetSync]
+        tp: TopicPartition, st: _LastSync, u: int, d: int, out: list[OffsetSync]
     ) -> None:
         st.last_upstream, st.last_delta = u, d - u
         out.append(OffsetSync(tp, u, d))
