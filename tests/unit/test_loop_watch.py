@@ -41,6 +41,16 @@ def spin_for(seconds: float) -> None:
 
 async def test_a_stall_spent_computing_shows_the_cpu_it_took() -> None:
     watch = LoopWatch(threshold=0.1, interval=0.01)
+    # every stall reported: on a loaded machine the loop also stalls, without computing, before
+    # or after the spin, so the spin's need not be the last
+    reported: list[tuple[float, float, float]] = []
+    report = watch._report
+
+    def keep(gap: float, cpu: float, in_gc: float) -> None:
+        reported.append((gap, cpu, in_gc))
+        report(gap, cpu, in_gc)
+
+    watch._report = keep  # type: ignore[method-assign]
     watch.start()
     try:
         await asyncio.sleep(0.05)
@@ -48,9 +58,8 @@ async def test_a_stall_spent_computing_shows_the_cpu_it_took() -> None:
         await asyncio.sleep(0.05)
     finally:
         watch.stop()
-    assert watch.last is not None
-    gap, cpu, _ = watch.last
-    assert gap >= 0.24 and cpu >= 0.2, watch.last
+    assert watch.last == reported[-1]
+    assert any(gap >= 0.24 and cpu >= 0.2 for gap, cpu, _ in reported), reported
 
 
 async def test_stalls_are_reported_once_a_report_interval_the_others_counted(
