@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from mm2py.engine.committer import Committer, snapshot
 from mm2py.engine.latency import observe_acks, observe_fetch
-from mm2py.engine.losses import Alarm, LossWatch, Policy
+from mm2py.engine.losses import Alarm, LossWatch, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
 from mm2py.engine.scheduler import sleep_or_stop
@@ -91,6 +91,8 @@ class TaskRunner:
         self._fetch_pos: dict[TopicPartition, int] = {}
         self._acked: dict[TopicPartition, int] = {}
         self._target_next: dict[TopicPartition, int | None] = {}
+        #: the source topic id each partition's position is in (stored with it), where known
+        self._topic_ids: dict[TopicPartition, str] = {}
         self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
         self._assignment_applied = asyncio.Event()
         self._start_retry = StartRetry(clock)  # paces new partitions whose start was deferred
@@ -115,7 +117,7 @@ class TaskRunner:
 
     def committed_positions(self) -> dict[TopicPartition, Position]:
         """Each partition's acknowledged position with the target end it maps to."""
-        return snapshot(self._acked, self._target_next, self._acked)
+        return snapshot(self._acked, self._target_next, self._acked, self._topic_ids)
 
     def seed(self, positions: Mapping[TopicPartition, Position]) -> None:
         """Start these partitions, when assigned, exactly at ``positions`` (a clean hand-over)."""
@@ -161,11 +163,12 @@ class TaskRunner:
         if removed:
             # the next owner starts from the committed position: make it this task's last one
             await self.committer.settle()  # an older snapshot must not land after this one
-            await self.committer.write(snapshot(self._acked, self._target_next, removed))
+            await self.committer.write(snapshot(self._acked, self._target_next, removed, self._topic_ids))
         for tp in removed:
             del self._acked[tp]
             self._fetch_pos.pop(tp, None)
             self._target_next.pop(tp, None)
+            self._topic_ids.pop(tp, None)
             self.planner.reset(tp)
         new = [tp for tp in wanted if tp not in self._acked]
         if not new:
@@ -181,10 +184,18 @@ class TaskRunner:
         if syncs:  # the batches found on the target past the committed positions
             self.metrics.syncs += len(syncs)
             self.progress.send_syncs(syncs)
-        for tp, (pos, target) in starts.positions.items():
+        for tp, (expected, found) in starts.target_truncated.items():
+            if (alarm := self.losses.target_acked(tp, expected, found)) is not None:
+                raise alarm  # before anything is produced to it
+        for tp, (pos, target, topic_id) in starts.positions.items():
             self._acked[tp] = pos
             self._fetch_pos[tp] = pos
             self._target_next[tp] = target
+            if topic_id is not None:
+                self._topic_ids[tp] = topic_id
+        # the incarnations the stored positions are in: another one now is a re-created topic
+        self.source.expect_topic_ids(
+            {tp.topic: i for tp, (_, _, i) in starts.positions.items() if i is not None})
         log.info("task %s: now mirroring %d partitions", self.spec.task_id, len(self._acked))
         return starts.deferred
 
@@ -226,6 +237,8 @@ class TaskRunner:
                     continue
                 try:
                     await self._apply_assignment()
+                except MirrorAlarmError:
+                    raise  # an alarm under 'fail' at the start (target.truncated): not retried
                 except Exception as exc:  # e.g. the source or the target is unreachable right now
                     log.warning("task %s: taking the new assignment failed (%s); retrying",
                                 self.spec.task_id, exc)
@@ -300,12 +313,16 @@ class TaskRunner:
                 continue  # fetched for an older position (unassigned and assigned again meanwhile)
             if p.reset_to is not None and (p.reset_to != self._fetch_pos[tp] or p.recreated):
                 self.losses.source_reset(tp, self._fetch_pos[tp], p.reset_to, p.recreated)  # or raises
+                if p.topic_id is not None:
+                    self._topic_ids[tp] = p.topic_id
                 self._fetch_pos[tp] = p.reset_to
                 if self._acked[tp] != p.reset_to:
                     self._acked[tp] = p.reset_to
                     self.planner.reset(tp)
                 continue
             batches = p.batches
+            if p.topic_id is not None and tp not in self._topic_ids:
+                self._topic_ids[tp] = p.topic_id
             if p.fetch_offset is None:  # a source that does not say where it fetched from
                 batches = [b for b in batches if b.next_offset > self._fetch_pos[tp]]
             if p.high_watermark >= 0:
@@ -389,7 +406,7 @@ class TaskRunner:
         if force:  # now, every partition (snapshotted on the event loop); raises if it failed
             await self.committer.now(self.committed_positions)
         else:  # in the background when due: what moved since the last periodic commit
-            await self.committer.maybe(self._acked, self._target_next)
+            await self.committer.maybe(self._acked, self._target_next, self._topic_ids)
 
     async def close(self) -> None:
         await self.committer.settle()
