@@ -151,7 +151,7 @@ def _failed_with(bg: BackgroundWorker, alarm: Alarm, since: float) -> Any:
     assert f"{alarm.value} (policy fail)" in (task.trace or ""), task.trace
     (event,) = [e for e in task.losses.recent if e.alarm is alarm]
     assert event.at - since <= 2 * REFRESH, f"{alarm.value} after {event.at - since:.1f}s"
-    assert bg.worker.flows["east->west"].status()["tasks"][0]["alarms"] == {alarm.value: 1}
+    assert bg.worker.flows["east->west"].status()["tasks"][0]["alarms"][alarm.value] == 1
     return task
 
 
@@ -172,12 +172,13 @@ def _recreate(bootstrap: str, topic: str) -> None:
     wait_until(created_again, 30, 0.2, "the topic created again")
 
 
-def test_records_deleted_ahead_of_a_paused_flow_are_named_and_skipped_and_a_target_created_again_stops_it(
+def test_records_deleted_ahead_of_a_paused_flow_are_named_and_skipped_and_a_remote_topic_created_again_fails(
         east: KafkaCluster, west: KafkaCluster) -> None:
     """While the flow is paused, DeleteRecords on the source passes its position: ``source.deleted``
-    (``skip``) names the offsets lost and the mirror goes on from the new log start. Then, while it
-    is stopped, the remote topic is deleted and created again: ``target.truncated`` (``fail``) stops
-    the task before it writes anything into the new remote topic."""
+    (``skip``) names the offsets lost and the mirror goes on from the new log start. Then the remote
+    topic is deleted and created again under the running flow, and deleted while it is stopped:
+    ``target.truncated`` (``fail``) each time, the first once the target acknowledged the next batch
+    at 0, the second before the task writes anything into the new remote topic."""
     topic = create_topic(east.bootstrap, unique("alarm-deleted"))
     remote = f"east.{topic}"
     first, later = make_records(20, tag="a"), make_records(30, tag="b")
@@ -206,10 +207,24 @@ def test_records_deleted_ahead_of_a_paused_flow_are_named_and_skipped_and_a_targ
         values = [r.value for r in read_all(west.bootstrap, remote)]
         assert values == [r.value for r in first] + [r.value for r in later[20:]]
 
+        # under the running flow the remote topic is deleted and created again: the next batch lands
+        # at 0, the task stops once it is acknowledged
+        since = time.time()
+        _recreate(west.bootstrap, remote)
+        again = make_records(5, tag="c")
+        produce_records(east.bootstrap, topic, again)
+        _failed_with(bg, Alarm.TARGET_TRUNCATED, since)
+        assert [r.value for r in read_all(west.bootstrap, remote)] == [r.value for r in again]
+
+        # while the flow is stopped the remote topic is deleted (the flow's start creates it again):
+        # the task stops before writing anything into it
         _halt(bg)
-        _recreate(west.bootstrap, remote)  # the remote topic deleted and created again, empty
-        produce_records(east.bootstrap, topic, make_records(5, tag="c"))
+        client = AdminClient({"bootstrap.servers": west.bootstrap})  # must outlive its futures
+        client.delete_topics([remote])[remote].result(30)
+        wait_until(lambda: remote not in topic_names(west.bootstrap), 30, 0.1, "the remote topic deleted")
+        produce_records(east.bootstrap, topic, make_records(5, tag="d"))
         _failed_with(bg, Alarm.TARGET_TRUNCATED, _resume(bg))
+        assert _task(bg).metrics.records == 0
     assert total(west.bootstrap, remote) == 0  # the new remote topic got nothing
 
 
