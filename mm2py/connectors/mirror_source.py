@@ -8,7 +8,10 @@ unchanged, so nothing is skipped.
 
 A topic whose id changes under the task (deleted and created again, perhaps already as long as the
 old one) is reported as re-created, with the new topic's start (``Polled.recreated``): the task's
-alarm (``mm2py/engine/losses.py``) decides whether it goes on from there.
+alarm (``mm2py/engine/losses.py``) decides whether it goes on from there. The ids the task's stored
+positions were written with (``expect_topic_ids``) count as first seen, so a topic created again
+while no task mirrored it is reported the same way at the first poll. Each ``Polled`` says which
+topic id its batches come from, stored with the position.
 
 A partition whose fetch returns an error (other than OFFSET_OUT_OF_RANGE, which resets it) is left
 out of the next fetches for a while, doubling up to ``error_backoff[1]`` seconds while the error
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 
 from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
@@ -34,6 +36,7 @@ from mm2py.client.fetch_hub import HubMember, Linger
 from mm2py.client.fetched import fetched_bytes
 from mm2py.client.fetcher import FetchedPartition, FetcherConfig, RawFetcher
 from mm2py.engine.task_contract import START_LOOKUP_SECONDS, Polled, TaskError
+from mm2py.protocol.connect_offsets import topic_id_text
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE, BrokerError
 from mm2py.protocol.types import TopicPartition
@@ -75,8 +78,9 @@ class MirrorSource:
         #: a poll through the hub returns empty after this long without news (the task's loop
         #: then does what else is due: commits, a new assignment)
         self._member_timeout = self.fetcher.config.max_wait_ms / 1000 + 0.5
-        #: each polled topic's id when first seen, checked again when the metadata changes
-        self._topic_ids: dict[str, uuid.UUID] = {}
+        #: each polled topic's id (text) when first seen or as its stored positions give it,
+        #: checked again when the metadata changes
+        self._topic_ids: dict[str, str] = {}
         self._ids_checked_at = -1  # the metadata generation they were last checked at
 
     async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
@@ -85,6 +89,12 @@ class MirrorSource:
             return {}
         return await self.cluster.list_offsets(partitions, EARLIEST if self.reset_to_earliest else LATEST,
                                                partial_after=START_LOOKUP_SECONDS)
+
+    def expect_topic_ids(self, topic_ids: Mapping[str, str]) -> None:
+        """The ids the stored positions of newly assigned partitions' topics were written with:
+        checked against the metadata at the next poll (another id: ``Polled.recreated``)."""
+        self._topic_ids.update(topic_ids)
+        self._ids_checked_at = -1  # check at the next poll, whatever the metadata generation
 
     async def poll(
         self, positions: Mapping[TopicPartition, int], *, sessions: bool = True
@@ -162,12 +172,12 @@ class MirrorSource:
                 continue
             self._failing.pop(tp, None)
             out[tp] = Polled(f.batches, max(f.next_offset, f.fetch_offset), f.high_watermark,
-                             fetch_offset=f.fetch_offset)
+                             fetch_offset=f.fetch_offset, topic_id=self._topic_ids.get(tp.topic))
         if resets or recreated:
             earliest = await self.cluster.list_offsets([*resets, *recreated], EARLIEST)
             for tp in (*resets, *recreated):
                 out[tp] = Polled([], positions[tp], -1, reset_to=earliest[tp], fetch_offset=positions[tp],
-                                 recreated=tp in recreated)
+                                 recreated=tp in recreated, topic_id=self._topic_ids.get(tp.topic))
         return out
 
     def _recreated(self, positions: Mapping[TopicPartition, int]) -> set[TopicPartition]:
@@ -179,9 +189,10 @@ class MirrorSource:
         self._ids_checked_at = cluster.generation
         changed: set[str] = set()
         for topic in {tp.topic for tp in positions}:
-            now = cluster.topic_id(topic)
-            if now is None:
+            known = cluster.topic_id(topic)
+            if known is None:
                 continue
+            now = topic_id_text(known)
             was = self._topic_ids.setdefault(topic, now)
             if was != now:
                 changed.add(topic)

@@ -11,6 +11,8 @@ exactly (attributes, timestamps and records; producer fields excepted, the mirro
 whatever coalescing settings and fetch boundaries were in force when it was written. Those source
 batches are already mirrored, so the source position moves past them. The first difference, or
 the end of the target, ends the walk: nothing is ever skipped that the target does not hold.
+A target that ends below the committed target end is answered with its end as the position's
+target end, unwalked: the task names it (``target.truncated``) before producing anything.
 """
 
 from __future__ import annotations
@@ -122,9 +124,8 @@ class TailReconciler:
             log.warning("%s: cannot read the target tail (%s); resuming at %d", tp, exc, stored.source)
             return Position(stored.source, None), []
         pos_s, pos_t = stored.source, stored.target
-        if end < pos_t:
-            log.warning("%s: target %s ends at %d, below the committed %d", tp, ttp, end, pos_t)
-            return Position(pos_s, None), []
+        if end < pos_t:  # truncated or created again: the task's alarm (target.truncated) says so
+            return Position(pos_s, end), []
         already: list[Delivered] = []
         window = _SourceWindow(self.source, tp, pos_s)
         while pos_t < end and len(already) < self.max_batches:

@@ -45,7 +45,8 @@ class Committer:
         self._moved = MovedSince()
 
     async def maybe(
-        self, acked: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int | None]
+        self, acked: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int | None],
+        topic_ids: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         """When one is due and none is under way, start a periodic commit of the partitions whose
         position (``acked``) or target end (``ends``) moved since the last."""
@@ -55,7 +56,7 @@ class Committer:
         if self._periodic is not None and not self._periodic.done():
             return  # the previous one is slow (target busy): the next interval catches up
         self._last = now
-        moved = snapshot(acked, ends, self._moved.take(acked, ends))
+        moved = snapshot(acked, ends, self._moved.take(acked, ends), topic_ids)
         if moved or self._unwritten:
             self._periodic = asyncio.create_task(self._in_background(moved))
 
@@ -124,10 +125,13 @@ class MovedSince:
 
 
 def snapshot(acked: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int | None],
-             partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Position]:
-    """What to commit for ``partitions``: each one's position (``acked``) and target end (``ends``),
-    taken on the event loop (built at C speed: thousands)."""
+             partitions: Iterable[TopicPartition], topic_ids: Mapping[TopicPartition, str] | None = None,
+             ) -> dict[TopicPartition, Position]:
+    """What to commit for ``partitions``: each one's position (``acked``), target end (``ends``) and
+    source topic id (``topic_ids``, None where unknown), taken on the event loop (built at C speed:
+    thousands)."""
     parts = list(partitions)
+    ids = topic_ids if topic_ids is not None else {}
     # Position._make is tuple.__new__: no Python-level call per partition (half the time)
-    pairs = zip(map(acked.__getitem__, parts), map(ends.get, parts), strict=True)
-    return dict(zip(parts, map(Position._make, pairs), strict=True))
+    triples = zip(map(acked.__getitem__, parts), map(ends.get, parts), map(ids.get, parts), strict=True)
+    return dict(zip(parts, map(Position._make, triples), strict=True))

@@ -19,8 +19,9 @@ cost of one comparison per acknowledged batch:
     may already hold as many offsets as the old: its offsets say nothing). ``skip`` mirrors the
     new topic from its start, after the old one's records.
 ``TARGET_TRUNCATED``
-    The target acknowledged a batch at a lower offset than the end of the last one: the target
-    partition was truncated, or the remote topic was deleted and created again.
+    The target acknowledged a batch at a lower offset than the end of the last one, or, at a start
+    from committed progress, ends below the committed target end: the target partition was
+    truncated, or the remote topic was deleted and created again.
 ``FOREIGN_RECORDS``
     The target acknowledged a batch at a higher offset than the end of the last one: records of
     some other producer lie between the mirror's.
@@ -120,8 +121,8 @@ class AlarmEvent:
             return (f"{tp}: the source log now ends at {b}, below the mirror's position {a} (truncated, "
                     f"or the topic deleted and created again)")
         if self.alarm is Alarm.TARGET_TRUNCATED:
-            return (f"{tp}: the target wrote the mirror's next batch at offset {b}, below the end of "
-                    f"its last one, {a} (the remote partition truncated, or deleted and created again)")
+            return (f"{tp}: the target partition ends at {b}, below the end of the mirror's last batch, "
+                    f"{a} (the remote partition truncated, or deleted and created again)")
         return (f"{tp}: the target wrote the mirror's next batch at offset {b}: target offsets "
                 f"{a}..{b - 1} ({b - a}) hold records the mirror did not write")
 

@@ -5,7 +5,9 @@ In order of precedence, a partition starts at:
 1. the position its previous holder handed over (Spark leases: a clean hand-over, trusted as is);
 2. the position the task's spec gives (Spark rounds);
 3. its committed progress, moved past what the target already holds (the tail reconciler: batches
-   acknowledged after the last commit are not produced again);
+   acknowledged after the last commit are not produced again); a target that now ends below the
+   committed target end (truncated, or deleted and created again while no task ran) is reported in
+   ``Starts.target_truncated`` for the task's alarm;
 4. for a partition never mirrored: the source's earliest offset (or latest, per the flow), with the
    target end it maps to committed *before* anything is produced, so a worker killed before its
    first periodic commit still resumes exactly.
@@ -36,10 +38,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Starts:
-    """Where each new partition starts: the source position and the target end it maps to (None
-    when unknown: a position given by the spec)."""
+    """Where each new partition starts: the source position, the target end it maps to (None
+    when unknown: a position given by the spec) and the source topic id it was stored with."""
 
-    positions: dict[TopicPartition, tuple[int, int | None]] = field(default_factory=dict)
+    positions: dict[TopicPartition, Position] = field(default_factory=dict)
+    #: partitions whose target now ends below the committed target end: (committed, found)
+    target_truncated: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     #: batches the tail reconciler found on the target past a committed position (their offset
     #: syncs are still to be planned)
     already: dict[TopicPartition, Sequence[Delivered]] = field(default_factory=dict)
@@ -84,27 +88,29 @@ async def resolve_starts(
         if tp in seeded:
             out.positions[tp] = seeded[tp]
         elif tp in given:
-            out.positions[tp] = (given[tp], None)
+            out.positions[tp] = Position(given[tp], None)
         elif tp in stored:
             out.positions[tp] = await _resumed(tp, stored[tp], reconcile, out)
         else:
-            out.positions[tp] = (fresh[tp], targets[tp])
+            out.positions[tp] = Position(fresh[tp], targets[tp])
     return out
 
 
 async def _resumed(
     tp: TopicPartition, committed: Position, reconcile: Reconciler | None, out: Starts
-) -> tuple[int, int | None]:
+) -> Position:
     if committed.target is None or reconcile is None:
-        return committed.source, committed.target
+        return committed
     resumed, already = await reconcile(tp, committed)
+    if resumed.target is not None and resumed.target < committed.target:
+        out.target_truncated[tp] = (committed.target, resumed.target)
     if resumed.source != committed.source:
         log.info("%s: offsets %d..%d were already on the target; resuming at %d",
                  tp, committed.source, resumed.source - 1, resumed.source)
         out.skipped += resumed.source - committed.source
     if already:
         out.already[tp] = already
-    return resumed.source, resumed.target
+    return Position(resumed.source, resumed.target, committed.topic_id)
 
 
 async def _nothing() -> Mapping[TopicPartition, Position]:

@@ -21,15 +21,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
-from mm2py.engine.committer import Committer, snapshot
+from mm2py.engine.committer import Committer
 from mm2py.engine.latency import observe_acks, observe_fetch
-from mm2py.engine.losses import Alarm, LossWatch, Policy
+from mm2py.engine.losses import Alarm, LossWatch, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
 from mm2py.engine.scheduler import sleep_or_stop
-from mm2py.engine.starts import StartRetry, resolve_starts
+from mm2py.engine.starts import StartRetry
+from mm2py.engine.task_assignment import TaskAssignment
 from mm2py.engine.task_contract import (
     BatchSink,
     BatchSource,
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 Fetch = asyncio.Task[dict[TopicPartition, Polled]]
 
 
-class TaskRunner:
+class TaskRunner(TaskAssignment):
     """Runs one task's partitions until stopped (in process; a Spark lease) or to given offsets (a round)."""
 
     def __init__(
@@ -91,6 +92,8 @@ class TaskRunner:
         self._fetch_pos: dict[TopicPartition, int] = {}
         self._acked: dict[TopicPartition, int] = {}
         self._target_next: dict[TopicPartition, int | None] = {}
+        #: the source topic id each partition's position is in (stored with it), where known
+        self._topic_ids: dict[TopicPartition, str] = {}
         self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
         self._assignment_applied = asyncio.Event()
         self._start_retry = StartRetry(clock)  # paces new partitions whose start was deferred
@@ -98,95 +101,6 @@ class TaskRunner:
         #: positions handed over by the previous holder of a partition (Spark leases): trusted as
         #: they are, so the partition needs neither the progress topic nor the tail reconciler
         self._seeds: dict[TopicPartition, Position] = {}
-
-    # -- assignment ----------------------------------------------------------------------------
-    @property
-    def partitions(self) -> tuple[TopicPartition, ...]:
-        return tuple(sorted(self._acked))
-
-    def positions(self) -> dict[TopicPartition, int]:
-        """Acknowledged positions (next source offset not yet on the target)."""
-        return dict(self._acked)
-
-    @property
-    def assignment(self) -> tuple[TopicPartition, ...]:
-        """The partitions this task is to mirror (an assignment not yet taken included)."""
-        return self.partitions if self._pending_assignment is None else tuple(self._pending_assignment)
-
-    def committed_positions(self) -> dict[TopicPartition, Position]:
-        """Each partition's acknowledged position with the target end it maps to."""
-        return snapshot(self._acked, self._target_next, self._acked)
-
-    def seed(self, positions: Mapping[TopicPartition, Position]) -> None:
-        """Start these partitions, when assigned, exactly at ``positions`` (a clean hand-over)."""
-        self._seeds.update(positions)
-
-    def assign(self, partitions: Sequence[TopicPartition]) -> None:
-        """Change the assignment; partitions kept keep their positions (no restart)."""
-        self._pending_assignment = tuple(partitions)
-        self._assignment_applied.clear()
-        self._start_retry.reset()  # a new assignment is taken at once, deferred starts or not
-
-    async def release(self, keep: Sequence[TopicPartition], timeout: float = 60.0) -> bool:
-        """Give up every partition not in ``keep``; wait until the task no longer produces them and
-        has committed their positions (another task takes over). False if not within ``timeout``."""
-        self.assign([tp for tp in self.partitions if tp in set(keep)])
-        if self.state != TaskState.RUNNING:
-            return False  # nothing is producing; the next owner resumes from the last commit
-        try:
-            await asyncio.wait_for(self._assignment_applied.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
-
-    async def _apply_assignment(self) -> None:
-        wanted = self._pending_assignment
-        if wanted is None or not self._start_retry.due():
-            return
-        try:
-            deferred = await self._take_assignment(wanted)
-        except BaseException:
-            if self._pending_assignment is None:
-                self._pending_assignment = wanted  # try again on the next round
-            raise
-        if deferred:  # new partitions not started yet (the others run): asked for again later
-            return self._start_retry.defer(self.spec.task_id, deferred)
-        self._start_retry.reset()
-        if self._pending_assignment == wanted:
-            self._pending_assignment = None
-            self._assignment_applied.set()
-
-    async def _take_assignment(self, wanted: tuple[TopicPartition, ...]) -> list[TopicPartition]:
-        removed = [tp for tp in self._acked if tp not in wanted]
-        if removed:
-            # the next owner starts from the committed position: make it this task's last one
-            await self.committer.settle()  # an older snapshot must not land after this one
-            await self.committer.write(snapshot(self._acked, self._target_next, removed))
-        for tp in removed:
-            del self._acked[tp]
-            self._fetch_pos.pop(tp, None)
-            self._target_next.pop(tp, None)
-            self.planner.reset(tp)
-        new = [tp for tp in wanted if tp not in self._acked]
-        if not new:
-            return []
-        seeded = {tp: self._seeds.pop(tp) for tp in new if tp in self._seeds}
-        starts = await resolve_starts(
-            new, seeded=seeded, given=dict(self.spec.start_positions or {}), progress=self.progress,
-            source=self.source, sink=self.sink, commit=self.committer.write, reconcile=self.reconcile,
-        )
-        self.metrics.skipped_on_resume += starts.skipped
-        syncs = [s for tp, already in starts.already.items() for d in already for s in self.planner.on_batch(
-            tp, d.source_first, d.source_last, d.target_first, d.record_offsets)]
-        if syncs:  # the batches found on the target past the committed positions
-            self.metrics.syncs += len(syncs)
-            self.progress.send_syncs(syncs)
-        for tp, (pos, target) in starts.positions.items():
-            self._acked[tp] = pos
-            self._fetch_pos[tp] = pos
-            self._target_next[tp] = target
-        log.info("task %s: now mirroring %d partitions", self.spec.task_id, len(self._acked))
-        return starts.deferred
 
     # -- main loop -----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -226,6 +140,8 @@ class TaskRunner:
                     continue
                 try:
                     await self._apply_assignment()
+                except MirrorAlarmError:
+                    raise  # an alarm under 'fail' at the start (target.truncated): not retried
                 except Exception as exc:  # e.g. the source or the target is unreachable right now
                     log.warning("task %s: taking the new assignment failed (%s); retrying",
                                 self.spec.task_id, exc)
@@ -300,12 +216,16 @@ class TaskRunner:
                 continue  # fetched for an older position (unassigned and assigned again meanwhile)
             if p.reset_to is not None and (p.reset_to != self._fetch_pos[tp] or p.recreated):
                 self.losses.source_reset(tp, self._fetch_pos[tp], p.reset_to, p.recreated)  # or raises
+                if p.topic_id is not None:
+                    self._topic_ids[tp] = p.topic_id
                 self._fetch_pos[tp] = p.reset_to
                 if self._acked[tp] != p.reset_to:
                     self._acked[tp] = p.reset_to
                     self.planner.reset(tp)
                 continue
             batches = p.batches
+            if p.topic_id is not None and tp not in self._topic_ids:
+                self._topic_ids[tp] = p.topic_id
             if p.fetch_offset is None:  # a source that does not say where it fetched from
                 batches = [b for b in batches if b.next_offset > self._fetch_pos[tp]]
             if p.high_watermark >= 0:
@@ -389,7 +309,7 @@ class TaskRunner:
         if force:  # now, every partition (snapshotted on the event loop); raises if it failed
             await self.committer.now(self.committed_positions)
         else:  # in the background when due: what moved since the last periodic commit
-            await self.committer.maybe(self._acked, self._target_next)
+            await self.committer.maybe(self._acked, self._target_next, self._topic_ids)
 
     async def close(self) -> None:
         await self.committer.settle()

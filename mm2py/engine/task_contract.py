@@ -60,6 +60,9 @@ class Polled:
     #: with ``reset_to``: the topic was deleted and created again (its topic id changed), and
     #: ``reset_to`` is where the new one starts
     recreated: bool = False
+    #: the source topic's id (``connect_offsets.topic_id_text``) the batches come from, when known:
+    #: stored with the partition's position
+    topic_id: str | None = None
     #: the position this fetch was made from, when known; then every batch ends past it (the
     #: fetcher drops whole batches below it and crops the first), which the task relies on
     fetch_offset: int | None = None
@@ -92,6 +95,12 @@ class BatchSource(Protocol):
     async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """Start offsets for partitions with no stored progress; a partition that cannot be
         resolved now (no leader yet) is left out, and the task asks again later."""
+        ...
+
+    def expect_topic_ids(self, topic_ids: Mapping[str, str]) -> None:
+        """The source topic ids the positions of newly assigned partitions were stored with: a topic
+        whose id is now another one (deleted and created again while no task mirrored it) is
+        reported at the next poll as re-created (``Polled.recreated``)."""
         ...
 
     async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]: ...

@@ -299,6 +299,66 @@ static PyObject *lz4_frame(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* The raw CRC-32C register `value` after n zero bytes: value * x^(8n) modulo the polynomial, in the
+ * reflected form the table uses (bit 31 holds x^0). pow2[k] is x^(2^k); n's set bits pick the
+ * factors, so the cost is one multiplication per set bit of n, whatever n. */
+static uint32_t pow2[67];
+
+static uint32_t gf_mul(uint32_t a, uint32_t b) {
+    uint32_t product = 0;
+    for (int i = 31; i >= 0; i--) {  /* bit i of a: the coefficient of x^(31 - i) */
+        if ((a >> i) & 1u) product ^= b;
+        b = (b >> 1) ^ (0x82F63B78u & (0u - (b & 1u)));  /* b times x */
+    }
+    return product;
+}
+
+static void shift_init(void) {
+    pow2[0] = 1u << 30;  /* x^1 */
+    for (int k = 1; k < 67; k++) pow2[k] = gf_mul(pow2[k - 1], pow2[k - 1]);
+}
+
+static uint32_t shift_by(uint32_t v, unsigned long long n) {
+    for (int k = 3; n && k < 67; k++, n >>= 1)  /* x^(8n): bit j of n is x^(2^(j+3)) */
+        if (n & 1u) v = gf_mul(pow2[k], v);
+    return v;
+}
+
+static PyObject *py_crc32c_shift(PyObject *self, PyObject *args) {
+    unsigned long value;
+    unsigned long long n;
+    if (!PyArg_ParseTuple(args, "kK", &value, &n)) return NULL;
+    return PyLong_FromUnsignedLong(shift_by((uint32_t)value, n));
+}
+
+/* crc32c_carry(crc, old, new, tail): the CRC of `new` followed by the `tail` bytes that followed
+ * `old` (as long as `new`) in the data whose CRC is `crc` (see crc.py) */
+static PyObject *py_crc32c_carry(PyObject *self, PyObject *args) {
+    unsigned long crc;
+    Py_buffer old, new;
+    unsigned long long tail;
+    if (!PyArg_ParseTuple(args, "ky*y*K", &crc, &old, &new, &tail)) return NULL;
+    if (old.len != new.len) {
+        PyBuffer_Release(&old);
+        PyBuffer_Release(&new);
+        PyErr_SetString(PyExc_ValueError, "the two headers differ in length");
+        return NULL;
+    }
+    const uint8_t *a = old.buf, *b = new.buf;
+    uint32_t raw = 0;  /* the register after (old xor new) from zero, no inversions */
+    int differ = 0;
+    for (Py_ssize_t i = 0; i < old.len; i++) {
+        uint8_t d = a[i] ^ b[i];
+        differ |= d;
+        raw = (raw >> 8) ^ crc_table[(raw ^ d) & 0xFFu];
+    }
+    PyBuffer_Release(&old);
+    PyBuffer_Release(&new);
+    uint32_t out = (uint32_t)crc;
+    if (differ) out ^= shift_by(raw, tail);
+    return PyLong_FromUnsignedLong(out);
+}
+
 static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     Py_buffer in;
     if (!PyArg_ParseTuple(args, "y*", &in)) return NULL;
@@ -313,6 +373,10 @@ static PyMethodDef methods[] = {
     {"merge", mm2py_merge, METH_VARARGS,
      "merge(run, verify) -> (steps, decompressions) or None (take the Python path)"},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data) -> int: CRC-32C (Castagnoli)"},
+    {"crc32c_shift", py_crc32c_shift, METH_VARARGS,
+     "crc32c_shift(value, n) -> int: a raw CRC-32C register after n zero bytes"},
+    {"crc32c_carry", py_crc32c_carry, METH_VARARGS,
+     "crc32c_carry(crc, old, new, tail) -> int: a CRC carried over a header edit"},
     {"plan", mm2py_plan, METH_VARARGS,
      "plan(batches, threshold, limit, cuts) -> [(start, end, bytes)] or None (take the Python path)"},
     {"lz4_frame", lz4_frame, METH_VARARGS, "lz4_frame(data) -> bytes: Kafka's LZ4 frame, fast mode"},
@@ -327,6 +391,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();
+    shift_init();
     if (LZ4F_isError(LZ4F_createDecompressionContext(&mm2py_dctx, LZ4F_VERSION))) {
         PyErr_SetString(PyExc_ImportError, "LZ4F_createDecompressionContext failed");
         return NULL;

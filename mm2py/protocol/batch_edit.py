@@ -1,8 +1,9 @@
 """Rewrites of whole record batches for the mirror's produce path.
 
-* :func:`strip_producer_state` / :func:`set_producer_state` touch only the 40 header bytes inside
-  the CRC range and recompute the CRC-32C; the records section is copied verbatim (never
-  decompressed).
+* :func:`strip_producer_state` / :func:`set_producer_state` / :func:`for_produce` touch only the
+  40 header bytes inside the CRC range and carry the batch's CRC-32C over the edit (``crc.py``):
+  the records section is copied verbatim (never decompressed, never read), and one that changed
+  since its CRC was checked keeps a CRC that does not match it.
 * :func:`crop` drops the records below an offset (first batch of a Fetch response);
   :func:`rebuild_contiguous` renumbers the records of a batch with offset gaps (compacted topics),
   which a target broker would otherwise reject. Both keep the codec: records are reframed with
@@ -16,9 +17,8 @@ from __future__ import annotations
 import itertools
 import struct
 
-from crc32c import crc32c
-
 from mm2py.protocol.compression import Codec, compress
+from mm2py.protocol.crc import carry_over
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.record_codec import (
     RawRecord,
@@ -31,6 +31,7 @@ from mm2py.protocol.record_codec import (
 )
 from mm2py.protocol.records import (
     ATTR_TRANSACTIONAL,
+    ATTRIBUTES_OFFSET,
     CRC_HEADER_STRUCT,
     CRC_OFFSET,
     HEADER_SIZE,
@@ -88,7 +89,9 @@ def _with_producer_state(
     except struct.error as exc:
         raise ValueError(f"producer state out of range: {exc}") from None
     records = batch.records_view
-    crc = crc32c(records, crc32c(crc_header))
+    # carried over from the batch's own CRC (checked above, or by the caller when it fetched the
+    # batch), not computed from the records again: records changed since cannot be sealed (crc.py)
+    crc = carry_over(batch.crc, batch.buf[ATTRIBUTES_OFFSET:HEADER_SIZE], crc_header, len(records))
     head = batch.buf[:CRC_OFFSET] if prefix is None else prefix
     return b"".join((head, crc.to_bytes(4, "big"), crc_header, records))
 

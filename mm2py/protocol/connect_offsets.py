@@ -11,12 +11,19 @@ resumes at ``O + 1``. A null value (tombstone) forgets the partition.
 mm2py adds ``"mm2py.target.offset"`` to the value: the target partition's end after that last
 batch. MM2 reads only ``offset``, so the records stay MM2-compatible, and positions MM2 wrote are
 read here with no target offset.
+
+It also adds ``"mm2py.topic.id"``: the source topic's id (Kafka's text form, as
+``kafka-topics --describe`` shows it) of the incarnation the position was read from, so a topic
+deleted and created again while no task mirrored it is told from the one mirrored. Positions written
+without it (MM2's, an older mm2py's) are read with no topic id, and checked by offsets alone.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import uuid
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -27,6 +34,7 @@ from mm2py.protocol.types import TopicPartition
 __all__ = [
     "CONNECTOR_NAME",
     "TARGET_FIELD",
+    "TOPIC_ID_FIELD",
     "MalformedOffsetRecordError",
     "Position",
     "ProgressFold",
@@ -36,12 +44,14 @@ __all__ = [
     "fold",
     "newest_partition",
     "progress_topic",
+    "topic_id_text",
 ]
 
 log = logging.getLogger(__name__)
 
 CONNECTOR_NAME = "MirrorSourceConnector"
 TARGET_FIELD = "mm2py.target.offset"
+TOPIC_ID_FIELD = "mm2py.topic.id"
 
 
 class MalformedOffsetRecordError(ProtocolError):
@@ -49,10 +59,17 @@ class MalformedOffsetRecordError(ProtocolError):
 
 
 class Position(NamedTuple):
-    """Where a source partition stands: next source offset, and the target end it maps to."""
+    """Where a source partition stands: next source offset, the target end it maps to, and the id
+    of the source topic's incarnation it is a position in (:func:`topic_id_text`; None: unknown)."""
 
     source: int
     target: int | None = None
+    topic_id: str | None = None
+
+
+def topic_id_text(topic_id: uuid.UUID) -> str:
+    """A topic id as Kafka writes it (``Uuid.toString``: URL-safe base64 of its 16 bytes, unpadded)."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
 
 
 def progress_topic(source_alias: str) -> str:
@@ -64,10 +81,12 @@ def encode_key(source_alias: str, tp: TopicPartition, connector: str = CONNECTOR
     return json.dumps([connector, part], separators=(",", ":"), sort_keys=True).encode()
 
 
-def encode_value(last_offset: int, target_next: int | None = None) -> bytes:
-    value: dict[str, int] = {"offset": last_offset}
+def encode_value(last_offset: int, target_next: int | None = None, topic_id: str | None = None) -> bytes:
+    value: dict[str, int | str] = {"offset": last_offset}
     if target_next is not None:
         value[TARGET_FIELD] = target_next
+    if topic_id is not None:
+        value[TOPIC_ID_FIELD] = topic_id
     return json.dumps(value, separators=(",", ":")).encode()
 
 
@@ -88,8 +107,9 @@ def decode(key: bytes | None, value: bytes | None,
         if value is None:
             return cluster, tp, None
         doc = json.loads(value)
-        target = doc.get(TARGET_FIELD)
-        return cluster, tp, Position(int(doc["offset"]) + 1, None if target is None else int(target))
+        target, topic_id = doc.get(TARGET_FIELD), doc.get(TOPIC_ID_FIELD)
+        return cluster, tp, Position(int(doc["offset"]) + 1, None if target is None else int(target),
+                                     None if topic_id is None else str(topic_id))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         shown = bytes(key[:200])
         raise MalformedOffsetRecordError(f"not a Connect offset record (key {shown!r}): {exc}") from None

@@ -24,7 +24,8 @@ from collections.abc import Collection
 from types import ModuleType
 from typing import TypeVar
 
-__all__ = ["AVAILABLE", "batch_ages", "lz4_frame", "merge", "plan", "split", "unavailable"]
+__all__ = ["AVAILABLE", "batch_ages", "crc32c_carry", "crc32c_shift", "lz4_frame", "merge", "plan", "split",
+           "unavailable"]
 
 #: a RecordBatch (records.py imports this module)
 B = TypeVar("B")
@@ -87,6 +88,21 @@ def batch_ages(batches: list[B], now: float, bounds: tuple[float, ...]) -> tuple
     if _native is None:
         return None
     return _native.batch_ages(batches, now, bounds)
+
+
+def crc32c_shift(value: int, n: int) -> int | None:
+    """``crc.shift``: the raw CRC-32C register ``value`` after ``n`` zero bytes; ``None``: take the
+    Python path."""
+    if _native is None:
+        return None
+    return _native.crc32c_shift(value, n)
+
+
+def crc32c_carry(crc: int, old: bytes | memoryview, new: bytes, tail: int) -> int | None:
+    """``crc.carry_over`` in one call; ``None``: take the Python path."""
+    if _native is None:
+        return None
+    return _native.crc32c_carry(crc, old, new, tail)
 
 
 def lz4_frame(data: bytes | bytearray | memoryview) -> bytes | None:

@@ -32,11 +32,12 @@ _TASK_COUNTER_HELP = {
     "skipped_on_resume": "Source offsets found already on the target after a restart",
     "offsets_lost_to_retention": "Source offsets deleted by retention before they were mirrored",
     "restarts": "Times the task failed and was started again from its committed progress",
-    "audit_verified_batches": "Batches the target wrote exactly where the mirror's previous batch ended",
+    "audit_verified_batches": ("Batches the target acknowledged exactly where the mirror's previous batch "
+                               "ended, with the CRC carried over from the fetched batch's"),
     "audit_source_deleted": "Alarms: source offsets deleted (retention, DeleteRecords) before mirrored",
     "audit_source_truncated": "Alarms: the source log ended below the mirror's position",
     "audit_source_recreated": "Alarms: the source topic deleted and created again (a new topic id)",
-    "audit_target_truncated": "Alarms: the target wrote a batch below the end of the last",
+    "audit_target_truncated": "Alarms: the target went back below the end of the mirror's last batch",
     "audit_foreign_records": "Alarms: records of another producer found between the mirror's on the target",
 }
 #: one help text per task counter, in TASK_COUNTERS' order (a counter without one fails at import)

@@ -141,7 +141,8 @@ class PositionStore:
                    else {tp: o for tp, o in positions.items() if self._committed.get(tp) != o})
         if not changed:
             return
-        self._write({tp: encode_value(pos.source - 1, pos.target) for tp, pos in changed.items()}, timeout)
+        self._write({tp: encode_value(pos.source - 1, pos.target, pos.topic_id)
+                     for tp, pos in changed.items()}, timeout)
         self._committed.update(changed)
 
     def forget(self, partitions: Iterable[TopicPartition], timeout: float = 30.0) -> None:

@@ -37,9 +37,14 @@ class MemorySource:
         self.corrupt_at = corrupt_at
         self.per_fetch = per_fetch
         self.polls = 0
+        #: the topic ids the task said its stored positions were written with
+        self.expected: dict[str, str] = {}
 
     async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: 0 for tp in partitions}
+
+    def expect_topic_ids(self, topic_ids: Mapping[str, str]) -> None:
+        self.expected.update(topic_ids)
 
     async def poll(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, Polled]:
         self.polls += 1

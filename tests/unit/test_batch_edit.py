@@ -92,8 +92,9 @@ def test_strip_refuses_to_reseal_a_corrupt_batch() -> None:
     data[-1] ^= 1
     with pytest.raises(CorruptBatchError):
         strip_producer_state(RecordBatch(data))
-    # the caller may opt out when it verified already; the result then carries a fresh CRC
-    assert RecordBatch(strip_producer_state(RecordBatch(data), verify=False)).crc_ok()
+    # the caller may opt out when it verified already; the CRC is carried over, not made afresh,
+    # so the result still fails its check (a broker refuses it)
+    assert not RecordBatch(strip_producer_state(RecordBatch(data), verify=False)).crc_ok()
 
 
 def test_set_producer_state() -> None:
@@ -276,3 +277,24 @@ def test_for_produce_refuses_to_reseal_a_corrupt_batch() -> None:
     raw[-1] ^= 0xFF
     with pytest.raises(CorruptBatchError):
         for_produce(RecordBatch(bytes(raw)), 1, 0, 0)
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4])
+def test_records_changed_after_the_crc_was_checked_are_never_sealed_with_a_valid_crc(codec: Codec) -> None:
+    """for_produce carries the batch's own CRC over the header edit (crc.py) instead of computing one
+    from the records again, so a batch whose records changed after the fetch checked its CRC goes
+    out with a CRC that does not match: the target broker refuses it (CORRUPT_MESSAGE)."""
+    from mm2py.protocol.batch_edit import for_produce
+
+    recs = [Record(i, i, b"k", f"v{i}".encode() * 30, ()) for i in range(8)]
+    fetched = bytearray(build_batch(recs, codec=codec, base_timestamp=BASE_TS, producer_id=3,
+                                    producer_epoch=0, base_sequence=40))
+    assert RecordBatch(bytes(fetched)).crc_ok()  # as the fetch checked it
+    for at in (61, len(fetched) // 2, len(fetched) - 1):  # the records section, first to last byte
+        changed = bytearray(fetched)
+        changed[at] ^= 0x01
+        out = RecordBatch(for_produce(RecordBatch(bytes(changed)), 9, 2, 100, verify=False))
+        assert not out.crc_ok(), at
+        assert bytes(out.records_view) == bytes(changed[61:])
+    intact = RecordBatch(for_produce(RecordBatch(bytes(fetched)), 9, 2, 100, verify=False))
+    assert intact.crc_ok() and (intact.producer_id, intact.base_sequence) == (9, 100)

@@ -41,7 +41,8 @@ histograms = st.builds(lambda counts, total: Histogram.of(counts, total),
 times = st.dictionaries(tps, st.builds(PartitionTimes, histograms, histograms,
                                        st.floats(0, 1e6, allow_nan=False)), max_size=3)
 positions = st.dictionaries(tps, st.none() | st.builds(Position, st.integers(0, 2**62),
-                                                      st.none() | st.integers(0, 2**62)), max_size=5)
+                                                      st.none() | st.integers(0, 2**62),
+                                                      st.none() | st.text(max_size=22)), max_size=5)
 messages = st.one_of(
     st.builds(Hello, st.text(), st.text()),
     st.builds(Ready, st.text(), st.text()),
@@ -71,6 +72,7 @@ def test_garbage_is_a_lease_wire_error_and_nothing_else(line: bytes) -> None:
 @pytest.mark.parametrize("line", [
     b'{"t":"go","positions":[["orders",0,"5",null]]}',  # an offset as a string
     b'{"t":"go","positions":[["orders",true,5,null]]}',  # a partition as a bool
+    b'{"t":"go","positions":[["orders",0,5,null,7]]}',  # a topic id as a number
     b'{"t":"hello","lease":"x"}',  # no token
     b'{"t":"teleport"}',
     b'[1,2]',

@@ -92,7 +92,7 @@ def test_a_target_emptied_under_the_mirror_stops_the_task_by_default() -> None:
     assert runner.state == "FAILED" and "target.truncated" in (runner.trace or "")
     event = exc.value.event
     assert (event.alarm, event.expected, event.found) == (Alarm.TARGET_TRUNCATED, 6, 0)
-    assert "below the end of its last one, 6" in str(exc.value)
+    assert "below the end of the mirror's last batch, 6" in str(exc.value)
     # the batch the re-created target acknowledged is accounted for before the task stops: what
     # is committed says where the mirror stands on the new target
     assert progress.stored[TP].source == 9 and progress.stored[TP].target == 3

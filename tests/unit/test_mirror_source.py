@@ -1,15 +1,18 @@
 """MirrorSource over a scripted fetcher: a partition whose fetch fails is backed off, alone; a topic
-whose id changes is reported re-created, once."""
+whose id changes is reported re-created, once, also when it changed while no task ran (the id stored
+with the positions, ``connect_offsets``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 
 from mm2py.client.fetcher import FetchedPartition
 from mm2py.connectors.mirror_source import Linger, MirrorSource
+from mm2py.protocol.connect_offsets import Position, decode, encode_key, encode_value, topic_id_text
 from mm2py.protocol.errors_codes import NONE, UNKNOWN_SERVER_ERROR
 from mm2py.protocol.types import TopicPartition
 
@@ -134,3 +137,34 @@ async def test_a_topic_whose_id_changed_is_reported_recreated_once_from_the_new_
     metadata.generation = 2  # the metadata changes again, the id does not: nothing more to say
     later = await source.poll({BAD: 0, GOOD: 0})
     assert not any(p.recreated or p.reset_to is not None for p in later.values())
+
+
+async def test_a_topic_created_again_while_no_task_ran_is_reported_at_the_first_poll() -> None:
+    """The ids the stored positions were written with count as first seen: the first poll after a
+    start compares them with the metadata, whatever its generation."""
+    fetcher = ScriptedFetcher()
+    fetcher.failing = False
+    metadata = Metadata()
+    metadata.ids["t"] = uuid.uuid4()
+    source = source_with(fetcher, metadata)
+    assert not any(p.recreated for p in (await source.poll({GOOD: 7})).values())
+    assert (await source.poll({GOOD: 7}))[GOOD].topic_id == topic_id_text(metadata.ids["t"])
+    source.expect_topic_ids({"t": topic_id_text(uuid.uuid4())})  # stored by an older incarnation
+    again = await source.poll({BAD: 40, GOOD: 7})  # the same metadata generation
+    assert {tp: (p.recreated, p.reset_to) for tp, p in again.items()} == {BAD: (True, 0), GOOD: (True, 0)}
+    assert again[GOOD].topic_id == topic_id_text(metadata.ids["t"])  # the new id goes with the position
+    source.expect_topic_ids({"t": topic_id_text(metadata.ids["t"])})  # stored by this one: nothing to say
+    assert not any(p.recreated for p in (await source.poll({GOOD: 7})).values())
+
+
+def test_positions_carry_their_topic_id_and_positions_written_without_one_still_load() -> None:
+    key = encode_key("east", GOOD)
+    tid = uuid.UUID("a3f1c2d4-0000-4000-8000-000000000001")
+    assert topic_id_text(tid) == "o_HC1AAAQACAAAAAAAAAAQ"  # Kafka's Uuid.toString: base64url, unpadded
+    value = encode_value(9, 90, topic_id_text(tid))
+    assert json.loads(value) == {"offset": 9, "mm2py.target.offset": 90,
+                                 "mm2py.topic.id": "o_HC1AAAQACAAAAAAAAAAQ"}
+    assert decode(key, value) == ("east", GOOD, Position(10, 90, "o_HC1AAAQACAAAAAAAAAAQ"))
+    # MM2's and an older mm2py's values: no topic id, checked by offsets alone
+    assert decode(key, b'{"offset":9}') == ("east", GOOD, Position(10, None, None))
+    assert decode(key, encode_value(9, 90)) == ("east", GOOD, Position(10, 90))

@@ -46,5 +46,5 @@ async def test_the_progress_and_the_new_partitions_offsets_are_read_at_once() ->
         [OLD, NEW], seeded={}, given={}, progress=progress, source=Source(),  # type: ignore[arg-type]
         sink=Sink(), commit=commit, reconcile=None,  # type: ignore[arg-type]
     ), 10)
-    assert starts.positions == {OLD: (40, 400), NEW: (7, 70)}
+    assert starts.positions == {OLD: Position(40, 400), NEW: Position(7, 70)}
     assert committed == [{NEW: Position(7, 70)}], "only the partition never mirrored is seeded"

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from mm2py.engine.losses import Alarm, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_contract import Delivered, Polled, SinkError, TaskSpec, TaskState
@@ -281,3 +282,34 @@ def test_a_partition_whose_target_is_not_ready_starts_later_and_holds_up_no_othe
     assert sink.asked == [[TP, slow], [slow], [slow]]
     # its start was committed (seeded) only with a real target end, never a made-up one
     assert ckpt.stored[slow].target is not None
+
+
+def test_a_stored_topic_id_is_handed_to_the_source_and_committed_again_with_the_position() -> None:
+    logs = {TP: Log([batch(0, 4), batch(4, 4)], end=8)}
+    source, ckpt = MemorySource(logs), MemoryProgress({TP: Position(4, None, "tid-1")})
+    run(make(logs, source=source, ckpt=ckpt), {TP: 8})
+    assert source.expected == {TP.topic: "tid-1"}  # the source compares it with the topic's id now
+    assert ckpt.stored[TP] == Position(8, 4, "tid-1")
+
+
+@pytest.mark.parametrize("policy", ["fail", "skip"])
+def test_a_target_that_ends_below_the_committed_end_is_named_before_anything_is_produced(policy: str) -> None:
+    """The remote partition was truncated, or deleted and created again, while no task ran: the tail
+    reconciler finds it ending at 0, below the committed 40 (``target.truncated``)."""
+    logs = {TP: Log([batch(0, 4), batch(4, 4)], end=8)}
+
+    async def reconcile(tp: TopicPartition, stored: Position) -> tuple[Position, list[Delivered]]:
+        return Position(stored.source, 0), []
+
+    sink = MemorySink()
+    runner = TaskRunner(TaskSpec(None, 0, (TP,)), MemorySource(logs), sink,
+                        MemoryProgress({TP: Position(4, 40)}), commit_interval=0, retry_backoff=0,
+                        reconcile=reconcile, alarms={Alarm.TARGET_TRUNCATED: Policy(policy)})
+    if policy == "fail":
+        with pytest.raises(MirrorAlarmError, match=r"target\.truncated"):
+            run(runner, {TP: 8})
+        assert values(sink) == [] and runner.metrics.audit_target_truncated == 1
+        return
+    run(runner, {TP: 8})  # skip: counted, and the mirror goes on where the target now ends
+    assert values(sink) == expected(range(4, 8)) and runner.metrics.audit_target_truncated == 1
+    assert runner.metrics.audit_verified_batches >= 1 and runner.committed_positions()[TP].target == 4

@@ -86,15 +86,20 @@ Message = Hello | Ready | Report | Released | GoMsg | StopMsg | Ack
 
 
 def _positions_out(positions: Mapping[TopicPartition, Position | None]) -> list[list[Any]]:
-    return [[tp.topic, tp.partition, None if p is None else p.source, None if p is None else p.target]
-            for tp, p in sorted(positions.items())]
+    """Rows ``[topic, partition, source, target, topic id]`` (a position's source topic id goes with
+    it, so the next holder tells a topic created again during the hand-over)."""
+    return [[tp.topic, tp.partition, None if p is None else p.source, None if p is None else p.target,
+             None if p is None else p.topic_id] for tp, p in sorted(positions.items())]
 
 
 def _positions_in(rows: Any) -> dict[TopicPartition, Position | None]:
     out: dict[TopicPartition, Position | None] = {}
-    for topic, partition, source, target in rows:
+    for row in rows:
+        topic, partition, source, target, *rest = row  # an older driver's rows have no topic id
+        topic_id = rest[0] if rest else None
         tp = TopicPartition(_str(topic), _int(partition))
-        out[tp] = None if source is None else Position(_int(source), None if target is None else _int(target))
+        out[tp] = None if source is None else Position(_int(source), None if target is None else _int(target),
+                                                       None if topic_id is None else _str(topic_id))
     return out
 
 
