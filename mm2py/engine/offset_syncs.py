@@ -14,6 +14,12 @@ gaps closed by a rebuild. So:
    readers, which translate to ``sync.downstream + 1`` from the nearest older sync, stay as precise
    as they are with MM2.
 
+Syncs of rules 1 and 2 are **run syncs** (:class:`RunSync`): each starts a run of records with the
+same ``D - U``, and they alone make translation exact (a rule-3 sync lies inside a run: the run's
+first sync gives the same answer). The MM2-format topic is compacted with one key per partition, so
+it forgets older syncs; mm2py keeps the run syncs on a topic of its own as well, one key each (the
+sync history, ``engine/sync_history.py``).
+
 **Translation rule.** With syncs sorted by upstream offset, an upstream position ``u`` (the next
 offset a consumer would read) translates with the last sync ``(U, D)`` where ``U <= u`` to
 ``D + (u - U)``, capped at the next sync's ``D'`` (offsets in a gap map to the first target offset
@@ -31,6 +37,12 @@ from dataclasses import dataclass, field
 
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class RunSync(OffsetSync):
+    """An offset sync of rule 1 or 2: the first record of a run with the same ``D - U`` (written to
+    the sync history as well; encoded as any :class:`OffsetSync`)."""
 
 
 @dataclass
@@ -79,19 +91,17 @@ class OffsetSyncPlanner:
     def _maybe_emit(
         self, tp: TopicPartition, st: _PartitionState, u: int, d: int, out: list[OffsetSync]
     ) -> None:
-        if (
-            st.last_upstream is None
-            or st.last_delta != d - u
-            or u - st.last_upstream >= self.offset_lag_max
-        ):
+        if st.last_upstream is None or st.last_delta != d - u:
+            self._emit(tp, st, u, d, out, run=True)
+        elif u - st.last_upstream >= self.offset_lag_max:
             self._emit(tp, st, u, d, out)
 
     @staticmethod
     def _emit(
-        tp: TopicPartition, st: _PartitionState, u: int, d: int, out: list[OffsetSync]
+        tp: TopicPartition, st: _PartitionState, u: int, d: int, out: list[OffsetSync], run: bool = False
     ) -> None:
         st.last_upstream, st.last_delta = u, d - u
-        out.append(OffsetSync(tp, u, d))
+        out.append(RunSync(tp, u, d) if run else OffsetSync(tp, u, d))
 
 
 class OffsetSyncStore:
