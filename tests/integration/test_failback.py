@@ -38,6 +38,7 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 
 from mm2py.cli import main
 from mm2py.config.models import load_config
+from mm2py.connectors.sync_history import SyncHistoryPruner
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.translation import BeforeSyncsError, Direction, PartitionMap
 from mm2py.kafka_local import KafkaCluster, resolve_jars
@@ -45,6 +46,7 @@ from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.translator import FlowTranslator
 from tests.support.brokers import (
     BackgroundWorker,
+    admin,
     config_file,
     create_topic,
     end_offsets,
@@ -364,6 +366,23 @@ def test_failover_then_failback_is_exact_both_ways(east: KafkaCluster, west: Kaf
     behind = sum(len(where.values_from(p, STARTS["far-behind"])) for p in DRILL)
     assert behind == 3 * (36 + BULK + 37) > 100_000
     assert [len(back_on_source["caught-up"][p]) for p in DRILL] == [0, 0, 0]
+
+    # the source's log start passes the first stretch of partition 0: the history's points before it
+    # are tombstoned, and every offset from it on still translates exactly
+    log_start = 49 + BULK // 2
+    client = admin(east.bootstrap)  # must outlive the future
+    for future in client.delete_records([CKTopicPartition(topic, 0, log_start)]).values():
+        future.result(30)
+    pruner = SyncHistoryPruner(flow)
+    try:
+        assert pruner.prune() >= 4  # at least the run syncs of offsets 0, 11, 22 and 33
+    finally:
+        pruner.close()
+    tr = FlowTranslator.read(flow)
+    assert tr.translate(topic, 0, log_start, FORWARD).target_offset == where.forward(0, log_start)
+    with pytest.raises(BeforeSyncsError):
+        tr.translate(topic, 0, 18, FORWARD)
+    assert tr.translate(topic, 1, 18, FORWARD).target_offset == where.forward(1, 18)  # untouched
 
 
 # --------------------------------------------------------------------- Spark Structured Streaming
