@@ -32,7 +32,7 @@ nor re-reads a record. MM2 readers of the same topic translate conservatively an
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mm2py.protocol.mm2_records import OffsetSync
@@ -104,11 +104,19 @@ class OffsetSyncPlanner:
         out.append(RunSync(tp, u, d) if run else OffsetSync(tp, u, d))
 
 
-class OffsetSyncStore:
-    """Syncs per source partition, read back from an offset-syncs topic; translates offsets."""
+#: a partition's older syncs, ``(upstream, downstream)`` by upstream offset (the sync history's)
+OlderSyncs = Callable[[TopicPartition], Sequence[tuple[int, int]]]
 
-    def __init__(self, max_per_partition: int = 100_000) -> None:
+
+class OffsetSyncStore:
+    """Syncs per source partition, read back from an offset-syncs topic; translates offsets.
+
+    ``older``: where to look for an offset before the oldest sync held (the sync history, whose
+    points precede what compaction left of the offset-syncs topic)."""
+
+    def __init__(self, max_per_partition: int = 100_000, older: OlderSyncs | None = None) -> None:
         self.max_per_partition = max_per_partition
+        self.older = older
         self._upstream: dict[TopicPartition, list[int]] = {}
         self._downstream: dict[TopicPartition, list[int]] = {}
 
@@ -140,17 +148,33 @@ class OffsetSyncStore:
         self, tp: TopicPartition, upstream: int, downstream_end: int | None = None
     ) -> int | None:
         """Target position for source position ``upstream``; None when no sync covers it."""
-        ups = self._upstream.get(tp)
-        if not ups:
-            return None
+        ups = self._upstream.get(tp) or []
         i = bisect.bisect_right(ups, upstream) - 1
         if i < 0:
-            return None
+            first = self._downstream[tp][0] if ups else None
+            return self._translate_older(tp, upstream, first, downstream_end)
         downs = self._downstream[tp]
         u0, d0 = ups[i], downs[i]
         result = d0 + (upstream - u0)
         if i + 1 < len(ups):
             result = min(result, downs[i + 1])
+        if downstream_end is not None:
+            result = min(result, max(d0, downstream_end))
+        return result
+
+    def _translate_older(self, tp: TopicPartition, upstream: int, first_downstream: int | None,
+                         downstream_end: int | None) -> int | None:
+        """``upstream`` before the oldest sync held, by the older syncs (capped at the first held)."""
+        points = list(self.older(tp)) if self.older is not None else []
+        j = bisect.bisect_right(points, (upstream, 1 << 63)) - 1
+        if j < 0:
+            return None
+        u0, d0 = points[j]
+        result = d0 + (upstream - u0)
+        if first_downstream is not None:
+            result = min(result, first_downstream)
+        if j + 1 < len(points):
+            result = min(result, points[j + 1][1])
         if downstream_end is not None:
             result = min(result, max(d0, downstream_end))
         return result

@@ -91,6 +91,12 @@ def test_every_position_translates_exactly_after_compaction(batches: list[tuple[
     if syncs[-1].upstream_offset > first:  # without the history the oldest positions are lost
         with pytest.raises(BeforeSyncsError):
             mm2_only.forward(first)
+    # the checkpoint connector's store: what it read of the offset-syncs topic, the history behind it
+    history = _history([HistorySync.of(s) for s in syncs if isinstance(s, RunSync)])
+    store = OffsetSyncStore(older=history.syncs)
+    store.add(syncs[-1])
+    for u in range(first, position.source + 1):
+        assert store.translate(TP, u, position.target) == pm.forward(u), u
 
 
 @settings(max_examples=examples(200), deadline=None)
