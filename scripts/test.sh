@@ -19,7 +19,7 @@ mypy_pid=$!
 # the unit suite again on the pure-Python path (a user without the compiled extension), not niced:
 # its timing tests (a linger, a loop stall) need their share of the CPU
 # (property tests at a third of their depth: the first pass compares both paths at full depth)
-MM2PY_NATIVE=0 HYPOTHESIS_PROFILE=fallback "$PY" -m pytest -q -p no:cacheprovider tests/unit \
+MM2PY_NATIVE=0 HYPOTHESIS_PROFILE=fallback "$PY" -m pytest -q -p no:cacheprovider --durations=10 tests/unit \
   >"$side/pure.log" 2>&1 &
 pure_pid=$!
 
@@ -29,5 +29,5 @@ main=$?
 wait "$mypy_pid"; mypy=$?
 wait "$pure_pid"; pure=$?
 echo "---- mypy (exit $mypy)"; cat "$side/mypy.log"
-echo "---- unit suite on the pure-Python path, MM2PY_NATIVE=0 (exit $pure)"; tail -n 25 "$side/pure.log"
+echo "---- unit suite on the pure-Python path, MM2PY_NATIVE=0 (exit $pure)"; tail -n 40 "$side/pure.log"
 [ "$main" = 0 ] && [ "$mypy" = 0 ] && [ "$pure" = 0 ]

@@ -26,7 +26,9 @@ from typing import Any
 from mm2py.config.errors import ConfigError, did_you_mean
 from mm2py.config.filters import split_list
 
-__all__ = ["CLIENT_KINDS", "FlatConfig", "classify", "is_connection_key", "to_client_value"]
+__all__ = [
+    "CLIENT_KINDS", "FlatConfig", "classify", "flow_client_key", "is_connection_key", "to_client_value",
+]
 
 CLIENT_KINDS = ("consumer", "producer", "admin")
 _SIDES = ("source", "target")
@@ -195,6 +197,17 @@ def _flow_key(flat: FlatConfig, key: str, value: Any, setting_names: frozenset[s
     if sub in setting_names:
         flat.flow_settings.setdefault(pair, {})[sub] = (value, key)
         return
+    client = flow_client_key(key, sub, setting_names)
+    if client is None:
+        flat.ignored.append(key)
+    else:
+        clients.setdefault(client[0], {})[client[1]] = to_client_value(key, value)
+
+
+def flow_client_key(key: str, sub: str, setting_names: frozenset[str]) -> tuple[str, str] | None:
+    """A flow's key ``key`` (``A->B.<sub>``) that is not one of its settings: the client override
+    it is — (role: ``consumer``, ``source.admin``, ``target.cluster``..., property) — or None for a
+    key accepted and ignored; an unknown key is a ``ConfigError`` naming ``key``."""
     for side in _SIDES:
         prefix = f"{side}.cluster."
         if sub.startswith(prefix):
@@ -205,14 +218,11 @@ def _flow_key(flat: FlatConfig, key: str, value: Any, setting_names: frozenset[s
                     f"security.protocol, ssl.*, sasl.*) may follow '{prefix}'",
                     key,
                 )
-            clients.setdefault(f"{side}.cluster", {})[conn] = to_client_value(key, value)
-            return
+            return f"{side}.cluster", conn
         if sub.startswith(side + ".") and (kc := _client_kind(sub[len(side) + 1 :])) is not None:
-            clients.setdefault(f"{side}.{kc[0]}", {})[kc[1]] = to_client_value(key, value)
-            return
+            return f"{side}.{kc[0]}", kc[1]
     if (kc := _client_kind(sub)) is not None:
-        clients.setdefault(kc[0], {})[kc[1]] = to_client_value(key, value)
-    elif _is_ignored(sub):
-        flat.ignored.append(key)
-    else:
-        raise ConfigError(f"unknown key {key!r}{did_you_mean(sub, setting_names)}", key)
+        return kc
+    if _is_ignored(sub):
+        return None
+    raise ConfigError(f"unknown key {key!r}{did_you_mean(sub, setting_names)}", key)

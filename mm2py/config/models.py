@@ -34,7 +34,7 @@ from mm2py.config.filters import (
     GroupFilter,
     TopicFilter,
 )
-from mm2py.config.flat import CLIENT_KINDS, FlatConfig, classify
+from mm2py.config.flat import CLIENT_KINDS, FlatConfig, classify, flow_client_key, to_client_value
 from mm2py.config.loader import flatten_document, read_flat_config
 from mm2py.config.names import DEFAULT_CONNECTOR, check_flow_name, pair_name
 from mm2py.config.policy import ReplicationPolicy, policy_from_config
@@ -153,26 +153,53 @@ class FlowConfig(FlowSettings):
         return props
 
     def with_settings(self, updates: Mapping[str, Any]) -> FlowConfig:
-        """A copy with MM2-named settings replaced (e.g. ``{"topics": "a.*"}``), validated."""
-        for key in updates:
-            if key not in _SETTING_NAMES:
+        """A copy with MM2-named settings replaced (e.g. ``{"topics": "a.*"}``), validated; only
+        settings (:meth:`patched` takes client overrides too)."""
+        return self.patched(updates, client_keys=False)
+
+    def patched(self, values: Mapping[str, Any], *, client_keys: bool = True) -> FlowConfig:
+        """This flow with MM2-named ``values`` over it (a patch's, :mod:`mm2py.config.patch`): each
+        value validated as its setting's type, once (an error names ``<flow>.<key>``).
+        ``client_keys``: client overrides (``consumer.*``, ``source.cluster.*``...) and the keys MM2
+        files carry without meaning are taken as under the flow's prefix in the configuration file
+        (an unnamed flow's run-time keys are that); false: settings only (a named flow's)."""
+        settings: dict[str, Any] = {}
+        clients: dict[str, dict[str, str]] = {}
+        for key, value in values.items():
+            if key in _SETTING_NAMES:
+                settings[key] = value
+            elif not client_keys:
                 raise ConfigError(f"unknown key {key!r}{did_you_mean(key, _SETTING_NAMES)}", key)
-        data = self.model_dump(by_alias=True)
-        data.update(updates)
-        origins = {k: f"{self.name}.{k}" for k in updates}
-        return _validate_flow(data, origins)
+            elif (client := flow_client_key(f"{self.name}.{key}", key, _SETTING_NAMES)) is not None:
+                clients.setdefault(client[0], {})[client[1]] = to_client_value(f"{self.name}.{key}", value)
+        try:
+            typed = FlowSettings.model_validate(settings)
+        except ValidationError as exc:
+            raise _config_error(exc, {k: f"{self.name}.{k}" for k in settings}) from None
+        update: dict[str, Any] = {name: getattr(typed, name) for name in typed.model_fields_set}
+        if clients:
+            overrides = {role: dict(props) for role, props in self.client_overrides.items()}
+            for role, props in clients.items():
+                overrides.setdefault(role, {}).update(props)
+            update["client_overrides"] = overrides
+        return self.model_copy(update=update)
 
 
 def _validate_flow(data: dict[str, Any], origins: Mapping[str, str]) -> FlowConfig:
     try:
         return FlowConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = str(err["loc"][0]) if err["loc"] else ""
-        key = origins.get(loc, loc)
-        msg = err["msg"].removeprefix("Value error, ")
-        shown = f" (got {err['input']!r})" if not isinstance(err["input"], dict) else ""
-        raise ConfigError(f"invalid value for {key!r}: {msg}{shown}", key) from None
+        raise _config_error(exc, origins) from None
+
+
+def _config_error(exc: ValidationError, origins: Mapping[str, str]) -> ConfigError:
+    """The first problem of ``exc`` named by the key it came from (``origins``: field alias -> key)."""
+    err = exc.errors()[0]
+    loc = str(err["loc"][0]) if err["loc"] else ""
+    key = origins.get(loc, loc)
+    msg = err["msg"].removeprefix("Value error, ")
+    shown = f" (got {err['input']!r})" if not isinstance(err["input"], dict) else ""
+    return ConfigError(f"invalid value for {key!r}: {msg}{shown}", key)
 
 
 class MirrorMakerConfig(BaseModel):

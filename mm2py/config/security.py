@@ -58,7 +58,7 @@ HANDLED_KEYS = frozenset({
 #: why ``sasl.mechanism=GSSAPI`` (Kerberos) is refused, and what it would take
 GSSAPI_UNSUPPORTED = (
     "SASL mechanism GSSAPI (Kerberos) is not supported by mm2py: the confluent-kafka wheels from PyPI "
-    "(its admin and state clients) are built without GSSAPI (librdkafka: 'No provider for SASL mechanism "
+    "(its admin and store clients) are built without GSSAPI (librdkafka: 'No provider for SASL mechanism "
     "GSSAPI'), and its raw fetch/produce client has no Kerberos exchange; use OAUTHBEARER, SCRAM or PLAIN "
     "if the cluster offers one, and see README 'Kerberos (GSSAPI)' for what support would take"
 )

@@ -18,7 +18,7 @@ Like MirrorMaker 2's MirrorCheckpointConnector/Task, for a flow ``source->target
 Its view of the offset syncs, of the mirror's committed progress and of earlier checkpoints is kept
 by following those topics (``TopicTail``): each is read from the start once, then incrementally.
 Errors (a cluster unreachable...) are logged and the work is retried at the next interval. The jobs
-and the live steps take turns (one lock): the connector's state is touched by one at a time.
+and the live steps take turns (one lock): the connector's bookkeeping is touched by one at a time.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ two minutes later, a new group's after up to ten minutes. With ``sync.group.offs
 
 The periodic jobs keep running at their intervals (upper bounds now: they find nothing new unless a
 commit could not be made exact within a minute, the mirror being stopped or far behind, or a member
-left a target group) and share one lock with the live steps, so the connector's state is only ever
+left a target group) and share one lock with the live steps, so the connector's bookkeeping is only ever
 touched by one of them at a time. A record the codec cannot read is logged (once a minute at most)
 and counted; its group, if its key names one, is read with OffsetFetch instead; the loop goes on.
 """
@@ -117,7 +117,7 @@ class LiveGroupSync:
         self.cp = connector
         flow = connector.flow
         self.acknowledged = acknowledged
-        self.state = LiveGroups(connector.group_filter.should_replicate, connector.mirrored, connector.rename,
+        self.live = LiveGroups(connector.group_filter.should_replicate, connector.mirrored, connector.rename,
                                 patience=PATIENCE_S)
         self.mode = "poll" if flow.sync_group_offsets_live_mode == "poll" else "consumer-offsets"
         self.poll_interval = flow.sync_group_offsets_live_poll_ms / 1000
@@ -174,7 +174,7 @@ class LiveGroupSync:
                 await sleep_or_stop(stop, 1.0)
 
     def _wait(self) -> float:
-        newest = self.state.newest_wait()
+        newest = self.live.newest_wait()
         if newest is None:
             return _IDLE_S
         return _RETRY_S if time.monotonic() - newest < _EAGER_S else _LAZY_RETRY_S
@@ -201,14 +201,14 @@ class LiveGroupSync:
         elif self._reread:
             groups, self._reread = sorted(self._reread), set()
             await self._read_groups(groups, now)
-        if not self.state.pending:
+        if not self.live.pending:
             await self._sync()  # what a failed step left
             return
-        ready = self.state.ready(self._views(), now)
-        if self.state.pending and now - self._topics_read >= _TOPICS_EVERY_S:
+        ready = self.live.ready(self._views(), now)
+        if self.live.pending and now - self._topics_read >= _TOPICS_EVERY_S:
             self._topics_read = now
             if await asyncio.to_thread(self.cp.catch_up_topics):
-                ready += self.state.ready([TopicsView(self.cp.syncs, self.cp.progress)], now)
+                ready += self.live.ready([TopicsView(self.cp.syncs, self.cp.progress)], now)
         await self._publish(ready)
 
     def _views(self) -> list[MirrorView]:
@@ -224,7 +224,7 @@ class LiveGroupSync:
         except ProtocolError as exc:
             self.unreadable += 1
             group = _group_of(key)
-            if group is not None and self.state.selected(group):
+            if group is not None and self.live.selected(group):
                 self._reread.add(group)
             if now - self._last_warning >= 60:
                 self._last_warning = now
@@ -233,8 +233,8 @@ class LiveGroupSync:
                             f"group {group} is read with OffsetFetch" if group else "skipped", exc)
             return
         if isinstance(record, OffsetCommit) and record.value is not None:
-            self.commits += self.state.selected(record.group)
-        if (group := self.state.offer(record, now)) is not None:
+            self.commits += self.live.selected(record.group)
+        if (group := self.live.offer(record, now)) is not None:
             self.cp.add_group(group)
 
     async def _poll(self, now: float) -> None:
@@ -253,7 +253,7 @@ class LiveGroupSync:
         offsets = await asyncio.to_thread(self.cp.source_admin.group_offsets, groups)
         wall_ms = int(time.time() * 1000)
         for group, committed in offsets.items():
-            if self.state.offer_offsets(group, committed, now, wall_ms):
+            if self.live.offer_offsets(group, committed, now, wall_ms):
                 self.cp.add_group(group)
 
     async def _publish(self, ready: list[tuple[Checkpoint, Change]]) -> None:
@@ -265,7 +265,7 @@ class LiveGroupSync:
                 if self.cp.emits:
                     await asyncio.to_thread(self.cp.write_checkpoints, changed)
             except Exception:
-                self.state.restore([change for _, change in ready])
+                self.live.restore([change for _, change in ready])
                 raise
             for cp in changed:
                 self.cp.latest.add(cp)
@@ -292,8 +292,8 @@ class LiveGroupSync:
             self.feed = None
 
     def status(self) -> dict[str, object]:
-        return {"mode": self.mode, "commits": self.commits, "waiting": len(self.state.pending),
-                "left_to_periodic": self.state.given_up, "unreadable_records": self.unreadable}
+        return {"mode": self.mode, "commits": self.commits, "waiting": len(self.live.pending),
+                "left_to_periodic": self.live.given_up, "unreadable_records": self.unreadable}
 
 
 def _group_of(key: bytes | None) -> str | None:

@@ -1,4 +1,4 @@
-"""The controller of one flow: discovers source topics, prepares target topics, assigns partitions.
+"""The controller of one flow: discovers source topics, creates target topics, assigns partitions.
 
 Like MM2's MirrorSourceConnector it lists topics on the source, keeps those the topic filter and
 the replication policy allow (internal topics and cycles refused), creates the renamed topics on

@@ -46,7 +46,9 @@ class RunSync(OffsetSync):
 
 
 @dataclass
-class _PartitionState:
+class _LastSync:
+    """A partition's last emitted sync, as the emission rule compares with it."""
+
     last_upstream: int | None = None
     last_delta: int | None = None
 
@@ -56,10 +58,10 @@ class OffsetSyncPlanner:
     """Decides, batch by batch, which syncs a task must emit (the emission rule above)."""
 
     offset_lag_max: int = 100
-    _state: dict[TopicPartition, _PartitionState] = field(default_factory=dict)
+    _last: dict[TopicPartition, _LastSync] = field(default_factory=dict)
 
     def reset(self, tp: TopicPartition) -> None:
-        self._state.pop(tp, None)
+        self._last.pop(tp, None)
 
     def on_batch(
         self,
@@ -75,7 +77,7 @@ class OffsetSyncPlanner:
         was rebuilt (compaction gaps); otherwise the batch is contiguous from ``source_first`` to
         ``source_last``.
         """
-        st = self._state.setdefault(tp, _PartitionState())
+        st = self._last.setdefault(tp, _LastSync())
         out: list[OffsetSync] = []
         if record_offsets is None:
             self._maybe_emit(tp, st, source_first, target_first, out)
@@ -89,7 +91,7 @@ class OffsetSyncPlanner:
         return out
 
     def _maybe_emit(
-        self, tp: TopicPartition, st: _PartitionState, u: int, d: int, out: list[OffsetSync]
+        self, tp: TopicPartition, st: _LastSync, u: int, d: int, out: list[OffsetSync]
     ) -> None:
         if st.last_upstream is None or st.last_delta != d - u:
             self._emit(tp, st, u, d, out, run=True)
@@ -98,7 +100,7 @@ class OffsetSyncPlanner:
 
     @staticmethod
     def _emit(
-        tp: TopicPartition, st: _PartitionState, u: int, d: int, out: list[OffsetSync], run: bool = False
+        tp: TopicPartition, st: _LastSync, u: int, d: int, out: list[OffsetSync], run: bool = False
     ) -> None:
         st.last_upstream, st.last_delta = u, d - u
         out.append(RunSync(tp, u, d) if run else OffsetSync(tp, u, d))

@@ -3,7 +3,7 @@
 Every periodic piece of work a worker does — the controller's topic refresh, heartbeats, the
 checkpoint connector's jobs, the topic ACL sync, the status lines, the Spark driver's lease step
 and lease clock, a flow's delayed start — is a named job of a :class:`Scheduler`. Its jobs
-run one after another (never two of one scheduler at once, so jobs may share state), each again
+run one after another (never two of one scheduler at once, so jobs may share data), each again
 ``interval`` seconds after its previous run *ended*. Each run is logged with its duration at debug
 level; a failure is logged at warning level with the owner and the job's name and does not stop
 the loop: the job simply runs again after its retry delay (which may grow with each failure in a

@@ -37,6 +37,9 @@ __all__ = ["ARCHIVE_MAGIC", "STALE_SECONDS", "class_archive_args"]
 
 #: the first four bytes of a whole dynamic archive (HotSpot's CDS_DYNAMIC_ARCHIVE_MAGIC), native order
 ARCHIVE_MAGIC = (0xF00BABA8).to_bytes(4, "little")
+#: the JVM's class-sharing warnings (a class it cannot archive, an archive it cannot map) on
+#: standard error: standard output may be a program's answer (a test reads a Java program's)
+QUIET_STDOUT = ("-Xlog:cds*=off", "-Xlog:cds*=warning:stderr")
 #: a recording claim older than this belongs to a JVM that was killed or is still running for long
 STALE_SECONDS = 180.0
 
@@ -51,11 +54,11 @@ def class_archive_args(role: str, jars: Path, *, java: str | None = None) -> lis
     base = root / f"{role}-{_digest(jars, java or java_executable())}"
     archive = base.with_suffix(".jsa")
     if archive.exists() or _promote(base, archive):
-        return [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto"]
+        return [*QUIET_STDOUT, f"-XX:SharedArchiveFile={archive}", "-Xshare:auto"]
     if not _claim(base.with_suffix(".recording")):
         return []
     candidate = base.with_name(f"{base.name}.{uuid.uuid4().hex[:8]}.jsa-candidate")
-    return [f"-XX:ArchiveClassesAtExit={candidate}"]
+    return [*QUIET_STDOUT, f"-XX:ArchiveClassesAtExit={candidate}"]
 
 
 def _digest(jars: Path, java: str) -> str:

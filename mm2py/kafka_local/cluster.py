@@ -104,7 +104,7 @@ class KafkaCluster:
     def __str__(self) -> str:
         return f"{self.name} ({self.bootstrap})"
 
-    def to_state(self) -> dict[str, object]:
+    def to_record(self) -> dict[str, object]:
         """A JSON-able description, so another process can find (and stop) this cluster."""
         return {
             "name": self.name, "workdir": str(self.workdir), "cluster_id": self.cluster_id,
@@ -118,15 +118,15 @@ class KafkaCluster:
         }
 
     @classmethod
-    def from_state(cls, state: Mapping[str, object]) -> KafkaCluster:
-        nodes = state["nodes"]
+    def from_record(cls, record: Mapping[str, object]) -> KafkaCluster:
+        nodes = record["nodes"]
         assert isinstance(nodes, list)
-        tls = state.get("tls")
+        tls = record.get("tls")
         return cls(
-            name=str(state["name"]), workdir=Path(str(state["workdir"])),
-            cluster_id=str(state["cluster_id"]), version=str(state["version"]),
+            name=str(record["name"]), workdir=Path(str(record["workdir"])),
+            cluster_id=str(record["cluster_id"]), version=str(record["version"]),
             tls=None if tls is None else TlsFiles(Path(str(tls))),
-            jar_profile=None if state.get("jar_profile") is None else str(state["jar_profile"]),
+            jar_profile=None if record.get("jar_profile") is None else str(record["jar_profile"]),
             nodes=[
                 KafkaNode(int(n["node_id"]), int(n["port"]), int(n["controller_port"]),
                           Path(n["workdir"]), pid=n["pid"], secured_ports=dict(n.get("secured_ports", {})))

@@ -28,26 +28,26 @@ class DevStatus:
 
 
 def dev_dir() -> Path:
-    """State and data of the dev clusters: ``$MM2PY_DEV_HOME`` or ``<cache>/dev``."""
+    """The dev clusters' files (what runs where, their data): ``$MM2PY_DEV_HOME`` or ``<cache>/dev``."""
     override = os.environ.get("MM2PY_DEV_HOME")
     return Path(override) if override else cache_root() / "dev"
 
 
-def _state_file() -> Path:
+def _clusters_file() -> Path:
     return dev_dir() / "state.json"
 
 
 def load() -> list[KafkaCluster]:
     try:
-        states = json.loads(_state_file().read_text())
+        records = json.loads(_clusters_file().read_text())
     except (OSError, ValueError):
         return []
-    return [KafkaCluster.from_state(s) for s in states]
+    return [KafkaCluster.from_record(r) for r in records]
 
 
 def _save(clusters: list[KafkaCluster]) -> None:
     dev_dir().mkdir(parents=True, exist_ok=True)
-    _state_file().write_text(json.dumps([c.to_state() for c in clusters], indent=2))
+    _clusters_file().write_text(json.dumps([c.to_record() for c in clusters], indent=2))
 
 
 def _reachable(address: str) -> bool:
@@ -106,6 +106,6 @@ def down() -> list[str]:
         c.stop()
         stopped.append(c.name)
         shutil.rmtree(c.workdir, ignore_errors=True)
-    if _state_file().exists():
-        _state_file().unlink()
+    if _clusters_file().exists():
+        _clusters_file().unlink()
     return stopped

@@ -19,7 +19,7 @@ class HarnessError(Mm2pyError):
 
 
 def cache_root() -> Path:
-    """Where jars and dev-cluster state live: ``$MM2PY_CACHE`` or ``~/.cache/mm2py``."""
+    """Where jars and the dev clusters' files live: ``$MM2PY_CACHE`` or ``~/.cache/mm2py``."""
     root = os.environ.get("MM2PY_CACHE")
     return Path(root) if root else Path.home() / ".cache" / "mm2py"
 

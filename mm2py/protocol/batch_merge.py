@@ -316,7 +316,7 @@ def match_run(target: RecordBatch, sources: Sequence[RecordBatch]) -> int:
     if it does not hold exactly the records of a run of them.
 
     ``sources`` are the source batches from the source position the target batch should start
-    at, prepared as the mirror prepares them before :func:`coalesce` (cropped, filtered). The run
+    at, as the fetcher hands them on (cropped, filtered), before :func:`coalesce`. The run
     is the prefix of ``sources`` whose record counts add up to ``target``'s (a merged batch has
     contiguous offsets, so there is at most one). A prefix of one batch is a passed-through batch
     and is compared with :func:`same_content`. A longer one must be mergeable and ``target`` must

@@ -50,8 +50,9 @@ class ActiveTopics:
             known.extend(sorted(new))
             self._save()
 
-    def reset(self, flow: str) -> None:
-        if self._section.pop(flow, None) is not None:
+    def reset(self, flow: str, *, save: bool = True) -> None:
+        """Forget ``flow``'s topics; ``save=False``: the caller writes the state file itself."""
+        if self._section.pop(flow, None) is not None and save:
             self._save()
 
 

@@ -273,6 +273,16 @@ class FlowRunnerBase(Generic[T]):
                 "acl_sync": self.acl_sync.status() if self.acl_sync else None,
             }
 
+    def status_line(self) -> str:
+        """One line for the log: what runs and how far it got."""
+        st = self.status()
+        tasks = st["tasks"]
+        states = sorted({t["state"] for t in tasks}) or ["no tasks"]
+        return (f"{self.name}: {len(st['topics'])} topics, {sum(len(t['partitions']) for t in tasks)} "
+                f"partitions, {sum(t['records'] for t in tasks):,} records / "
+                f"{sum(t['bytes'] for t in tasks):,} bytes mirrored, {sum(t['lag'] for t in tasks):,} "
+                f"behind, tasks {'/'.join(states)}")
+
 
 def _task_status(task_id: int, task: TaskView) -> dict[str, Any]:
     m = task.metrics

@@ -207,6 +207,7 @@ class Worker(WorkerBase[FlowRunner]):
         await self._stop_retries()
         running = [f for name, f in self.flows.items() if name not in self.halted]
         await asyncio.gather(*(f.stop() for f in running), *self._beats.values(), return_exceptions=True)
+        await self.state_file.written()  # active topics its tasks told while stopping
 
     def _new_runner(self, flow: FlowConfig) -> FlowRunner:
         return FlowRunner(flow, self.commit_interval)

@@ -20,11 +20,14 @@ from typing import Any
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig, MirrorMakerConfig, check_flow_name, pair_name
 from mm2py.engine.controller import Controller
-from mm2py.engine.flow_overlap import Selects, first_overlap
-from mm2py.runtime.flows import controller_for
+from mm2py.engine.flow_overlap import Selects, first_overlap, older_claim
+from mm2py.runtime.flows import FlowRunnerBase, controller_for
 from mm2py.runtime.steering import FlowConflictError, layered
 
 __all__ = ["NamedFlows", "check_overlap", "pair_config"]
+
+#: the running flows by name
+Runners = Mapping[str, FlowRunnerBase[Any]]
 
 
 def pair_config(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> MirrorMakerConfig:
@@ -34,7 +37,8 @@ def pair_config(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> MirrorMa
 
 
 class NamedFlows:
-    """The ``flows`` section of the state file (a dict shared with the :class:`OverlayStore`)."""
+    """The ``flows`` section of the state file (a dict shared with the worker's
+    :class:`~mm2py.runtime.state_file.StateFile`)."""
 
     def __init__(self, section: dict[str, Any]) -> None:
         for name, spec in section.items():
@@ -57,6 +61,22 @@ class NamedFlows:
             return 0
         spec = self.section.get(flow.label)
         return float("inf") if spec is None else int(spec.get("seq", 0))
+
+    def siblings(self, flow: FlowConfig, runners: Runners) -> list[tuple[str, Selects]]:
+        """The other running flows of ``flow``'s pair (of ``runners``), oldest first: (name, their
+        rule for a topic)."""
+        return [(r.flow.name, r.controller.selects) for r in self._others(flow, runners)]
+
+    def claim(self, flow: FlowConfig, runners: Runners, topic: str) -> str | None:
+        """The older flow of ``flow``'s pair that mirrors ``topic``, if any (it keeps the topic)."""
+        age = self.age(flow)
+        older = [(r.flow.name, r.controller.selects) for r in self._others(flow, runners)
+                 if self.age(r.flow) < age]
+        return older_claim(topic, older)
+
+    def _others(self, flow: FlowConfig, runners: Runners) -> list[FlowRunnerBase[Any]]:
+        others = [r for n, r in list(runners.items()) if n != flow.name and r.flow.pair == flow.pair]
+        return sorted(others, key=lambda r: self.age(r.flow))
 
     def settings(self, name: str) -> dict[str, str]:
         return dict(self.section[name]["settings"])

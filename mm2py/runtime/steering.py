@@ -4,20 +4,17 @@ A flow created over HTTP is nothing but ``east->west.enabled = true`` plus its s
 ``east->west.`` prefix; a cluster added with it is ``clusters`` plus ``<alias>.bootstrap.servers``.
 Layering those keys over the file's keys and validating the whole again gives the same errors,
 defaults and precedence as the file itself. With a state file the layer survives restarts: the
-worker writes it after every accepted change and reads it back at start.
+worker writes it after every accepted change and reads it back at start (:mod:`.state_file`).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig
+from mm2py.config.patch import FlowPatch, setting_text
 from mm2py.errors import Mm2pyError
 
 __all__ = [
@@ -27,7 +24,6 @@ __all__ = [
     "FlowExistsError",
     "FlowNotFoundError",
     "FlowStateError",
-    "OverlayStore",
     "cluster_keys",
     "flow_keys",
     "layered",
@@ -61,28 +57,9 @@ class FlowStateError(SteeringError):
     """The flow is not in a state that allows the change (e.g. offsets reset while it runs)."""
 
 
-def _value(key: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-        return ",".join(value)
-    raise ConfigError(
-        f"invalid value for {key!r}: expected a string, number, boolean or list of strings", key
-    )
-
-
 def flow_keys(name: str, settings: Mapping[str, Any]) -> dict[str, str]:
     """Flat keys for settings of flow ``name`` (``{"topics": ["a"]}`` -> ``{"A->B.topics": "a"}``)."""
-    out = {}
-    for key, value in settings.items():
-        if not key or key.startswith(".") or "->" in key:
-            raise ConfigError(f"invalid setting name {key!r}", key)
-        out[f"{name}.{key}"] = _value(f"{name}.{key}", value)
-    return out
+    return {f"{name}.{k}": v for k, v in FlowPatch(values=dict(settings)).text(name).items()}
 
 
 def cluster_keys(config: MirrorMakerConfig, clusters: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
@@ -107,7 +84,7 @@ def cluster_keys(config: MirrorMakerConfig, clusters: Mapping[str, Mapping[str, 
             raise ConfigError(f"missing required key {key!r}", key)
         known.append(alias)
         for key, value in props.items():
-            out[f"{alias}.{key}"] = _value(f"{alias}.{key}", value)
+            out[f"{alias}.{key}"] = setting_text(f"{alias}.{key}", value)
     if len(known) > len(config.clusters):
         out["clusters"] = ",".join(known)
     return out
@@ -118,49 +95,3 @@ def layered(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> MirrorMakerC
     merged = dict(base)
     merged.update(overlay)
     return MirrorMakerConfig.from_flat(merged)
-
-
-class OverlayStore:
-    """The overlay in a JSON file (written atomically), or nowhere when no path is given.
-
-    Beside the ``keys``, the file keeps named ``sections`` that are not configuration: which flows
-    are stopped or paused (``states``), the Kafka Connect facade's connectors (``connectors``), the
-    flows with names of their own (``flows``, :mod:`.named_flows`) and each flow's active topics
-    (``topics``). A section a file lacks (written by an older mm2py) reads as empty.
-    """
-
-    def __init__(self, path: str | os.PathLike[str] | None) -> None:
-        self.path = Path(path) if path is not None else None
-        self.sections: dict[str, dict[str, Any]] = {}
-
-    def load(self) -> dict[str, Any]:
-        if self.path is None or not self.path.exists():
-            return {}
-        try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"state file {self.path} is unreadable: {exc}") from None
-        keys = doc.get("keys") if isinstance(doc, dict) else None
-        if not isinstance(keys, dict):
-            raise ConfigError(f"state file {self.path} has no 'keys' object")
-        sections = doc.get("sections", {})
-        if not isinstance(sections, dict) or not all(isinstance(v, dict) for v in sections.values()):
-            raise ConfigError(f"state file {self.path}: 'sections' must be an object of objects")
-        self.sections = sections
-        return keys
-
-    def save(self, overlay: Mapping[str, Any]) -> None:
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".mm2py-state-", dir=self.path.parent)
-        doc = {"version": 1, "keys": dict(overlay), "sections": self.sections}
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(doc, f, indent=2, sort_keys=True)
-                f.write("\n")
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-

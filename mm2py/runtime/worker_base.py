@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig, check_flow_name, pair_name
-from mm2py.engine.flow_overlap import older_claim
+from mm2py.config.patch import FlowPatch, changed_settings
 from mm2py.engine.task_contract import HALTED_STATES, TaskState
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
@@ -21,13 +21,13 @@ from mm2py.runtime.active_topics import ActiveTopics
 from mm2py.runtime.flow_offsets import PartitionOffset, Reset, reset_offsets
 from mm2py.runtime.flows import FlowRunnerBase
 from mm2py.runtime.named_flows import NamedFlows, check_overlap, pair_config
+from mm2py.runtime.state_file import StateFile
 from mm2py.runtime.steering import (
     FILTER_KEYS,
     FlowConflictError,
     FlowExistsError,
     FlowNotFoundError,
     FlowStateError,
-    OverlayStore,
     cluster_keys,
     flow_keys,
     layered,
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 
 R = TypeVar("R", bound=FlowRunnerBase[Any])
+T = TypeVar("T")
 
 
 class WorkerBase(WorkerStartup[R]):
@@ -47,8 +48,8 @@ class WorkerBase(WorkerStartup[R]):
     remove; REST), MM2's heartbeats, and the periodic status lines.
 
     A runtime calls :meth:`_init_steering` and :meth:`_init_heartbeats` and implements
-    :meth:`_new_runner`; changes are serialised by one lock and written to the state file before
-    they take effect.
+    :meth:`_new_runner`; changes are serialised by one lock (the steering lock) and written to the
+    state file, under that lock, before they take effect; the worker alone writes the file.
     """
 
     flows: dict[str, R]
@@ -57,19 +58,20 @@ class WorkerBase(WorkerStartup[R]):
 
     def _init_steering(self, config: MirrorMakerConfig, state_file: str | None) -> MirrorMakerConfig:
         self.base_keys = dict(config.source_keys)
-        self.store = OverlayStore(state_file)
-        self.overlay = self.store.load()
+        self._steer_lock = asyncio.Lock()
+        #: what the worker keeps across restarts; written only by :meth:`_write_state_file`
+        self.state_file = StateFile(state_file, self._steer_lock)
+        self.overlay = self.state_file.load()
         self.config = layered(self.base_keys, self.overlay) if self.overlay else config
         #: flows kept PAUSED or STOPPED (tasks shut down) until resumed; kept in the state file
-        self.halted: dict[str, str] = self.store.sections.setdefault("states", {})
+        self.halted: dict[str, str] = self.state_file.section("states")
         #: the Kafka Connect facade's connectors (name -> Connect config); kept in the state file
-        self.connectors: dict[str, dict[str, str]] = self.store.sections.setdefault("connectors", {})
-        #: each flow's active topics (KIP-558); kept in the state file
-        self.active_topics = ActiveTopics(self.store.sections.setdefault("topics", {}),
-                                          lambda: self.store.save(self.overlay))
+        self.connectors: dict[str, dict[str, str]] = self.state_file.section("connectors")
+        #: each flow's active topics (KIP-558); kept in the state file (told by the data path,
+        #: outside the steering lock: written by a task that takes it)
+        self.active_topics = ActiveTopics(self.state_file.section("topics"), self._write_state_file_soon)
         #: the flows with names of their own (several per pair); kept in the state file
-        self.named = NamedFlows(self.store.sections.setdefault("flows", {}))
-        self._steer_lock = asyncio.Lock()
+        self.named = NamedFlows(self.state_file.section("flows"))
         self._started = False
         return self.config
 
@@ -100,19 +102,10 @@ class WorkerBase(WorkerStartup[R]):
 
     def _siblings(self, flow: FlowConfig) -> list[tuple[str, Any]]:
         """The other flows of ``flow``'s pair, oldest first: (name, their rule for a topic)."""
-        return [(r.flow.name, r.controller.selects) for r in self._sibling_runners(flow)]
-
-    def _sibling_runners(self, flow: FlowConfig) -> list[R]:
-        others = [r for n, r in list(self.flows.items()) if n != flow.name and r.flow.pair == flow.pair]
-        return sorted(others, key=lambda r: self.named.age(r.flow))
+        return self.named.siblings(flow, self.flows)
 
     def _claims(self, flow: FlowConfig) -> Callable[[str], str | None]:
-        def claimed(topic: str) -> str | None:
-            age = self.named.age(flow)
-            older = [(r.flow.name, r.controller.selects) for r in self._sibling_runners(flow)
-                     if self.named.age(r.flow) < age]
-            return older_claim(topic, older)
-        return claimed
+        return lambda topic: self.named.claim(flow, self.flows, topic)
 
     def resolve(self, source: str, target: str) -> str:
         """The flow a pair-shaped address means: the pair's unnamed flow, else its only flow (a
@@ -124,11 +117,15 @@ class WorkerBase(WorkerStartup[R]):
         raise FlowConflictError(f"{pair} has {len(names)} flows ({', '.join(names)}): address one by "
                                 "its name, /flows/{name}")
 
-    def reset_active_topics(self, name: str) -> None:
+    async def reset_active_topics(self, name: str) -> None:
         """Forget flow ``name``'s active topics; each is recorded again when next written to."""
-        self.active_topics.reset(name)
-        if name in self.flows:
-            self.flows[name].forget_acknowledged()
+
+        def forget() -> None:
+            self.active_topics.reset(name, save=False)
+            if name in self.flows:
+                self.flows[name].forget_acknowledged()
+
+        await self.edit_state_file(forget)
 
     # -- status -----------------------------------------------------------------------------------
     def codec_operations(self) -> tuple[int, int]:
@@ -140,18 +137,7 @@ class WorkerBase(WorkerStartup[R]):
 
     def status_lines(self) -> list[str]:
         """One line per flow: what runs and how far it got."""
-        lines = []
-        for name, flow in self.flows.items():
-            st = flow.status()
-            tasks = st["tasks"]
-            states = sorted({t["state"] for t in tasks}) or ["no tasks"]
-            lines.append(
-                f"{name}: {len(st['topics'])} topics, {sum(len(t['partitions']) for t in tasks)} partitions, "
-                f"{sum(t['records'] for t in tasks):,} records / {sum(t['bytes'] for t in tasks):,} bytes "
-                f"mirrored, {sum(t['lag'] for t in tasks):,} behind, tasks {'/'.join(states)}"
-                f"{self._status_suffix()}"
-            )
-        return lines
+        return [f"{flow.status_line()}{self._status_suffix()}" for flow in self.flows.values()]
 
     def flow(self, name: str) -> R:
         """Flow ``name``; a pair's name (``east->west``) means its only flow when it has no
@@ -165,16 +151,16 @@ class WorkerBase(WorkerStartup[R]):
             raise FlowNotFoundError(f"no running flow {name!r} (running: {running})") from None
 
     async def add_flow(
-        self, source: str, target: str, settings: Mapping[str, Any],
-        clusters: Mapping[str, Mapping[str, str]] | None = None, *, drop: Callable[[str], bool] | None = None,
+        self, source: str, target: str, patch: FlowPatch,
+        clusters: Mapping[str, Mapping[str, str]] | None = None, *,
         halted: str | None = None, name: str | None = None,
     ) -> R:
-        """Start a flow of ``source->target`` with ``settings`` (MM2 names); new clusters may come
-        with it. ``name``: the flow's own (a pair may have several flows); none: the pair's unnamed
-        flow ``source->target``. ``drop``: earlier HTTP-given settings of the unnamed flow it
-        accepts are dropped first. ``halted`` (``PAUSED`` or ``STOPPED``): created so, no task
-        started until resumed (KIP-980). A flow that would mirror a topic another flow of the pair
-        mirrors is refused (``FlowConflictError``)."""
+        """Start a flow of ``source->target`` with ``patch``'s settings (MM2 names); new clusters
+        may come with it. ``name``: the flow's own (a pair may have several flows); none: the pair's
+        unnamed flow ``source->target`` (``patch.forget``: earlier HTTP-given settings of it to drop
+        first). ``halted`` (``PAUSED`` or ``STOPPED``): created so, no task started until resumed
+        (KIP-980). A flow that would mirror a topic another flow of the pair mirrors is refused
+        (``FlowConflictError``)."""
         name = check_flow_name(name or pair_name(source, target), source, target)
         if halted is not None and halted not in HALTED_STATES:
             raise ValueError(f"a flow is halted as PAUSED or STOPPED, not {halted!r}")
@@ -182,16 +168,14 @@ class WorkerBase(WorkerStartup[R]):
             if name in self.flows:
                 raise FlowExistsError(f"flow {name!r} is already running")
             keys = cluster_keys(self.config, clusters or {})
-            layered(self.base_keys, {**self.overlay, **keys}).flow(source, target)  # unknown cluster?
-            own = {k[len(name) + 1:]: v for k, v in flow_keys(name, settings).items()}
+            overlay = {**self.overlay, **keys}
+            config = layered(self.base_keys, overlay) if keys else self.config  # new clusters
+            config.flow(source, target)  # unknown cluster?
+            own: dict[str, str] | None = None
             if name == pair_name(source, target):
-                keys.update(flow_keys(name, {**settings, "enabled": True}))
-                overlay = {**_dropped(self.overlay, name, drop), **keys}
-                config = layered(self.base_keys, overlay)
-                flow = config.flows[name]
+                flow, overlay, config = self._patched(config.flows[name], patch.enabling(), overlay, config)
             else:
-                overlay = {**self.overlay, **keys}
-                config = layered(self.base_keys, overlay) if keys else self.config
+                own = patch.text(name)
                 flow = pair_config(self.base_keys, overlay).flow(source, target).named(name, own)
             runner = self._runner(flow)
             await check_overlap(flow, runner.controller, self._siblings(flow))
@@ -204,25 +188,30 @@ class WorkerBase(WorkerStartup[R]):
                 except BaseException:
                     await runner.stop()
                     raise
-            if flow.label is not None:
+            if own is not None:
                 self.named.put(name, source, target, own)
             self._commit_overlay(overlay, config)
             self.flows[name] = runner
             self._flow_added(runner.flow)
             return runner
 
-    async def update_flow(
-        self, name: str, settings: Mapping[str, Any], *, drop: Callable[[str], bool] | None = None
-    ) -> R:
+    async def update_flow(self, name: str, patch: FlowPatch) -> R:
         """Change settings of a flow: topic lists and heartbeat settings in place, anything else by
-        a restart (a paused or stopped flow stays so). ``drop``: settings given over HTTP before
-        whose name it accepts are dropped first (Kafka Connect's ``PUT .../config`` replaces)."""
+        a restart (a paused or stopped flow stays so). ``patch.forget``: settings given over HTTP
+        before to drop first (Kafka Connect's ``PUT .../config`` replaces)."""
         async with self._steer_lock:
             runner = self.flow(name)
             name = runner.flow.name
-            overlay, config, flow, own = self._changed(runner.flow, settings, drop)
-            changed = {k for k in set(flow.model_dump(by_alias=True)) if k != "enabled"
-                       and getattr(flow, _field(k)) != getattr(runner.flow, _field(k))}
+            if runner.flow.label is None:
+                flow, overlay, config = self._patched(runner.flow, patch, self.overlay, self.config)
+                own = None
+            else:
+                own = patch.over(name, self.named.settings(name))
+                flow = (self.named.config(name, pair_config(self.base_keys, self.overlay), own)
+                        if patch.forgets_any(self.named.settings(name))
+                        else runner.flow.patched(patch.text(name), client_keys=False))
+                overlay, config = self.overlay, self.config
+            changed = changed_settings(runner.flow, flow)
             if changed & FILTER_KEYS:
                 await check_overlap(flow, runner.controller, self._siblings(flow))
             if own is not None:
@@ -238,37 +227,41 @@ class WorkerBase(WorkerStartup[R]):
                 return runner
             return await self._replace(runner, flow)
 
-    def _changed(self, old: FlowConfig, settings: Mapping[str, Any], drop: Callable[[str], bool] | None,
-                 ) -> tuple[dict[str, Any], MirrorMakerConfig, FlowConfig, dict[str, str] | None]:
-        """The overlay, configuration and flow after a change of flow ``old``'s settings, and a
-        named flow's own settings (None for an unnamed flow's, kept as overlay keys)."""
-        name = old.name
-        if old.label is None:
-            overlay = {**_dropped(self.overlay, name, drop), **flow_keys(name, settings)}
-            config = layered(self.base_keys, overlay)
-            return overlay, config, config.flows[name], None
-        own = {k: v for k, v in self.named.settings(name).items() if drop is None or not drop(k)}
-        own.update({k[len(name) + 1:]: v for k, v in flow_keys(name, settings).items()})
-        flow = self.named.config(name, pair_config(self.base_keys, self.overlay), own)
-        return dict(self.overlay), self.config, flow, own
+    def _patched(self, old: FlowConfig, patch: FlowPatch, overlay: Mapping[str, Any],
+                 config: MirrorMakerConfig) -> tuple[FlowConfig, dict[str, Any], MirrorMakerConfig]:
+        """A pair's unnamed flow ``old`` (run-time settings: the ``overlay``'s keys under its name)
+        after ``patch``: the flow, the overlay and the configuration with it. The patch applies to
+        ``old`` itself; when it forgets earlier run-time settings, to the flow as the configuration
+        file and the run-time clusters define it, with the run-time settings it keeps."""
+        name, prefix = old.name, f"{old.name}."
+        earlier = {k[len(prefix):]: v for k, v in overlay.items() if k.startswith(prefix)}
+        if patch.forgets_any(earlier):
+            kept = patch.over(name, earlier)
+            flow = pair_config(self.base_keys, overlay).flow(old.source, old.target).patched(kept)
+            overlay = {k: v for k, v in overlay.items()
+                       if not k.startswith(prefix) or not patch.forget(k[len(prefix):])}
+        else:
+            flow = old.patched(patch.text(name))
+        overlay = {**overlay, **flow_keys(name, patch.values)}
+        return flow, overlay, config.model_copy(update={"flows": {**config.flows, name: flow}})
 
     async def set_pair_settings(
-        self, source: str, target: str, settings: Mapping[str, Any],
-        clusters: Mapping[str, Mapping[str, str]] | None = None, *, drop: Callable[[str], bool] | None = None,
+        self, source: str, target: str, patch: FlowPatch,
+        clusters: Mapping[str, Mapping[str, str]] | None = None,
     ) -> FlowConfig:
         """Settings of the pair ``source->target`` that need no running flow (heartbeats): a flow
         of that pair, if one runs, takes them as :meth:`update_flow` does."""
         name = pair_name(source, target)
         if name in self.flows:
-            return (await self.update_flow(name, settings, drop=drop)).flow
+            return (await self.update_flow(name, patch)).flow
         async with self._steer_lock:
             keys = cluster_keys(self.config, clusters or {})
-            layered(self.base_keys, {**self.overlay, **keys}).flow(source, target)  # unknown cluster?
-            overlay = {**_dropped(self.overlay, name, drop), **keys, **flow_keys(name, settings)}
-            config = layered(self.base_keys, overlay)
+            overlay = {**self.overlay, **keys}
+            config = layered(self.base_keys, overlay) if keys else self.config  # new clusters
+            flow, overlay, config = self._patched(config.flow(source, target), patch, overlay, config)
             self._commit_overlay(overlay, config)
-            self._sync_heartbeat(config.flows[name])
-            return config.flows[name]
+            self._sync_heartbeat(flow)
+            return flow
 
     async def restart_flow(self, name: str) -> R:
         """Stop the flow (its tasks commit their progress) and start it again, e.g. after a failure.
@@ -291,7 +284,7 @@ class WorkerBase(WorkerStartup[R]):
             if not was_halted:
                 await self._halt_tasks(runner)
             runner.state = TaskState(state)
-            self._commit_overlay(self.overlay, self.config)
+            self._write_state_file()
             return runner
 
     async def resume_flow(self, name: str) -> R:
@@ -302,7 +295,7 @@ class WorkerBase(WorkerStartup[R]):
             if name not in self.halted:
                 return runner
             del self.halted[name]
-            self._commit_overlay(self.overlay, self.config)
+            self._write_state_file()
             return await self._replace(runner, runner.flow)
 
     async def _halt_tasks(self, runner: R) -> None:
@@ -345,15 +338,15 @@ class WorkerBase(WorkerStartup[R]):
             runner = self.flow(name)
             name = runner.flow.name
             was_halted = self.halted.pop(name, None) is not None
+            runner.on_acknowledged = None  # what its tasks settle while stopping is not recorded
+            self.active_topics.reset(name, save=False)  # as Connect forgets a deleted connector's
             if runner.flow.label is None:
                 overlay = {**self.overlay, f"{name}.enabled": "false"}
                 self._commit_overlay(overlay, layered(self.base_keys, overlay))
             else:
                 self.named.remove(name)
-                self._commit_overlay(self.overlay, self.config)
+                self._write_state_file()
             del self.flows[name]
-            runner.on_acknowledged = None  # what its tasks settle while stopping is not recorded
-            self.active_topics.reset(name)  # as Connect forgets a deleted connector's
             if not was_halted:
                 await runner.stop()
 
@@ -370,8 +363,32 @@ class WorkerBase(WorkerStartup[R]):
         return fresh
 
     def _commit_overlay(self, overlay: dict[str, Any], config: MirrorMakerConfig) -> None:
-        self.store.save(overlay)
         self.overlay, self.config = overlay, config
+        self._write_state_file()
+
+    # -- the state file ---------------------------------------------------------------------------
+    def _write_state_file(self) -> None:
+        """The one place the state file is written: the overlay and every section as they are now,
+        while the steering lock is held (:class:`StateFile` refuses otherwise)."""
+        self.state_file.write(self.overlay)
+
+    async def edit_state_file(self, edit: Callable[[], T]) -> T:
+        """Make ``edit`` — a change of what the state file keeps beside the flows (the Connect
+        facade's connectors and their states, active topics) — under the steering lock, then write
+        the file; ``edit``'s answer. A steering change already under way finishes first."""
+        async with self._steer_lock:
+            done = edit()
+            self._write_state_file()
+            return done
+
+    def _write_state_file_soon(self) -> None:
+        """A change made outside the steering lock, on the event loop (a flow's new active topic):
+        written by a task that takes the lock (:meth:`StateFile.write_soon`)."""
+        self.state_file.write_soon(lambda: self.edit_state_file(_nothing))
+
+
+def _nothing() -> None:
+    """No change: :meth:`WorkerBase.edit_state_file` just writes what is new."""
 
 
 #: settings only the worker's heartbeat emitter reads: no flow restart for them
@@ -379,18 +396,3 @@ HEARTBEAT_KEYS = frozenset({"emit.heartbeats.enabled", "emit.heartbeats.interval
                             "heartbeats.topic.replication.factor"})
 
 
-def _dropped(overlay: Mapping[str, Any], name: str, drop: Callable[[str], bool] | None) -> dict[str, Any]:
-    """``overlay`` without the settings of flow ``name`` that ``drop`` accepts (never ``enabled``)."""
-    if drop is None:
-        return dict(overlay)
-    prefix = f"{name}."
-    return {k: v for k, v in overlay.items()
-            if not k.startswith(prefix) or k == f"{name}.enabled" or not drop(k[len(prefix):])}
-
-
-def _field(alias: str) -> str:
-    """The FlowConfig attribute of an MM2 setting name."""
-    return _FIELDS.get(alias, alias)
-
-
-_FIELDS = {f.alias or n: n for n, f in FlowConfig.model_fields.items()}

@@ -24,7 +24,6 @@ import pytest
 from confluent_kafka import Producer
 
 from mm2py.kafka_local import KafkaCluster
-from mm2py.kafka_local.jars import QUICK_JVM
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin
@@ -42,7 +41,7 @@ from tests.support.brokers import (
     wait_until,
 )
 from tests.support.live_producer import LiveProducer
-from tests.support.spark_cluster import SparkStandaloneCluster, driver_java_options
+from tests.support.spark_cluster import SparkStandaloneCluster, driver_java_options, executor_java_options
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +75,7 @@ class Driver:
             "--spark-master", master, "--spark-round-seconds", "5", "--commit-interval", "0.5",
             # quick JVM start-up for the driver and the executors (the machine is small)
             "--spark-conf", f"spark.driver.defaultJavaOptions={driver_java_options()}",
-            "--spark-conf", f"spark.executor.defaultJavaOptions={QUICK_JVM}", *extra,
+            "--spark-conf", f"spark.executor.defaultJavaOptions={executor_java_options()}", *extra,
         ]
         self.proc: subprocess.Popen[bytes] | None = None
 

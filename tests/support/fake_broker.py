@@ -88,6 +88,10 @@ class FakeBroker:
         #: the lost response's time-out comes only once every other request was answered (the
         #: producer has seen the batches behind the lost one acknowledged first)
         self.lost_answer_last = False
+        #: the request whose lost answer's time-out is not raised yet: a Kafka broker answers the
+        #: requests of a connection in order, so the later ones are answered after it (unless
+        #: ``lost_answer_last``)
+        self.lost_pending: int | None = None
         #: called when the lost response's time-out is raised (the producer has not reacted yet)
         self.on_lost_answer: Callable[[], None] | None = None
         #: the connection carrying a request with this value is cut once the broker handled that
@@ -211,6 +215,8 @@ class FakeConnection:
         n = fb.requests
         fb.connection_of[n] = self.number
         resp, lost = fb.handle_produce(n, body)  # before any await: handled in the order written
+        if lost and not fb.lost_answer_last:
+            fb.lost_pending = n
         if fb.cut_connection_at is not None and fb.requests_with(fb.cut_connection_at) == [n]:
             fb.cut_connection_at = None
             self.connected = False
@@ -221,6 +227,8 @@ class FakeConnection:
             fb.partition_in_flight[tp] = fb.partition_in_flight.get(tp, 0) + 1
             fb.max_partition_in_flight = max(fb.max_partition_in_flight, fb.partition_in_flight[tp])
         await asyncio.sleep(fb.answer_after)
+        while fb.lost_pending is not None and fb.lost_pending < n:
+            await asyncio.sleep(0.001)  # answers come in request order: the lost one's time-out first
         fb.in_flight -= 1
         for tp in tps:
             fb.partition_in_flight[tp] -= 1
@@ -229,16 +237,19 @@ class FakeConnection:
         if lost:
             fb.lose_response_of = None
             awaited, fb.lost_answer_after = fb.lost_answer_after, None
-            for _ in range(10_000):
-                if (awaited is None or fb.requests_with(awaited)) and (
-                        not fb.lost_answer_last or fb.in_flight == 0):
-                    break
-                await asyncio.sleep(0.001)
-            else:
-                raise AssertionError(f"the producer never sent {awaited!r} behind the lost answer")
-            if fb.on_lost_answer is not None:
-                fb.on_lost_answer()
-            raise RequestTimeoutError(f"request {n} timed out (the broker did append it)")
+            try:
+                for _ in range(10_000):
+                    if (awaited is None or fb.requests_with(awaited)) and (
+                            not fb.lost_answer_last or fb.in_flight == 0):
+                        break
+                    await asyncio.sleep(0.001)
+                else:
+                    raise AssertionError(f"the producer never sent {awaited!r} behind the lost answer")
+                if fb.on_lost_answer is not None:
+                    fb.on_lost_answer()
+                raise RequestTimeoutError(f"request {n} timed out (the broker did append it)")
+            finally:
+                fb.lost_pending = None
         fb.events.append(("answer", n))
         return resp
 

@@ -43,6 +43,8 @@ class FakeRunner:
         self.controller = fake_controller(flow)
         self.state = "UNASSIGNED"
         self.calls: list[str] = []
+        self.tasks: dict[int, Any] = {}  # none runs
+        self.checkpoints: Any = None
 
     @property
     def name(self) -> str:
@@ -61,6 +63,13 @@ class FakeRunner:
 
     def set_topic_filter(self, topic_filter: Any) -> None:
         self.controller.set_topic_filter(topic_filter)
+
+    def status(self) -> dict[str, Any]:
+        """What the REST API reads of a runner (no task runs)."""
+        return {"name": self.name, "state": self.state, "trace": None, "topics": {}, "tasks": []}
+
+    def forget_acknowledged(self) -> None:
+        self.calls.append("forget_acknowledged")
 
 
 class FakeWorker(WorkerBase[FakeRunner]):

@@ -54,6 +54,13 @@ def driver_java_options() -> str:
     return " ".join([QUICK_JVM, *class_archive_args("spark-driver", spark_home() / "jars")])
 
 
+def executor_java_options() -> str:
+    """JVM options for a test application's executors on a :class:`SparkStandaloneCluster`: C1 only,
+    and the executors' class-data archive. Both executors of an application may record it at once:
+    the JVM removes the file before it writes its own, so the last one to write owns it whole."""
+    return " ".join([QUICK_JVM, *class_archive_args("spark-executor", spark_home() / "jars")])
+
+
 def spark_home() -> Path:
     """The installed pyspark distribution (it holds ``bin/spark-class`` and ``jars/``)."""
     import pyspark
@@ -137,9 +144,16 @@ class SparkStandaloneCluster:
         home = spark_home()
         if self.workdir.exists():
             shutil.rmtree(self.workdir)
-        conf = self.workdir / "conf"
-        conf.mkdir(parents=True)
-        (conf / "log4j2.properties").write_text(LOG4J2)
+        self.workdir.mkdir(parents=True)
+        log4j = self.workdir / "log4j2.properties"
+        log4j.write_text(LOG4J2)
+        # the conf dir heads every daemon's and executor's class path: one that is empty and at the
+        # same path in every run lets them map a class-data archive (the JVM archives no class path
+        # holding a non-empty directory, and maps an archive only on the class path it was made on)
+        conf = cache_root() / "spark-conf-empty"
+        conf.mkdir(parents=True, exist_ok=True)
+        daemon_options = [self.java_options, f"-Dlog4j2.configurationFile={log4j}",
+                          *class_archive_args("spark-daemon", home / "jars")]
         # no spark-defaults.conf, spark-env.sh or PYTHONPATH: as on a real cluster, executors
         # import only what the driver's settings (spark.executorEnv.PYTHONPATH) point them at
         self._env = {k: v for k, v in os.environ.items()
@@ -149,7 +163,7 @@ class SparkStandaloneCluster:
             "SPARK_CONF_DIR": str(conf),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_DAEMON_MEMORY": self.daemon_memory,
-            "SPARK_DAEMON_JAVA_OPTS": self.java_options,
+            "SPARK_DAEMON_JAVA_OPTS": " ".join(daemon_options),
             "SPARK_LOCAL_DIRS": str(self.workdir / "scratch"),
             # finished applications' executor logs stay in the work dirs
             "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=false",

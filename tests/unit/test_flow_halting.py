@@ -10,12 +10,18 @@ import pytest
 
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
+from mm2py.config.patch import FlowPatch
 from mm2py.runtime.steering import FlowStateError
 from mm2py.runtime.worker_base import WorkerBase
 from tests.support.fake_flows import fake_controller
 
 BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstrap.servers": "w:1",
         "east->west.enabled": "true", "emit.heartbeats.enabled": "false"}
+
+
+def _set(values: dict[str, Any]) -> FlowPatch:
+    """A change setting ``values`` (MM2 names)."""
+    return FlowPatch(values=values)
 
 
 class FakeRunner:
@@ -69,9 +75,9 @@ def test_a_stopped_flow_stays_stopped_across_changes_and_a_restart_until_resumed
         assert runner.state == "PAUSED" and runner.calls == ["start", "stop"]
         await worker.halt_flow("east->west", "STOPPED")  # already halted: not stopped twice
         assert runner.calls == ["start", "stop"] and runner.state == "STOPPED"
-        await worker.update_flow("east->west", {"topics": "a.*"})  # in place, no refresh while stopped
+        await worker.update_flow("east->west", _set({"topics": "a.*"}))  # in place, no refresh while stopped
         assert runner.calls == ["start", "stop", "filter"] and runner.flow.topics == ("a.*",)
-        fresh = await worker.update_flow("east->west", {"tasks.max": 3})  # a new runner, not started
+        fresh = await worker.update_flow("east->west", _set({"tasks.max": 3}))  # a new runner, not started
         assert fresh is not runner and fresh.calls == [] and fresh.state == "STOPPED"
         assert (await worker.restart_flow("east->west")).calls == []
         return fresh

@@ -13,12 +13,18 @@ import pytest
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig, check_flow_name
+from mm2py.config.patch import FlowPatch
 from mm2py.engine.flow_overlap import first_overlap, older_claim
 from mm2py.protocol.connect_offsets import Position, encode_key, encode_value, fold
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.steering import FlowConflictError, FlowExistsError, FlowNotFoundError
 from tests.support import fake_flows
 from tests.support.fake_flows import BASE, FakeWorker
+
+
+def _set(values: dict[str, Any]) -> FlowPatch:
+    """A change setting ``values`` (MM2 names)."""
+    return FlowPatch(values=values)
 
 
 @pytest.fixture(autouse=True)
@@ -78,29 +84,29 @@ def test_flows_of_one_pair_with_disjoint_topics_run_side_by_side_and_an_overlap_
     async def run() -> None:
         worker = FakeWorker()
         await worker.start()
-        fast = await worker.add_flow("east", "west", {"topics": "orders", "tasks.max": 3}, name="fast")
-        slow = await worker.add_flow("east", "west", {"topics": "payments"}, name="slow")
+        fast = await worker.add_flow("east", "west", _set({"topics": "orders", "tasks.max": 3}), name="fast")
+        slow = await worker.add_flow("east", "west", _set({"topics": "payments"}), name="slow")
         assert (fast.flow.tasks_max, slow.flow.tasks_max) == (3, 2) and fast.calls == ["start"]
         assert list(worker.flows) == ["fast", "slow"]
         with pytest.raises(FlowConflictError, match=r"'orders'.*flow 'fast'"):
-            await worker.add_flow("east", "west", {"topics": "orders|audit"}, name="third")
+            await worker.add_flow("east", "west", _set({"topics": "orders|audit"}), name="third")
         with pytest.raises(FlowConflictError, match=r"'orders'.*flow 'fast'"):
-            await worker.add_flow("east", "west", {}, name="all")  # the default filter: every topic
+            await worker.add_flow("east", "west", _set({}), name="all")  # the default filter: every topic
         assert "third" not in worker.flows and "all" not in worker.named
         with pytest.raises(FlowExistsError):
-            await worker.add_flow("east", "west", {"topics": "audit"}, name="fast")
+            await worker.add_flow("east", "west", _set({"topics": "audit"}), name="fast")
         # a filter change is checked as a creation is; refused, nothing changed
         with pytest.raises(FlowConflictError, match=r"'payments'.*flow 'slow'"):
-            await worker.update_flow("fast", {"topics": "orders,payments"})
+            await worker.update_flow("fast", _set({"topics": "orders,payments"}))
         assert worker.flows["fast"] is fast and fast.flow.topics == ("orders",)
         assert worker.named.settings("fast") == {"topics": "orders", "tasks.max": "3"}
-        await worker.update_flow("fast", {"topics": "orders,audit"})  # in place, disjoint still
+        await worker.update_flow("fast", _set({"topics": "orders,audit"}))  # in place, disjoint still
         assert fast.controller.topic_filter.should_replicate("audit") and "refresh" in fast.calls
         # heartbeats go to the older flow only; a topic appearing later that both select too
         assert fast.controller.should_replicate("heartbeats")
         assert not slow.controller.should_replicate("heartbeats")
-        await worker.update_flow("slow", {"topics": "payments,late.*"})
-        await worker.update_flow("fast", {"topics": "orders,audit,late.*"})  # no late topic yet
+        await worker.update_flow("slow", _set({"topics": "payments,late.*"}))
+        await worker.update_flow("fast", _set({"topics": "orders,audit,late.*"}))  # no late topic yet
         assert fast.controller.should_replicate("late.x") and not slow.controller.should_replicate("late.x")
         assert slow.controller.claimed_by("late.x") == "fast"
 
@@ -113,14 +119,14 @@ def test_a_pair_shaped_address_means_the_pairs_unnamed_or_only_flow() -> None:
         await worker.start()
         with pytest.raises(FlowNotFoundError):
             worker.flow("east->west")
-        fast = await worker.add_flow("east", "west", {"topics": "orders"}, name="fast")
+        fast = await worker.add_flow("east", "west", _set({"topics": "orders"}), name="fast")
         assert worker.flow("east->west") is fast and worker.resolve("east", "west") == "fast"
         await worker.halt_flow("east->west", "STOPPED")  # the pair's only flow, by its name
         assert worker.halted == {"fast": "STOPPED"}
-        await worker.add_flow("east", "west", {"topics": "payments"}, name="slow")
+        await worker.add_flow("east", "west", _set({"topics": "payments"}), name="slow")
         with pytest.raises(FlowConflictError, match=r"2 flows \(fast, slow\)"):
             worker.flow("east->west")
-        unnamed = await worker.add_flow("east", "west", {"topics": "audit"})
+        unnamed = await worker.add_flow("east", "west", _set({"topics": "audit"}))
         assert unnamed.flow.name == "east->west" and worker.flow("east->west") is unnamed
         assert unnamed.flow.label is None and worker.named.age(unnamed.flow) == 0
 
@@ -133,9 +139,10 @@ def test_named_flows_are_kept_in_the_state_file_and_removed_from_it(tmp_path: Pa
     async def first() -> None:
         worker = FakeWorker(state)
         await worker.start()
-        await worker.add_flow("east", "west", {"topics": "orders", "tasks.max": 3}, name="zz-first")
-        await worker.add_flow("east", "west", {"topics": "payments"}, name="aa-second", halted="STOPPED")
-        await worker.add_flow("east", "west", {"topics": "audit"}, name="gone")
+        await worker.add_flow("east", "west", _set({"topics": "orders", "tasks.max": 3}), name="zz-first")
+        await worker.add_flow("east", "west", _set({"topics": "payments"}), name="aa-second",
+                              halted="STOPPED")
+        await worker.add_flow("east", "west", _set({"topics": "audit"}), name="gone")
         await worker.remove_flow("gone")
 
     asyncio.run(first())

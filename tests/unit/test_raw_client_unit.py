@@ -12,7 +12,7 @@ import pytest
 from mm2py.client.connection import BrokerConnection, ConnectionConfig
 from mm2py.client.errors import ConnectionLostError, RequestTimeoutError
 from mm2py.client.fetcher import FetchedPartition, WaitingPartitions, process_partition
-from mm2py.client.producer import prepare_batch
+from mm2py.client.producer import plain_produce_bytes
 from mm2py.protocol.api import (
     ApiKey,
     FetchPartitionResponse,
@@ -142,23 +142,23 @@ def test_process_partition_never_returns_corrupt_batch() -> None:
         process_partition(TP, 0, response(bytes(good)), read_committed=True)
 
 
-def test_prepare_batch_rules() -> None:
+def test_plain_produce_bytes_rules() -> None:
     with pytest.raises(ValueError):
-        prepare_batch(control_batch(0, 5, commit=True))
-    stripped = RecordBatch(prepare_batch(data_batch(42, 3, pid=9, txn=True, codec=Codec.ZSTD)))
+        plain_produce_bytes(control_batch(0, 5, commit=True))
+    stripped = RecordBatch(plain_produce_bytes(data_batch(42, 3, pid=9, txn=True, codec=Codec.ZSTD)))
     assert (stripped.base_offset, stripped.producer_id, stripped.base_sequence) == (0, -1, -1)
     assert not stripped.is_transactional and stripped.crc_ok() and stripped.codec == Codec.ZSTD
     gapped = build_batch(
         [Record(0, 0, None, b"a"), Record(3, 1, None, b"b")], base_timestamp=TS, base_offset=7
     )
-    fixed = RecordBatch(prepare_batch(gapped))
+    fixed = RecordBatch(plain_produce_bytes(gapped))
     assert fixed.is_contiguous() and fixed.base_offset == 0 and values([fixed]) == [b"a", b"b"]
     clean = data_batch(0, 2)
-    assert prepare_batch(clean) == clean
+    assert plain_produce_bytes(clean) == clean
     bad = bytearray(clean)
     bad[-1] ^= 1
     with pytest.raises(CorruptBatchError):
-        prepare_batch(bytes(bad))
+        plain_produce_bytes(bytes(bad))
 
 
 # ------------------------------------------------------------------------------- fake broker

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -9,7 +10,8 @@ import pytest
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig
-from mm2py.runtime.steering import ClusterConflictError, OverlayStore, cluster_keys, flow_keys, layered
+from mm2py.runtime.state_file import StateFile, StateFileLockError
+from mm2py.runtime.steering import ClusterConflictError, cluster_keys, flow_keys, layered
 
 BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstrap.servers": "w:1",
         "replication.factor": "1"}
@@ -64,18 +66,31 @@ def test_a_new_cluster_is_added_and_a_known_one_cannot_be_repointed() -> None:
         cluster_keys(config, {"north": {}})
 
 
-def test_overlay_store_round_trips_and_reports_a_damaged_file(tmp_path: Path) -> None:
+def test_the_state_file_round_trips_is_written_only_under_the_lock_and_reports_damage(tmp_path: Path) -> None:
     path = tmp_path / "state" / "flows.json"
-    store = OverlayStore(path)
-    assert store.load() == {}
-    store.save({"east->west.enabled": "true"})
-    assert OverlayStore(path).load() == {"east->west.enabled": "true"}
+
+    async def run() -> None:
+        lock = asyncio.Lock()
+        store = StateFile(path, lock)
+        assert store.load() == {}
+        store.section("states")["east->west"] = "PAUSED"
+        with pytest.raises(StateFileLockError):
+            store.write({"east->west.enabled": "true"})
+        assert not path.exists()
+        async with lock:
+            store.write({"east->west.enabled": "true"})
+            StateFile(None, lock).write({"x": 1})  # nowhere to write: nothing happens
+        again = StateFile(path, lock)
+        assert again.load() == {"east->west.enabled": "true"}
+        assert again.section("states") == {"east->west": "PAUSED"}
+
+    asyncio.run(run())
     assert json.loads(path.read_text())["version"] == 1
+    store = StateFile(path, asyncio.Lock())
     path.write_text("{not json")
     with pytest.raises(ConfigError, match="unreadable"):
         store.load()
     path.write_text("[1, 2]")
     with pytest.raises(ConfigError, match="'keys'"):
         store.load()
-    assert OverlayStore(None).load() == {}
-    OverlayStore(None).save({"x": 1})  # nowhere to write: nothing happens
+    assert StateFile(None, asyncio.Lock()).load() == {}

@@ -12,7 +12,7 @@ together). Callers above the producer use only what this package exports.
 from __future__ import annotations
 
 from mm2py.client.errors import ProduceError
-from mm2py.client.producer.batches import BatchLike, normalize_batch, prepare_batch
+from mm2py.client.producer.batches import BatchLike, normalize_batch, plain_produce_bytes
 from mm2py.client.producer.raw import RawProducer
 from mm2py.client.producer.requests import MAX_WINDOW, ProducerConfig, RequestMux
 from mm2py.client.producer.results import Acknowledged, LaneStoppedError, PartitionFailure, Submission
@@ -32,6 +32,6 @@ __all__ = [
     "RequestMux",
     "Submission",
     "normalize_batch",
-    "prepare_batch",
+    "plain_produce_bytes",
     "producer_state_lost",
 ]

@@ -16,7 +16,7 @@ from mm2py.protocol.types import TopicPartition
 
 BatchLike = bytes | bytearray | memoryview | RecordBatch
 
-__all__ = ["BatchLike", "normalize_batch", "prepare_batch", "split_waves", "stamp"]
+__all__ = ["BatchLike", "normalize_batch", "plain_produce_bytes", "split_waves", "stamp"]
 
 
 def _has_producer_state(b: RecordBatch) -> bool:
@@ -51,7 +51,7 @@ def stamp(b: RecordBatch, producer_id: int, producer_epoch: int, sequence: int) 
     return for_produce(b, producer_id, producer_epoch, sequence, verify=False)
 
 
-def prepare_batch(batch: BatchLike) -> bytes:
+def plain_produce_bytes(batch: BatchLike) -> bytes:
     """Make a fetched batch acceptable to a stock broker's Produce without idempotence.
 
     Raises ValueError for a control batch and CorruptBatchError for a bad CRC.

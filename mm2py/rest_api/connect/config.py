@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig, pair_name
+from mm2py.config.patch import FlowPatch, Forget
 from mm2py.runtime.worker_base import HEARTBEAT_KEYS
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "Kind",
     "as_text",
     "connector_kind",
+    "connector_patch",
     "flow_connector_config",
     "owned_keys",
     "plan_connector",
@@ -188,6 +190,14 @@ def _source_settings(rest: Mapping[str, str], *, has_checkpoint: bool, has_heart
 def released_settings(kind: Kind) -> dict[str, str]:
     """The flow settings that deleting a checkpoint or heartbeat connector leaves behind."""
     return dict.fromkeys(_SWITCHES.get(kind, ()), "false")
+
+
+def connector_patch(kind: Kind, settings: Mapping[str, str], keep: frozenset[str] = frozenset()) -> FlowPatch:
+    """What a connector's config does to a flow's settings: a MirrorSourceConnector's replaces every
+    setting given at run time before except ``keep`` (those of its pair's checkpoint and heartbeat
+    connectors); a checkpoint or heartbeat connector's replaces the settings it owns."""
+    forget = Forget(all_but=keep) if kind == "source" else Forget(names=owned_keys(kind))
+    return FlowPatch(values=dict(settings), forget=forget)
 
 
 def owned_keys(kind: Kind) -> frozenset[str]:

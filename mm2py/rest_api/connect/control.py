@@ -4,7 +4,7 @@
 ``POST .../restart`` and ``.../tasks/{n}/restart``; KIP-875's ``GET``/``PATCH``/``DELETE
 .../offsets`` of a MirrorSourceConnector; KIP-558's ``GET .../topics`` and ``PUT .../topics/reset``.
 Pause, stop, resume and restart apply to a MirrorSourceConnector's flow, and to a checkpoint or
-heartbeat connector's job (:mod:`mm2py.rest_api.connect.states`); offset changes to a MirrorSourceConnector
+heartbeat connector's job (:mod:`mm2py.rest_api.connect.halted`); offset changes to a MirrorSourceConnector
 (409 on the others).
 """
 
@@ -143,5 +143,5 @@ def _topic_routes(router: APIRouter, facade: Facade) -> None:
     @router.put("/connectors/{name}/topics/reset", status_code=202)
     async def reset_topics(name: str) -> Response:
         """KIP-558: forget them; each is recorded again when next written to."""
-        facade.reset_topics(name)
+        await facade.reset_topics(name)
         return Response(status_code=202)

@@ -27,13 +27,14 @@ from mm2py.rest_api.connect.config import (
     Kind,
     as_text,
     connector_kind,
+    connector_patch,
     flow_connector_config,
     owned_keys,
     plan_connector,
     released_settings,
 )
 from mm2py.rest_api.connect.errors import ConnectError
-from mm2py.rest_api.connect.states import AuxStates
+from mm2py.rest_api.connect.halted import HaltedConnectors
 from mm2py.rest_api.connect.validate import problems
 from mm2py.rest_api.shared import AnyWorker, redacted
 
@@ -61,7 +62,7 @@ class Facade:
     def __init__(self, worker: AnyWorker) -> None:
         self.worker = worker
         #: paused and stopped checkpoint and heartbeat connectors
-        self.aux = AuxStates(worker)
+        self.halted = HaltedConnectors(worker)
         #: checkpoint and heartbeat connectors' emitted counts when their topics were last reset
         self._topic_marks: dict[str, tuple[int, int]] = {}
 
@@ -117,7 +118,7 @@ class Facade:
         state: str = TaskState.UNASSIGNED
         trace: str | None = None
         tasks: list[dict[str, Any]] = [{"id": 0, "state": TaskState.RUNNING}]
-        if kind != "source" and (halted := self.aux.get(name)) is not None:
+        if kind != "source" and (halted := self.halted.get(name)) is not None:
             state = halted
         elif kind == "heartbeat":
             state = TaskState.RUNNING if flow in self.worker.heartbeats else TaskState.UNASSIGNED
@@ -130,7 +131,7 @@ class Facade:
             elif st.get("checkpoints") is None and state == TaskState.RUNNING:
                 state = TaskState.UNASSIGNED
         if state in (TaskState.PAUSED, TaskState.FAILED) and kind != "source":
-            tasks = [{"id": 0, "state": state}] if self.aux.has_tasks(name) else []
+            tasks = [{"id": 0, "state": state}] if self.halted.has_tasks(name) else []
         elif state == TaskState.PAUSED:
             tasks = [{**t, "state": TaskState.PAUSED} for t in tasks]
         elif state in (TaskState.STOPPED, TaskState.UNASSIGNED):
@@ -197,17 +198,20 @@ class Facade:
         if other is not None and other != name:
             raise ConnectError(409, f"{plan.flow} has a {CLASSES[kind]} already: {other!r}")
         if kind == "source" and checkpoint is not None:  # that connector's settings apply to it too
-            checkpointing = (released_settings("checkpoint") if self.aux.get(checkpoint) is not None
+            checkpointing = (released_settings("checkpoint") if self.halted.get(checkpoint) is not None
                              else plan_connector(self.worker.connectors[checkpoint]).settings)
             plan = replace(plan, settings={**plan.settings, **checkpointing})
         halted = initial_state if initial_state in HALTED_STATES else None
         if exists:
-            halted = self.aux.get(name) if kind != "source" else None
+            halted = self.halted.get(name) if kind != "source" else None
         await self._apply(flow, kind, plan, exists, halted, as_text(raw))
-        self.worker.connectors[name] = as_text(raw)
-        if kind != "source":
-            self.aux.record(name, halted, created=not exists)
-        self.worker.store.save(self.worker.overlay)
+
+        def register() -> None:
+            self.worker.connectors[name] = as_text(raw)
+            if kind != "source":
+                self.halted.set(name, halted, created=not exists)
+
+        await self.worker.edit_state_file(register)
         return not exists
 
     async def patch(self, name: str, changes: dict[str, Any]) -> None:
@@ -229,19 +233,19 @@ class Facade:
             for aux in ("checkpoint", "heartbeat"):
                 if self._registered(aux, plan.flow) is not None:
                     keep |= owned_keys(aux)
+            patch = connector_patch(kind, plan.settings, frozenset(keep))
             if exists:
-                await w.update_flow(flow, plan.settings, drop=lambda k: k not in keep)
+                await w.update_flow(flow, patch)
             elif flow in w.flows:
                 raise ConnectError(409, f"flow {flow} runs already (connector {flow!r}); "
                                         f"PUT /connectors/{flow}/config to change it")
             else:
-                await w.add_flow(plan.source, plan.target, plan.settings, plan.clusters,
-                                 drop=lambda k: k not in keep, halted=halted, name=flow)
+                await w.add_flow(plan.source, plan.target, patch, plan.clusters, halted=halted, name=flow)
         elif kind == "checkpoint" and not self.pair_flows(flow):
             raise ConnectError(400, f"a MirrorCheckpointConnector needs its pair's flow: create "
                                     f"a MirrorSourceConnector of {flow} first")
         else:  # a halted checkpoint or heartbeat connector's job stays off (Connect keeps its state)
-            await self.aux.apply(kind, config, halted=halted is not None)
+            await self.halted.apply(kind, config, halted=halted is not None)
 
     async def delete(self, name: str) -> None:
         kind, flow, _ = self.lookup(name)
@@ -250,15 +254,17 @@ class Facade:
             await w.remove_flow(flow)
         elif kind == "checkpoint":
             for each in self.pair_flows(flow):
-                await w.update_flow(each, released_settings(kind), drop=owned_keys(kind).__contains__)
+                await w.update_flow(each, connector_patch(kind, released_settings(kind)))
         elif kind == "heartbeat":
             source, target = flow.split("->", 1)
-            await w.set_pair_settings(source, target, released_settings(kind),
-                                      drop=owned_keys(kind).__contains__)
+            await w.set_pair_settings(source, target, connector_patch(kind, released_settings(kind)))
         self._topic_marks.pop(name, None)
-        self.aux.record(name, None)
-        if w.connectors.pop(name, None) is not None:
-            w.store.save(w.overlay)
+
+        def forget() -> None:
+            self.halted.set(name, None)
+            w.connectors.pop(name, None)
+
+        await w.edit_state_file(forget)
 
     async def halt(self, name: str, state: str) -> None:
         """Pause or stop a connector (a MirrorSourceConnector: its flow)."""
@@ -266,22 +272,22 @@ class Facade:
         if kind == "source":
             await self.worker.halt_flow(flow, state)
         else:
-            await self.aux.halt(name, kind, config, state)
+            await self.halted.halt(name, kind, config, state)
 
     async def resume(self, name: str) -> None:
         kind, flow, config = self.lookup(name)
         if kind == "source":
             await self.worker.resume_flow(flow)
         else:
-            await self.aux.resume(name, kind, config)
+            await self.halted.resume(name, kind, config)
 
     async def restart(self, name: str) -> None:
         """Restart a connector and its tasks (a halted one stays halted)."""
         kind, flow, config = self.lookup(name)
         if kind == "source":
             await self.worker.restart_flow(flow)
-        elif self.aux.get(name) is None:
-            await self.aux.restart(kind, config)
+        elif self.halted.get(name) is None:
+            await self.halted.restart(kind, config)
 
     def source_flow(self, name: str, what: str) -> str:
         """The flow of a MirrorSourceConnector; a 409 naming ``what`` for the other kinds."""
@@ -319,12 +325,12 @@ class Facade:
         mark = self._topic_marks.get(name)
         return [topic] if count > (mark[1] if mark is not None and mark[0] == writer else 0) else []
 
-    def reset_topics(self, name: str) -> None:
+    async def reset_topics(self, name: str) -> None:
         try:
             kind, flow, _ = self.lookup(name)
         except ConnectError:
             return  # as in Connect: nothing to forget
         if kind == "source":
-            self.worker.reset_active_topics(flow)
+            await self.worker.reset_active_topics(flow)
         elif (emitted := self._emitted(kind, flow)) is not None:
             self._topic_marks[name] = emitted[:2]

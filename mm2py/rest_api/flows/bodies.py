@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from mm2py.config.patch import FlowPatch
 from mm2py.rest_api.shared import AnyRunner
 
 #: a cluster alias as MM2 accepts it in ``A->B`` (no whitespace, no ``>``)
@@ -60,6 +61,10 @@ class FlowUpdate(FilterChange):
 
     def all_settings(self) -> dict[str, SettingValue]:
         return {**self.settings, **self.filter_settings()}
+
+    def patch(self) -> FlowPatch:
+        """The change as the worker takes it (typed against the flow's settings when applied)."""
+        return FlowPatch(values=self.all_settings())
 
 
 class FlowCreate(FlowUpdate):

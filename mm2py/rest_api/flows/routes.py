@@ -127,8 +127,7 @@ def flow_routes(app: FastAPI, worker: AnyWorker) -> None:
     @app.post("/flows", status_code=201)
     async def create_flow(body: FlowCreate) -> FlowStatus:
         clusters = {alias: spec.keys() for alias, spec in body.clusters.items()}
-        runner = await worker.add_flow(body.source, body.target, body.all_settings(), clusters,
-                                       name=body.name)
+        runner = await worker.add_flow(body.source, body.target, body.patch(), clusters, name=body.name)
         return flow_status(runner)
 
     @app.get("/flows/{name}")
@@ -144,10 +143,10 @@ def flow_routes(app: FastAPI, worker: AnyWorker) -> None:
 
     @app.patch("/flows/{name}")
     async def update_flow(name: str, body: FlowUpdate) -> FlowStatus:
-        settings = body.all_settings()
-        if not settings:
+        patch = body.patch()
+        if not patch.values:
             return flow_status(worker.flow(name))
-        return flow_status(await worker.update_flow(name, settings))
+        return flow_status(await worker.update_flow(name, patch))
 
     @app.post("/flows/{name}/restart")
     async def restart_flow(name: str) -> FlowStatus:

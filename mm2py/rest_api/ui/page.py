@@ -23,7 +23,7 @@ from mm2py.protocol.types import TopicPartition
 from mm2py.rest_api.shared import AnyRunner, AnyWorker
 from mm2py.rest_api.ui.sampler import FlowNow, Sampler, finite, series_json
 
-__all__ = ["STATIC", "StateCache", "page_address", "ui_router", "ui_state"]
+__all__ = ["STATIC", "PageCache", "page_address", "page_answer", "ui_router"]
 
 #: the page's files, served as they are
 STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
@@ -70,7 +70,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
-class StateCache:
+class PageCache:
     """Each flow's sampled part of the state (figures, series, partition rows), encoded once per
     sample: refreshes between two samples, and several open pages, share it."""
 
@@ -106,7 +106,7 @@ class StateCache:
             self._count, self._flows, self._times = self.sampler.count, {}, ""
 
 
-def _flow_state(worker: AnyWorker, name: str, runner: AnyRunner, cache: StateCache) -> str:
+def _flow_answer(worker: AnyWorker, name: str, runner: AnyRunner, cache: PageCache) -> str:
     """A flow as the page shows it (``/flows``' status without the tasks' partition lists, which
     the partition rows carry with their figures), keyed by its name in the worker; as JSON."""
     flow = runner.flow.model_dump(by_alias=True, include={"topics", "topics_exclude", "groups",
@@ -121,7 +121,7 @@ def _flow_state(worker: AnyWorker, name: str, runner: AnyRunner, cache: StateCac
     return f"{live[:-1]},{cache.flow(name)}}}"
 
 
-def ui_state(worker: AnyWorker, cache: StateCache, read_only: bool) -> str:
+def page_answer(worker: AnyWorker, cache: PageCache, read_only: bool) -> str:
     """Everything the page shows, in one answer (JSON): the flows' states and tasks as they are
     now, their figures as of the latest sample."""
     if cache.sampler.count == 0:
@@ -131,7 +131,7 @@ def ui_state(worker: AnyWorker, cache: StateCache, read_only: bool) -> str:
         "sample_seconds": cache.sampler.interval, "window_seconds": cache.sampler.window,
         "clusters": sorted(worker.config.clusters),
     })
-    flows = ",".join(_flow_state(worker, name, r, cache) for name, r in list(worker.flows.items()))
+    flows = ",".join(_flow_answer(worker, name, r, cache) for name, r in list(worker.flows.items()))
     return f'{head[:-1]},"times":{cache.times()},"flows":[{flows}]}}'
 
 
@@ -153,11 +153,11 @@ def ui_router(worker: AnyWorker, sampler: Sampler, read_only: bool) -> APIRouter
     async def style() -> Response:
         return page("style.css")
 
-    cache = StateCache(sampler)
+    cache = PageCache(sampler)
 
     @router.get("/ui/state")
     async def state() -> Response:
-        body = ui_state(worker, cache, read_only)
+        body = page_answer(worker, cache, read_only)
         return Response(body, media_type="application/json", headers={"cache-control": "no-store"})
 
     @router.get("/ui/partition")

@@ -118,7 +118,7 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
     async def start(self) -> None:
         self._started = True
         self._start_heartbeats()
-        # the session starts while the controllers prepare topics; off the main thread, so that
+        # the session starts while the controllers create topics; off the main thread, so that
         # pyspark leaves the process's SIGINT handling alone
         session = None if self.spark is not None else asyncio.to_thread(
             spark_session, self.master, self.spark_conf)
@@ -258,6 +258,7 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         await asyncio.gather(
             *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
         )
+        await self.state_file.written()  # active topics its leases reported while stopping
         if self._owns_spark and self.spark is not None:
             spark, self.spark = self.spark, None
             if self.leases is not None:
