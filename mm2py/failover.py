@@ -13,9 +13,8 @@ the group has no active members there.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,17 +25,17 @@ from mm2py.config.models import FlowConfig
 from mm2py.config.security import Side
 from mm2py.connectors.checkpoint import mirror_rule
 from mm2py.engine.checkpoints import CheckpointLog, translate_group
-from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.errors import Mm2pyError
 from mm2py.protocol.errors import ProtocolError
-from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
+from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.translator import source_topic_of
+from mm2py.runtime.translator import read_offset_syncs, source_topic_of
 from mm2py.stores.admin import (
     ClusterAdmin,
     ClusterUnreachableError,
     GroupOffset,
     GroupOffsetsRefusedError,
+    StoreError,
     librdkafka_config,
 )
 from mm2py.stores.positions import PositionStore
@@ -152,39 +151,70 @@ def translate(
             where = f"no committed offsets on '{flow.source}'" if committed is not None else (
                 f"'{flow.source}' is unreachable")
             raise UnknownGroupError(f"unknown group {group!r}: no checkpoints on '{flow.target}' and {where}")
-        for ttp, cp in sorted(cps.items()):
-            topic = source_topic_of(flow, ttp.topic)
-            if pattern and not pattern.fullmatch(topic):
-                continue
-            rows.append(Row(group, topic, ttp.partition, cp.upstream_offset, ttp.topic,
-                            cp.downstream_offset, "checkpoint", cp.metadata))
-            now = have.get(TopicPartition(topic, ttp.partition))
-            if now is not None and now.offset != cp.upstream_offset:
-                notes.append(f"group {group}: the checkpoint of {ttp} is for source offset "
-                             f"{cp.upstream_offset}; the group has committed {now.offset} since")
-        missing = {
-            tp: o for tp, o in have.items()
-            if TopicPartition(rename(tp.topic), tp.partition) not in cps
-            and mirrored(tp.topic) and (pattern is None or pattern.fullmatch(tp.topic))
-        }
-        if missing:
-            rows.extend(_translate_directly(flow, group, missing, mirrored, rename, timeout, notes))
-        if not any(r.group == group for r in rows):
+
+        def directly(offsets: dict[TopicPartition, GroupOffset], group: str = group) -> list[Row]:
+            return _translate_directly(flow, group, offsets, mirrored, rename, timeout, notes)
+
+        chosen = group_rows(group, cps, have, directly, source_topic=lambda t: source_topic_of(flow, t),
+                            rename=rename, wanted=lambda t: mirrored(t) and (
+                                pattern is None or pattern.fullmatch(t) is not None), notes=notes)
+        rows.extend(chosen)
+        if not chosen:
             notes.append(f"group {group}: no offsets on topics this flow mirrors can be translated")
     rows.sort(key=lambda r: (r.group, r.topic, r.partition))
     return Translation(rows, notes)
+
+
+def group_rows(
+    group: str, checkpoints: Mapping[TopicPartition, Checkpoint],
+    committed: Mapping[TopicPartition, GroupOffset],
+    directly: Callable[[dict[TopicPartition, GroupOffset]], list[Row]], *,
+    source_topic: Callable[[str], str], rename: Callable[[str], str], wanted: Callable[[str], bool],
+    notes: list[str],
+) -> list[Row]:
+    """Where one group resumes on the target, partition by partition: its checkpoint there when it
+    is for the offset the group has committed on the source (or the source is not known); else
+    that commit translated ``directly`` (exact, or behind where the mirror has not reached it), and
+    the checkpoint only when the commit cannot be translated. A checkpoint older than the group's
+    commit would make it re-read what it had read since; one newer (the group was reset back on
+    the source) would skip."""
+    rows: list[Row] = []
+    outdated: dict[TopicPartition, Row] = {}
+    for ttp, cp in sorted(checkpoints.items()):
+        topic = source_topic(ttp.topic)
+        if not wanted(topic):
+            continue
+        row = Row(group, topic, ttp.partition, cp.upstream_offset, ttp.topic, cp.downstream_offset,
+                  "checkpoint", cp.metadata)
+        now = committed.get(TopicPartition(topic, ttp.partition))
+        if now is None or now.offset == cp.upstream_offset:
+            rows.append(row)
+        else:
+            outdated[ttp] = row
+    missing = {
+        tp: o for tp, o in committed.items()
+        if wanted(tp.topic) and ((ttp := TopicPartition(rename(tp.topic), tp.partition)) not in checkpoints
+                                 or ttp in outdated)
+    }
+    direct = directly(missing) if missing else []
+    rows.extend(direct)
+    translated = {r.target_partition for r in direct}
+    for ttp, row in outdated.items():
+        current = committed[row.source_partition].offset
+        if ttp in translated:
+            notes.append(f"group {group}: the checkpoint of {ttp} is for source offset {row.source_offset}; "
+                         f"the group has committed {current} since, which is translated instead")
+        else:
+            rows.append(row)
+            notes.append(f"group {group}: the checkpoint of {ttp} is for source offset {row.source_offset}; "
+                         f"the group has committed {current} since, which cannot be translated yet")
+    return rows
 
 
 def _translate_directly(
     flow: FlowConfig, group: str, offsets: dict[TopicPartition, GroupOffset],
     mirrored: Any, rename: Any, timeout: float, notes: list[str],
 ) -> list[Row]:
-
-    syncs = OffsetSyncStore()
-
-    def on_sync(key: bytes | None, value: bytes | None) -> None:
-        with contextlib.suppress(ProtocolError):
-            syncs.add(OffsetSync.from_record(key, value))
 
     # progress first: every sync below a committed position was written before that position
     # (every flow of the pair: their topics are disjoint)
@@ -194,10 +224,9 @@ def _translate_directly(
         progress = store.load(timeout)
     except KafkaException as exc:
         raise FailoverError(f"reading {store.topic} failed: {exc}") from None
-    side: Side = "source" if flow.offset_syncs_cluster == flow.source else "target"
     try:
-        _read(flow, side, flow.offset_syncs_topic(), on_sync, timeout)
-    except TimeoutError as exc:
+        syncs = read_offset_syncs(flow, timeout)  # the sync history too: exact far behind
+    except StoreError as exc:
         notes.append(f"offset syncs not read ({exc}); partitions without checkpoints left out")
         return []
     cps = translate_group(group, offsets, mirrored=mirrored, rename=rename, syncs=syncs, progress=progress)

@@ -121,6 +121,16 @@ class FlowConfig(FlowSettings):
         other = self.target if self.offset_syncs_topic_location == "source" else self.source
         return self.replication_policy().offset_syncs_topic(other)
 
+    def offset_sync_history_topic(self) -> str:
+        """mm2py's sync history topic, beside the offset-syncs topic (``mm2-offset-syncs.west.internal``
+        -> ``mm2py-offset-sync-history.west.internal``: internal to MM2 and mm2py alike)."""
+        name = self.offset_syncs_topic()
+        return "mm2py-offset-sync-history" + name[len("mm2-offset-syncs"):]
+
+    @property
+    def writes_sync_history(self) -> bool:
+        return self.emit_offset_syncs_enabled and self.offset_sync_history_enabled
+
     def checkpoints_topic(self) -> str:
         """Name of the checkpoints topic (on the target cluster)."""
         return self.replication_policy().checkpoints_topic(self.source)

@@ -104,6 +104,12 @@ class FlowSettings(BaseModel):
         FILTER_CLASSES["config_property_filter_class"], alias="config.property.filter.class"
     )
     # mm2py-specific
+    #: every run sync (where D - U changes) also on mm2py's compacted sync history topic, one key
+    #: each, so that any offset within the source's retention translates exactly
+    #: (``engine/sync_history.py``); pruned every ``...prune.interval.seconds``
+    offset_sync_history_enabled: bool = Field(True, alias="mm2py.offset.sync.history.enabled")
+    offset_sync_history_prune_interval_seconds: int = Field(
+        600, alias="mm2py.offset.sync.history.prune.interval.seconds", ge=1)
     max_inflight_bytes_per_task: int = Field(64 * _MIB, alias="mm2py.max.inflight.bytes.per.task", ge=1)
     fetch_max_bytes: int = Field(50 * _MIB, alias="mm2py.fetch.max.bytes", ge=1)
     #: after a fetch that brought less than ``mm2py.fetch.linger.bytes``, the next one starts this

@@ -42,10 +42,11 @@ from mm2py.engine.latency import Histogram
 from mm2py.engine.live_groups import AcknowledgedView
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.scheduler import Job, Scheduler
+from mm2py.engine.sync_history import SyncHistory
 from mm2py.engine.task_contract import TaskState
 from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, ProgressFold, progress_topic
 from mm2py.protocol.errors import ProtocolError
-from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
+from mm2py.protocol.mm2_records import Checkpoint, HistorySync, OffsetSync
 from mm2py.protocol.partitioner import JAVA_PARTITIONER
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin, GroupOffsetsRefusedError, librdkafka_config
@@ -100,7 +101,9 @@ class CheckpointConnector:
         self.mirrored, self.rename = mirrored, rename
         self.topic = flow.checkpoints_topic()
         self.group_filter = flow.group_filter()
-        self.syncs = OffsetSyncStore()
+        # offsets before the oldest sync compaction left on the offset-syncs topic: the sync history's
+        self.history = SyncHistory()
+        self.syncs = OffsetSyncStore(older=self.history.syncs)
         self._progress = ProgressFold(flow.source, flow.connector_name, 0)  # sized at its first read
         self.latest = CheckpointLog()  # the latest checkpoint of each group's partitions
         syncs_side: Side = "source" if flow.offset_syncs_cluster == flow.source else "target"
@@ -108,6 +111,10 @@ class CheckpointConnector:
         self._syncs_tail = TopicTail(
             librdkafka_config(flow, syncs_side, "consumer"), flow.offset_syncs_topic(), self._on_sync,
             name=tag,
+        )
+        self._history_tail = TopicTail(
+            librdkafka_config(flow, syncs_side, "consumer"), flow.offset_sync_history_topic(),
+            self._on_history, name=tag,
         )
         self._progress_tail = TopicTail(
             librdkafka_config(flow, "target", "consumer"), progress_topic(flow.source),
@@ -158,6 +165,12 @@ class CheckpointConnector:
             self.syncs.add(OffsetSync.from_record(key, value))
         except ProtocolError as exc:
             log.warning("%s: ignoring a malformed offset sync: %s", self.flow.name, exc)
+
+    def _on_history(self, key: bytes | None, value: bytes | None) -> None:
+        try:
+            self.history.add(HistorySync.from_record(key, value))
+        except ProtocolError as exc:
+            log.warning("%s: ignoring a malformed sync history record: %s", self.flow.name, exc)
 
     @property
     def progress(self) -> Mapping[TopicPartition, Position]:
@@ -218,6 +231,8 @@ class CheckpointConnector:
         """Translate the groups' offsets; record (and, if ``write``, emit) the changed checkpoints."""
         if not self.catch_up_topics():
             return []  # no offset syncs yet: nothing can be translated
+        # for groups far behind (the live sync translates only what the mirror has just passed)
+        self._history_tail.catch_up(self.source_admin.timeout)
         read_at = time.monotonic()
         offsets = self.source_admin.group_offsets(self.groups)
         changed: list[Checkpoint] = []
@@ -346,7 +361,7 @@ class CheckpointConnector:
         if self.live is not None:
             with contextlib.suppress(Exception):
                 self.live.close()
-        for tail in (self._syncs_tail, self._progress_tail):
+        for tail in (self._syncs_tail, self._history_tail, self._progress_tail):
             with contextlib.suppress(Exception):
                 tail.close()
 

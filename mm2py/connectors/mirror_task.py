@@ -16,6 +16,7 @@ from mm2py.connectors.mirror_source import Linger, MirrorSource
 from mm2py.connectors.outgoing import CoalesceSettings
 from mm2py.connectors.resume import TailReconciler
 from mm2py.engine.losses import policies_of
+from mm2py.engine.offset_syncs import RunSync
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_contract import TaskSpec
 from mm2py.protocol.connect_offsets import Position
@@ -47,7 +48,9 @@ class FlowProgressKeeper:
         if flow.emit_offset_syncs_enabled:
             side: Side = "source" if flow.offset_syncs_topic_location == "source" else "target"
             security = librdkafka_security(flow, side, "producer")
-            self.syncs = OffsetSyncWriter(bootstrap_of(flow, side), flow.offset_syncs_topic(), security)
+            history = flow.offset_sync_history_topic() if flow.writes_sync_history else None
+            self.syncs = OffsetSyncWriter(bootstrap_of(flow, side), flow.offset_syncs_topic(), security,
+                                          history_topic=history)
 
     def load(self) -> dict[TopicPartition, Position]:
         return self.progress.load()
@@ -57,7 +60,7 @@ class FlowProgressKeeper:
 
     def send_syncs(self, syncs: Sequence[OffsetSync]) -> None:
         if self.syncs is not None:
-            self.syncs.send(syncs)
+            self.syncs.send(syncs, [s for s in syncs if isinstance(s, RunSync)])
             if self.on_syncs is not None:
                 self.on_syncs(syncs)
 

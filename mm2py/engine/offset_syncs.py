@@ -14,6 +14,12 @@ gaps closed by a rebuild. So:
    readers, which translate to ``sync.downstream + 1`` from the nearest older sync, stay as precise
    as they are with MM2.
 
+Syncs of rules 1 and 2 are **run syncs** (:class:`RunSync`): each starts a run of records with the
+same ``D - U``, and they alone make translation exact (a rule-3 sync lies inside a run: the run's
+first sync gives the same answer). The MM2-format topic is compacted with one key per partition, so
+it forgets older syncs; mm2py keeps the run syncs on a topic of its own as well, one key each (the
+sync history, ``engine/sync_history.py``).
+
 **Translation rule.** With syncs sorted by upstream offset, an upstream position ``u`` (the next
 offset a consumer would read) translates with the last sync ``(U, D)`` where ``U <= u`` to
 ``D + (u - U)``, capped at the next sync's ``D'`` (offsets in a gap map to the first target offset
@@ -26,11 +32,17 @@ nor re-reads a record. MM2 readers of the same topic translate conservatively an
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class RunSync(OffsetSync):
+    """An offset sync of rule 1 or 2: the first record of a run with the same ``D - U`` (written to
+    the sync history as well; encoded as any :class:`OffsetSync`)."""
 
 
 @dataclass
@@ -81,26 +93,32 @@ class OffsetSyncPlanner:
     def _maybe_emit(
         self, tp: TopicPartition, st: _LastSync, u: int, d: int, out: list[OffsetSync]
     ) -> None:
-        if (
-            st.last_upstream is None
-            or st.last_delta != d - u
-            or u - st.last_upstream >= self.offset_lag_max
-        ):
+        if st.last_upstream is None or st.last_delta != d - u:
+            self._emit(tp, st, u, d, out, run=True)
+        elif u - st.last_upstream >= self.offset_lag_max:
             self._emit(tp, st, u, d, out)
 
     @staticmethod
     def _emit(
-        tp: TopicPartition, st: _LastSync, u: int, d: int, out: list[OffsetSync]
+        tp: TopicPartition, st: _LastSync, u: int, d: int, out: list[OffsetSync], run: bool = False
     ) -> None:
         st.last_upstream, st.last_delta = u, d - u
-        out.append(OffsetSync(tp, u, d))
+        out.append(RunSync(tp, u, d) if run else OffsetSync(tp, u, d))
+
+
+#: a partition's older syncs, ``(upstream, downstream)`` by upstream offset (the sync history's)
+OlderSyncs = Callable[[TopicPartition], Sequence[tuple[int, int]]]
 
 
 class OffsetSyncStore:
-    """Syncs per source partition, read back from an offset-syncs topic; translates offsets."""
+    """Syncs per source partition, read back from an offset-syncs topic; translates offsets.
 
-    def __init__(self, max_per_partition: int = 100_000) -> None:
+    ``older``: where to look for an offset before the oldest sync held (the sync history, whose
+    points precede what compaction left of the offset-syncs topic)."""
+
+    def __init__(self, max_per_partition: int = 100_000, older: OlderSyncs | None = None) -> None:
         self.max_per_partition = max_per_partition
+        self.older = older
         self._upstream: dict[TopicPartition, list[int]] = {}
         self._downstream: dict[TopicPartition, list[int]] = {}
 
@@ -132,17 +150,33 @@ class OffsetSyncStore:
         self, tp: TopicPartition, upstream: int, downstream_end: int | None = None
     ) -> int | None:
         """Target position for source position ``upstream``; None when no sync covers it."""
-        ups = self._upstream.get(tp)
-        if not ups:
-            return None
+        ups = self._upstream.get(tp) or []
         i = bisect.bisect_right(ups, upstream) - 1
         if i < 0:
-            return None
+            first = self._downstream[tp][0] if ups else None
+            return self._translate_older(tp, upstream, first, downstream_end)
         downs = self._downstream[tp]
         u0, d0 = ups[i], downs[i]
         result = d0 + (upstream - u0)
         if i + 1 < len(ups):
             result = min(result, downs[i + 1])
+        if downstream_end is not None:
+            result = min(result, max(d0, downstream_end))
+        return result
+
+    def _translate_older(self, tp: TopicPartition, upstream: int, first_downstream: int | None,
+                         downstream_end: int | None) -> int | None:
+        """``upstream`` before the oldest sync held, by the older syncs (capped at the first held)."""
+        points = list(self.older(tp)) if self.older is not None else []
+        j = bisect.bisect_right(points, (upstream, 1 << 63)) - 1
+        if j < 0:
+            return None
+        u0, d0 = points[j]
+        result = d0 + (upstream - u0)
+        if first_downstream is not None:
+            result = min(result, first_downstream)
+        if j + 1 < len(points):
+            result = min(result, points[j + 1][1])
         if downstream_end is not None:
             result = min(result, max(d0, downstream_end))
         return result

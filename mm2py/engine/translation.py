@@ -31,7 +31,9 @@ offset-syncs topic is compacted, and syncs older than the era of the current tar
 not used), past what was mirrored (:class:`BeyondMirroredError`: ``u > P`` or ``d > T``), a
 partition the flow holds no position or no syncs for (:class:`NotMirroredError`). Answers lie in
 ``[oldest sync, P]`` on the source and ``[oldest sync, T]`` on the target, so a translated position
-is never past the log's end (no negative lag).
+is never past what the flow had committed; the translator (``runtime/translator.py``) also refuses
+one past the other cluster's log end now (:class:`PastLogEndError`: the partition truncated or
+created again since), so a consumer moved with it never has a negative lag.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 
 __all__ = ["BeforeSyncsError", "BeyondMirroredError", "Direction", "NotMirroredError", "PartitionMap",
-           "TranslationError"]
+           "PastLogEndError", "TranslationError"]
 
 
 class Direction(StrEnum):
@@ -77,6 +79,12 @@ class BeforeSyncsError(TranslationError):
 
 class BeyondMirroredError(TranslationError):
     """The offset lies past what the flow had mirrored and committed."""
+
+
+class PastLogEndError(TranslationError):
+    """The translated position lies past the other cluster's log end now (its partition was
+    truncated or created again since the flow committed): a consumer there would have a negative
+    lag."""
 
 
 def _era(downstream: Sequence[int]) -> int:

@@ -12,7 +12,13 @@ Checkpoint              group STRING, topic STRING, partition INT32 version INT1
                                                                     INT64, offset INT64, metadata STRING
 Heartbeat               sourceClusterAlias STRING,                  version INT16 (=0), timestamp INT64
                         targetClusterAlias STRING
+HistorySync (mm2py)     topic STRING, partition INT32,              upstreamOffset INT64, offset INT64
+                        upstreamOffset INT64                        (null: a tombstone)
 ======================  ==========================================  ====================================
+
+``HistorySync`` is mm2py's own record, on its sync history topic (``mm2py-offset-sync-history.<alias>
+.internal``): an offset sync keyed by its upstream offset too, so that compaction keeps every one
+(``mm2py/engine/sync_history.py``); MM2 neither writes nor reads it.
 
 Decoding is strict: a short buffer raises :class:`TruncatedError`, trailing bytes, negative string
 lengths, invalid UTF-8 or a missing key/value raise :class:`MalformedRecordError`, and a value
@@ -32,6 +38,7 @@ __all__ = [
     "RECORD_VERSION",
     "Checkpoint",
     "Heartbeat",
+    "HistorySync",
     "MalformedRecordError",
     "OffsetSync",
 ]
@@ -176,6 +183,65 @@ class OffsetSync:
         upstream = v.int64("upstreamOffset")
         downstream = v.int64("offset")
         v.end()
+        return cls(TopicPartition(topic, partition), upstream, downstream)
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySync:
+    """One offset sync on mm2py's sync history topic, or its tombstone (``downstream_offset`` None):
+    the key names the partition and the upstream offset, so every sync is a key of its own."""
+
+    topic_partition: TopicPartition
+    upstream_offset: int
+    downstream_offset: int | None
+
+    def __post_init__(self) -> None:
+        _check_str(self.topic_partition.topic, "topic")
+        _check_int(self.topic_partition.partition, _INT32_RANGE, "partition")
+        _check_int(self.upstream_offset, _INT64_RANGE, "upstream_offset")
+        if self.downstream_offset is not None:
+            _check_int(self.downstream_offset, _INT64_RANGE, "downstream_offset")
+
+    @classmethod
+    def of(cls, sync: OffsetSync) -> HistorySync:
+        return cls(sync.topic_partition, sync.upstream_offset, sync.downstream_offset)
+
+    @property
+    def sync(self) -> OffsetSync | None:
+        """The offset sync it keeps; None for a tombstone."""
+        if self.downstream_offset is None:
+            return None
+        return OffsetSync(self.topic_partition, self.upstream_offset, self.downstream_offset)
+
+    def key_bytes(self) -> bytes:
+        out = bytearray()
+        _put_string(out, self.topic_partition.topic, "topic")
+        out += _INT32.pack(self.topic_partition.partition)
+        out += _INT64.pack(self.upstream_offset)
+        return bytes(out)
+
+    def value_bytes(self) -> bytes | None:
+        if self.downstream_offset is None:
+            return None
+        return _INT64.pack(self.upstream_offset) + _INT64.pack(self.downstream_offset)
+
+    @classmethod
+    def from_record(cls, key: Buffer | None, value: Buffer | None) -> HistorySync:
+        k = _Reader(key, "HistorySync key")
+        topic = k.string("topic")
+        partition = k.int32("partition")
+        upstream = k.int64("upstreamOffset")
+        k.end()
+        if value is None:
+            return cls(TopicPartition(topic, partition), upstream, None)
+        v = _Reader(value, "HistorySync value")
+        value_upstream = v.int64("upstreamOffset")
+        downstream = v.int64("offset")
+        v.end()
+        if value_upstream != upstream:
+            raise MalformedRecordError(
+                f"HistorySync: the key's upstream offset {upstream} differs from the value's "
+                f"{value_upstream}")
         return cls(TopicPartition(topic, partition), upstream, downstream)
 
 

@@ -23,6 +23,7 @@ from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig
 from mm2py.connectors.acl_sync import TopicAclSync
 from mm2py.connectors.checkpoint import CheckpointConnector
+from mm2py.connectors.sync_history import SyncHistoryPruner
 from mm2py.engine.controller import Controller, Plan
 from mm2py.engine.live_groups import AcknowledgedView
 from mm2py.engine.losses import ALARM_COUNTERS
@@ -56,8 +57,9 @@ def controller_for(flow: FlowConfig, admins: tuple[ClusterAdmin, ClusterAdmin] |
 
 
 def internal_topic_jobs(flow: FlowConfig, controller: Controller) -> list[Callable[[], None]]:
-    """Creating (if missing) the progress topic on the target and the offset-syncs topic where the
-    flow keeps it: independent admin calls, each blocking (run them in threads, together)."""
+    """Creating (if missing) the progress topic on the target, the offset-syncs topic and the sync
+    history topic where the flow keeps them: independent admin calls, each blocking (run them in
+    threads, together)."""
     partitions, rf = flow.progress_topic_layout()
     jobs: list[Callable[[], None]] = [functools.partial(
         controller.target_admin.ensure_compacted_topic, progress_topic(flow.source), rf, partitions,
@@ -69,6 +71,11 @@ def internal_topic_jobs(flow: FlowConfig, controller: Controller) -> list[Callab
             admin.ensure_compacted_topic, flow.offset_syncs_topic(),
             flow.offset_syncs_topic_replication_factor,
         ))
+        if flow.writes_sync_history:
+            jobs.append(functools.partial(
+                admin.ensure_compacted_topic, flow.offset_sync_history_topic(),
+                flow.offset_syncs_topic_replication_factor,
+            ))
     return jobs
 
 
@@ -130,6 +137,7 @@ class FlowRunnerBase(Generic[T]):
         self._stop = asyncio.Event()
         self._checkpointing: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
+        self._pruner: SyncHistoryPruner | None = None
         self._refresh_lock = asyncio.Lock()
         #: the internal topics to create with the next plan (set by start, taken by _plan)
         self._internal_topics: list[Callable[[], None]] = []
@@ -199,13 +207,22 @@ class FlowRunnerBase(Generic[T]):
         """What the runtime needs besides the first plan before the flow runs (nothing here)."""
 
     def _start_refresher(self) -> None:
-        """The controller's topic refresh, every ``refresh.topics.interval.seconds`` from now."""
-        interval = self.refresh_interval
-        if interval is None:
-            return
+        """The controller's topic refresh, every ``refresh.topics.interval.seconds`` from now, and
+        the pruning of the sync history, every ``mm2py.offset.sync.history.prune.interval.seconds``."""
         jobs = Scheduler(self.name, self._stop)
-        jobs.every("refresh topics", interval, self.refresh, delay=interval)
-        self._refresher = asyncio.create_task(jobs.run())
+        interval = self.refresh_interval
+        if interval is not None:
+            jobs.every("refresh topics", interval, self.refresh, delay=interval)
+        if self.flow.writes_sync_history:
+            every = float(self.flow.offset_sync_history_prune_interval_seconds)
+            jobs.every("prune sync history", every, self._prune_history, delay=every)
+        if jobs.jobs:
+            self._refresher = asyncio.create_task(jobs.run())
+
+    async def _prune_history(self) -> None:
+        if self._pruner is None:
+            self._pruner = await asyncio.to_thread(SyncHistoryPruner, self.flow)
+        await asyncio.to_thread(self._pruner.prune)
 
     def _start_checkpoints(self) -> None:
         """MM2's checkpoint connector for this flow, when it emits checkpoints or syncs group
@@ -222,6 +239,9 @@ class FlowRunnerBase(Generic[T]):
             self._refresher.cancel()
             with contextlib.suppress(BaseException):
                 await self._refresher
+        if self._pruner is not None:
+            pruner, self._pruner = self._pruner, None
+            await asyncio.to_thread(pruner.close)
         if self.acl_sync is not None:
             await self.acl_sync.stop()
         if self._checkpointing is not None:

@@ -139,6 +139,49 @@ def _trickle(bootstrap: str, topic: str, stop: threading.Event) -> threading.Thr
     return thread
 
 
+def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """``group`` commits ``offsets`` (asked again while a new group's coordinator is not ready)."""
+    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        def done() -> bool:
+            try:
+                c.commit(offsets=[KafkaPartition(t, p, o) for (t, p), o in offsets.items()],
+                         asynchronous=False)
+            except KafkaException as exc:
+                if not exc.args[0].retriable():
+                    raise
+                return False
+            return True
+        wait_until(done, 30, 0.2, f"{group}'s commit")
+    finally:
+        c.close()
+
+
+def _committed(bootstrap: str, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """``group``'s committed offsets of ``partitions`` (those it has)."""
+    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    got: list[Any] = []
+    try:
+        def done() -> bool:
+            try:
+                got[:] = c.committed([KafkaPartition(t, p) for t, p in partitions], timeout=10)
+            except KafkaException as exc:
+                if not exc.args[0].retriable():
+                    raise
+                return False
+            return True
+        wait_until(done, 30, 0.2, f"{group}'s committed offsets")
+    finally:
+        c.close()
+    return {(tp.topic, tp.partition): tp.offset for tp in got if tp.offset >= 0}
+
+
 def test_the_page_shows_a_live_flow_creates_one_pauses_one_and_shows_the_apis_errors(
     browser: Any, east: KafkaCluster, west: KafkaCluster
 ) -> None:
@@ -261,6 +304,30 @@ def test_the_page_shows_a_live_flow_creates_one_pauses_one_and_shows_the_apis_er
         assert expected.status_code == 404
         _until(browser, lambda: _text(browser, f"{groups} .form-error") == expected.json()["error"],
                "the API's 404 in the failover form")
+
+        # consumer-group failback: a group that consumed on the target is shown where it resumes on
+        # the source, nothing committed; the confirmation commits exactly that there
+        group = unique("ui-back")
+        _commit(west.bootstrap, group, {(f"east.{a}", p): 10 for p in (1, 2)})
+        plan = http.get(f"/flows/east/west/groups/{group}/failback").json()
+        want = sorted([f"east.{a}-{r['partition']}", "10", f"{a}-{r['partition']}", str(r["source_offset"])]
+                      for r in plan["rows"])
+        assert [w[0] for w in want] == [f"east.{a}-1", f"east.{a}-2"]
+        back = f"{card} .failback"
+        browser.find_element("css selector", f"{back} summary").click()
+        browser.find_element("css selector", f"{back} [name=group]").send_keys(group)
+        browser.find_element("css selector", f"{back} button[type=submit]").click()
+        shown = (f"return [...document.querySelectorAll('{back} .failback-table tbody tr')]"
+                 ".map(r => [...r.cells].map(c => c.textContent))")
+        _until(browser, lambda: sorted(_js(browser, shown)) == want, "the failback plan on the page")
+        confirm = browser.find_element("css selector", f"{back} .failback-confirm")
+        assert confirm.is_displayed() and confirm.text == f"Fail back {group}: commit 2 offsets on east"
+        assert _committed(east.bootstrap, group, [(a, 1), (a, 2)]) == {}  # nothing yet
+        confirm.click()
+        _until(browser, lambda: _text(browser, f"{back} .form-ok").startswith("failed back"), "the failback")
+        assert _committed(east.bootstrap, group, [(a, 1), (a, 2)]) == {
+            (a, int(w[2].rsplit("-", 1)[1])): int(w[3]) for w in want}
+        assert not confirm.is_displayed()
         http.close()
 
 

@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from mm2py.config.models import MirrorMakerConfig
 from mm2py.engine.offset_syncs import OffsetSyncStore
-from mm2py.engine.translation import BeforeSyncsError, Direction, NotMirroredError, TranslationError
+from mm2py.engine.translation import (
+    BeforeSyncsError,
+    Direction,
+    NotMirroredError,
+    PastLogEndError,
+    TranslationError,
+)
 from mm2py.offsets_rewrite import RewriteError, rewrite_json_map, rewrite_spark_checkpoint
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
@@ -63,6 +69,26 @@ def test_one_offset_either_way() -> None:
         tr.translate("east.orders", 1, 4, BACK)
     with pytest.raises(TranslationError, match="negative"):
         tr.translate("orders", 0, -3, FWD)
+
+
+def test_a_position_past_the_other_clusters_log_end_is_refused() -> None:
+    """No negative lag: the target partition was created again since the flow committed (its end is
+    3 now, the committed target offset 10): what would lie past its end is refused, not given."""
+    asked: list[tuple[str, TopicPartition]] = []
+
+    def log_end(side: str, tp: TopicPartition) -> int:
+        asked.append((side, tp))
+        return 3 if side == "target" else 16
+
+    base = _translator()
+    tr = FlowTranslator(base.flow, base.syncs, base.positions, log_end)
+    assert tr.translate("orders", 0, 2, FWD).target_offset == 2
+    assert tr.translate("orders", 0, 3, FWD).target_offset == 3  # at the end: lag 0
+    past = r"east\.orders-0 on 'west' ends at 3, before the translated position 5"
+    with pytest.raises(PastLogEndError, match=past):
+        tr.translate("orders", 0, 10, FWD)
+    assert tr.translate("east.orders", 0, 8, BACK).source_offset == 14
+    assert asked == [("target", TopicPartition("east.orders", 0)), ("source", TopicPartition("orders", 0))]
 
 
 def test_json_map_both_ways() -> None:

@@ -169,6 +169,7 @@ function makeCard(f) {
   });
   offsetsPanel(card);
   groupsPanel(card);
+  failbackPanel(card);
   return card;
 }
 
@@ -227,6 +228,44 @@ function groupsPanel(card) {
   };
   form.addEventListener("submit", (ev) => { ev.preventDefault(); run(false); });
   $(".groups-apply", el).addEventListener("click", () => run(true));
+}
+
+// Failback: a group as committed on the target, back to the source. The first step shows where
+// each partition resumes there (a dry run: nothing committed); committing takes a second click on
+// the confirmation naming the group, the cluster and the number of offsets.
+function failbackPanel(card) {
+  const el = card.el, form = $(".failback-form", el), tbody = $(".failback-table tbody", el);
+  const confirm = $(".failback-confirm", el);
+  const path = () => {
+    const pair = `/flows/${encodeURIComponent(card.flow.source)}/${encodeURIComponent(card.flow.target)}`;
+    return `${pair}/groups/${encodeURIComponent(form.elements.group.value.trim())}/failback`;
+  };
+  const regex = () => form.elements.topic_regex.value.trim();
+  const show = (body) => {
+    tbody.innerHTML = body.rows.map((r) => `<tr><td>${esc(r.target_topic)}-${r.partition}</td><td>${r.target_offset}</td>` +
+      `<td>${esc(r.topic)}-${r.partition}</td><td>${r.source_offset}</td></tr>`).join("");
+    $(".failback-notes", el).innerHTML = body.notes.map((n) => `<li>${esc(n)}</li>`).join("");
+  };
+  form.querySelectorAll("input").forEach((i) => i.addEventListener("input", () => { confirm.hidden = true; }));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    confirm.hidden = true;
+    const group = form.elements.group.value.trim();
+    if (!group) { clearErrors(form); $('[data-for="group"]', form).textContent = "a consumer group that consumed on the target"; return; }
+    submit(form, async () => {
+      const body = await api("GET", path() + (regex() ? `?topic_regex=${encodeURIComponent(regex())}` : ""));
+      show(body);
+      if (body.rows.length) {
+        confirm.textContent = `Fail back ${group}: commit ${body.rows.length} offsets on ${card.flow.source}`;
+        confirm.hidden = false;
+      }
+    }, "nothing committed yet: confirm to commit these offsets on the source");
+  });
+  confirm.addEventListener("click", () => {
+    confirm.hidden = true;
+    submit(form, async () => show(await api("POST", path(), {execute: true, topic_regex: regex() || null})),
+      `failed back: the group resumes there on ${card.flow.source}`);
+  });
 }
 
 function renderCard(card, f, state) {
