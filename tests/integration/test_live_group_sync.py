@@ -198,7 +198,9 @@ def test_groups_active_or_ahead_on_the_target_are_left_alone(east: KafkaCluster,
             _waiting(lambda: all(cp.upstream_offset == ends[tp.partition]
                                  for g in (active, ahead) for tp, cp in cps.latest.get(g).items())
                      and all(len(cps.latest.get(g)) == PARTITIONS for g in (active, ahead)), "checkpoints")
-            assert cps.metrics.skipped_active_groups >= 1
+            # then a sync round leaves the active group alone (it follows the checkpoints: on a
+            # loaded machine, after the wait above)
+            _waiting(lambda: cps.metrics.skipped_active_groups >= 1, "the active group skipped")
             assert _target_group(west, active) == {}  # a group with members: never written to
             assert _target_group(west, ahead) == {p: 10_000_000 for p in range(PARTITIONS)}  # never back
             # once its member has left, the group's next commit is synced live

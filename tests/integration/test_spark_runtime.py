@@ -154,7 +154,7 @@ def test_spark_mirrors_exactly_resumes_exactly_and_picks_up_new_topics(
     for t in (a, b):
         target_ends = end_offsets(west.bootstrap, f"east.{t}")
         for p, end in end_offsets(east.bootstrap, t).items():
-            assert committed[TopicPartition(t, p)] == (end, target_ends[p])
+            assert committed[TopicPartition(t, p)][:2] == (end, target_ends[p])
 
     # produced while nothing runs: a second run continues where the first one stopped
     _produce(east.bootstrap, a, {0: ["gzip"], 1: ["lz4"]}, 150, "two")
