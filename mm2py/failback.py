@@ -15,21 +15,62 @@ Partitions of topics the flow did not mirror (the target's own topics) are left 
 cannot be translated exactly (before the oldest sync still known, past what was mirrored) is left
 out with a note saying why, never guessed. Committing (``apply``) is ``mm2py/failover.py``'s, on
 the source cluster: only with ``--execute``, and only while the group has no members there.
+
+Which groups there are to fail back (``failback_groups``, the operator page's list): those committed
+on the target on a topic the flow mirrors there (a remote topic of a source partition the pair
+committed a position for, as ``translate_back`` takes them).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from mm2py.config.models import FlowConfig
 from mm2py.engine.translation import Direction, NotMirroredError, TranslationError
 from mm2py.failover import Row, Translation, UnknownGroupError
+from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.translator import FlowTranslator, source_topic_of
+from mm2py.runtime.translator import FlowTranslator, read_positions, source_topic_of
 from mm2py.stores.admin import ClusterAdmin
 
-__all__ = ["translate_back"]
+__all__ = ["FailbackGroup", "committed_on", "failback_groups", "translate_back"]
+
+
+@dataclass(frozen=True)
+class FailbackGroup:
+    """A consumer group committed on the flow's target, with the partitions of the flow's remote
+    topics it committed there (``east.orders``-0, ...)."""
+
+    group: str
+    partitions: tuple[TopicPartition, ...]
+
+
+def committed_on(
+    flow: FlowConfig, committed: Mapping[str, Mapping[TopicPartition, object]],
+    positions: Mapping[TopicPartition, Position],
+) -> list[FailbackGroup]:
+    """The groups of ``committed`` (each group's committed partitions on the target) with a partition
+    of a topic the flow mirrors to the target (``positions``: by source partition), by name."""
+    policy = flow.replication_policy()
+    remote = {policy.format_remote_topic(flow.source, tp.topic) for tp in positions}
+    out = []
+    for group in sorted(committed):
+        mine = tuple(sorted(tp for tp in committed[group] if tp.topic in remote))
+        if mine:
+            out.append(FailbackGroup(group, mine))
+    return out
+
+
+def failback_groups(flow: FlowConfig, timeout: float = 30.0) -> list[FailbackGroup]:
+    """The consumer groups committed on the target on the flow's remote topics: those
+    ``translate_back`` can move to the source (``ClusterUnreachableError`` when the target does not
+    answer)."""
+    target = ClusterAdmin.for_cluster(flow, "target", timeout=timeout)
+    groups = target.list_groups()  # fails clearly when the target is unreachable
+    positions = read_positions(flow, timeout)
+    return committed_on(flow, target.group_offsets(groups) if groups else {}, positions)
 
 
 def translate_back(

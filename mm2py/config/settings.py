@@ -106,7 +106,7 @@ class FlowSettings(BaseModel):
     # mm2py-specific
     #: every run sync (where D - U changes) also on mm2py's compacted sync history topic, one key
     #: each, so that any offset within the source's retention translates exactly
-    #: (``engine/sync_history.py``); pruned every ``...prune.interval.seconds``
+    #: (``engine/sync_history.py``); pruned every ``...prune.interval.seconds`` (first soon after start)
     offset_sync_history_enabled: bool = Field(True, alias="mm2py.offset.sync.history.enabled")
     offset_sync_history_prune_interval_seconds: int = Field(
         600, alias="mm2py.offset.sync.history.prune.interval.seconds", ge=1)

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -36,7 +37,13 @@ from mm2py.stores.admin import ClusterAdmin
 if TYPE_CHECKING:
     from mm2py.connectors.client_settings import RawClientSettings
 
-__all__ = ["FlowRunnerBase", "TaskView", "controller_for", "ensure_internal_topics", "internal_topic_jobs"]
+__all__ = ["FIRST_PRUNE_DELAY", "FlowRunnerBase", "TaskView", "controller_for", "ensure_internal_topics",
+           "internal_topic_jobs"]
+
+#: seconds from a flow's start to its first pruning of the sync history: soon (each start, a restart
+#: too, would otherwise wait a whole prune interval, 10 minutes by default), yet after the start's
+#: own work (internal topics, first refresh, the tasks' first fetches)
+FIRST_PRUNE_DELAY = 30.0
 
 
 def controller_for(flow: FlowConfig, admins: tuple[ClusterAdmin, ClusterAdmin] | None = None) -> Controller:
@@ -207,17 +214,24 @@ class FlowRunnerBase(Generic[T]):
         """What the runtime needs besides the first plan before the flow runs (nothing here)."""
 
     def _start_refresher(self) -> None:
+        """Run the flow's periodic jobs (:meth:`_flow_jobs`) until the flow stops."""
+        jobs = self._flow_jobs()
+        if jobs.jobs:
+            self._refresher = asyncio.create_task(jobs.run())
+
+    def _flow_jobs(self, clock: Callable[[], float] = time.monotonic) -> Scheduler:
         """The controller's topic refresh, every ``refresh.topics.interval.seconds`` from now, and
-        the pruning of the sync history, every ``mm2py.offset.sync.history.prune.interval.seconds``."""
-        jobs = Scheduler(self.name, self._stop)
+        the pruning of the sync history, every ``mm2py.offset.sync.history.prune.interval.seconds``:
+        first :data:`FIRST_PRUNE_DELAY` seconds after the start (at most one interval), so that a
+        restarted worker does not leave the history unpruned for a whole interval."""
+        jobs = Scheduler(self.name, self._stop, clock=clock)
         interval = self.refresh_interval
         if interval is not None:
             jobs.every("refresh topics", interval, self.refresh, delay=interval)
         if self.flow.writes_sync_history:
             every = float(self.flow.offset_sync_history_prune_interval_seconds)
-            jobs.every("prune sync history", every, self._prune_history, delay=every)
-        if jobs.jobs:
-            self._refresher = asyncio.create_task(jobs.run())
+            jobs.every("prune sync history", every, self._prune_history, delay=min(every, FIRST_PRUNE_DELAY))
+        return jobs
 
     async def _prune_history(self) -> None:
         if self._pruner is None:

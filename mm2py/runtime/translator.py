@@ -47,7 +47,7 @@ from mm2py.stores.admin import ClusterAdmin, StoreError, librdkafka_config
 from mm2py.stores.positions import PositionStore
 from mm2py.stores.topic_tail import TopicTail, watermarks
 
-__all__ = ["FlowTranslator", "Translated", "read_offset_syncs", "source_topic_of"]
+__all__ = ["FlowTranslator", "Translated", "read_offset_syncs", "read_positions", "source_topic_of"]
 
 #: Spark's and Kafka's "latest" and "earliest" stand-ins in an offsets map: kept as they are
 SENTINELS = frozenset({-1, -2})
@@ -86,6 +86,19 @@ def read_offset_syncs(flow: FlowConfig, timeout: float = 30.0) -> OffsetSyncStor
         for u, d in merged(history.syncs(tp), older.syncs(tp)):
             syncs.add(OffsetSync(tp, u, d))
     return syncs
+
+
+def read_positions(flow: FlowConfig, timeout: float = 30.0) -> dict[TopicPartition, Position]:
+    """The positions every flow of the pair committed on the target, by source partition (raises
+    ``StoreError`` when the progress topic cannot be read, ``ClusterUnreachableError`` when the
+    target does not answer)."""
+    target = ClusterAdmin.for_cluster(flow, "target", timeout=timeout)
+    target.list_topics()  # an unreachable target is named (ClusterUnreachableError)
+    store = PositionStore(target, flow.source, connector=None)  # every flow of the pair
+    try:
+        return store.load(timeout)
+    except (KafkaException, TimeoutError, RuntimeError) as exc:
+        raise StoreError(f"reading {store.topic} on '{flow.target}' failed: {exc}") from None
 
 
 def log_end(flow: FlowConfig, timeout: float, side: Side, tp: TopicPartition) -> int:
@@ -143,13 +156,7 @@ class FlowTranslator:
     def read(cls, flow: FlowConfig, timeout: float = 30.0) -> FlowTranslator:
         """Reads the pair's committed positions, then its offset syncs (raises ``StoreError`` when a
         topic cannot be read, ``ClusterUnreachableError`` when a cluster does not answer)."""
-        target = ClusterAdmin.for_cluster(flow, "target", timeout=timeout)
-        target.list_topics()  # an unreachable target is named (ClusterUnreachableError)
-        store = PositionStore(target, flow.source, connector=None)  # every flow of the pair
-        try:
-            positions = store.load(timeout)
-        except (KafkaException, TimeoutError, RuntimeError) as exc:
-            raise StoreError(f"reading {store.topic} on '{flow.target}' failed: {exc}") from None
+        positions = read_positions(flow, timeout)
         return cls(flow, read_offset_syncs(flow, timeout), positions,
                    functools.partial(log_end, flow, timeout))
 

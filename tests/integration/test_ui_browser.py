@@ -315,6 +315,8 @@ def test_the_page_shows_a_live_flow_creates_one_pauses_one_and_shows_the_apis_er
         assert [w[0] for w in want] == [f"east.{a}-1", f"east.{a}-2"]
         back = f"{card} .failback"
         browser.find_element("css selector", f"{back} summary").click()
+        listed = f"return [...document.querySelectorAll('{back} .failback-pick')].map(b => b.dataset.group)"
+        _until(browser, lambda: group in _js(browser, listed), "the group in the list of groups to fail back")
         browser.find_element("css selector", f"{back} [name=group]").send_keys(group)
         browser.find_element("css selector", f"{back} button[type=submit]").click()
         shown = (f"return [...document.querySelectorAll('{back} .failback-table tbody tr')]"

@@ -1,20 +1,25 @@
 """The sync history (engine/sync_history.py): exact translation at any lag after compaction left one
 sync per partition on the MM2-format topic; its fold equal over a compacted topic and a whole one;
 pruning that keeps every offset from the source's log start translatable; run syncs marked by the
-planner; the record's codec."""
+planner; the record's codec; the flow runners' pruning job (both runtimes)."""
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mm2py.config.models import MirrorMakerConfig
 from mm2py.engine.offset_syncs import OffsetSyncPlanner, OffsetSyncStore, RunSync
 from mm2py.engine.sync_history import SyncHistory, merged
 from mm2py.engine.translation import BeforeSyncsError, PartitionMap
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import HistorySync, MalformedRecordError, OffsetSync
 from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.flows import FIRST_PRUNE_DELAY, FlowRunnerBase
 from tests.support.hypothesis_examples import examples
 
 TP = TopicPartition("orders", 3)
@@ -178,3 +183,52 @@ def test_history_record_codec() -> None:
         HistorySync.from_record(sync.key_bytes(), OffsetSync(TP, 41, 17).value_bytes())
     with pytest.raises(MalformedRecordError):
         HistorySync.from_record(None, sync.value_bytes())
+
+
+def _runner(runtime: str, **settings: str) -> FlowRunnerBase[Any]:
+    """A flow runner of ``runtime`` for east->west (no broker is reached before its start)."""
+    from mm2py.runtime.inprocess import FlowRunner
+    from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner
+
+    config = MirrorMakerConfig.from_flat({"clusters": "east,west", "east.bootstrap.servers": "e:1",
+                                          "west.bootstrap.servers": "w:1", **settings})
+    flow = config.flow("east", "west")
+    return FlowRunner(flow) if runtime == "in-process" else SparkFlowRunner(flow)
+
+
+@pytest.mark.parametrize("runtime", ["in-process", "spark"])
+@pytest.mark.parametrize(("interval", "first"), [(120, FIRST_PRUNE_DELAY), (10, 10)])
+def test_the_flow_prunes_its_history_soon_after_its_start_then_every_interval(
+    runtime: str, interval: int, first: float
+) -> None:
+    runner = _runner(runtime, **{"refresh.topics.enabled": "false",
+                                 "mm2py.offset.sync.history.prune.interval.seconds": str(interval)})
+    pruned: list[float] = []
+    now = [0.0]
+
+    async def prune() -> None:
+        pruned.append(now[0])
+
+    runner._prune_history = prune  # type: ignore[method-assign]
+    jobs = runner._flow_jobs(clock=lambda: now[0])
+    assert jobs.jobs == ["prune sync history"]
+
+    async def at(t: float) -> float | None:
+        now[0] = t
+        return await jobs.run_due()
+
+    async def life() -> None:
+        assert await at(0) == first and pruned == []  # not amid the start's own work
+        assert await at(first) == interval and pruned == [first]
+        assert await at(first + interval - 1) == 1 and pruned == [first]
+        assert await at(first + interval) == interval and pruned == [first, first + interval]
+
+    asyncio.run(life())
+
+
+@pytest.mark.parametrize("runtime", ["in-process", "spark"])
+@pytest.mark.parametrize("off", ["mm2py.offset.sync.history.enabled", "emit.offset-syncs.enabled"])
+def test_no_pruning_without_a_history(runtime: str, off: str) -> None:
+    on = _runner(runtime)
+    assert on._flow_jobs().jobs == ["refresh topics", "prune sync history"]
+    assert _runner(runtime, **{off: "false"})._flow_jobs().jobs == ["refresh topics"]

@@ -1,6 +1,7 @@
 """``GET /flows/{name}/translate`` (no broker: the flow's syncs and positions are given, the worker's
 runners faked): both directions, a pair-shaped path, 400 for bad input and for offsets that do not
-translate exactly, 404 for an unknown flow or partition, always the ``/flows`` API's error body."""
+translate exactly, 404 for an unknown flow or partition, always the ``/flows`` API's error body; the
+failback routes, and the list of groups a failback can move (503 for an unreachable target)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,51 @@ def test_failback_routes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert applied == [True] and done["executed"] and done["previous"] == {"orders-0": 99}
     r = send("GET", "/flows/east/west/groups/billing/failback?topic_regex=(")
     assert r.status_code == 400 and r.json()["key"] == "topic_regex"
+
+
+
+def _get(app: Any, path: str) -> httpx.Response:
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mm2py") as client:
+            return await client.get(path)
+
+    return asyncio.run(go())
+
+
+def test_the_groups_a_failback_can_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mm2py import failback
+    from mm2py.stores.admin import ClusterAdmin, GroupOffset
+
+    # a target that refuses connections: the same 503 as the failback call (no broker involved)
+    down = create_app(FakeWorker(**{"west.bootstrap.servers": "127.0.0.1:1", "admin.timeout.ms": "500"}))
+    r = _get(down, "/flows/east/west/groups")
+    assert r.status_code == 503 and "cluster 'west'" in r.json()["error"], r.text
+
+    orders, orders1 = TopicPartition("east.orders", 0), TopicPartition("east.orders", 1)
+    local, other = TopicPartition("local", 0), TopicPartition("x", 1)
+    committed = {  # on the target: a mirrored topic, the target's own topic, a topic not mirrored
+        "billing": {orders1: GroupOffset(3), orders: GroupOffset(7), local: GroupOffset(1)},
+        "local-app": {local: GroupOffset(5)},
+        "audit": {other: GroupOffset(2), orders: GroupOffset(1)},
+    }
+    asked: list[str] = []
+
+    def group_offsets(admin: ClusterAdmin, groups: list[str]) -> dict[str, Any]:
+        asked.append(admin.alias)
+        return {g: committed[g] for g in groups}
+
+    monkeypatch.setattr(ClusterAdmin, "list_groups", lambda admin: sorted(committed))
+    monkeypatch.setattr(ClusterAdmin, "group_offsets", group_offsets)
+    monkeypatch.setattr(failback, "read_positions", lambda flow, timeout: {  # what the pair mirrored
+        TopicPartition("orders", 0): Position(16, 11), TopicPartition("orders", 1): Position(4, 4)})
+    app = create_app(FakeWorker())
+    r = _get(app, "/flows/east/west/groups")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"flow": "east->west", "target_cluster": "west", "groups": [
+        {"group": "audit", "partitions": ["east.orders-0"]},
+        {"group": "billing", "partitions": ["east.orders-0", "east.orders-1"]},
+    ]}
+    assert asked == ["west"]  # the groups as committed on the target
+    r = _get(app, "/flows/east/nowhere/groups")
+    assert r.status_code == 400 and "no flow east->nowhere" in r.json()["error"], r.text

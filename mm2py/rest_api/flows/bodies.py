@@ -154,3 +154,19 @@ class GroupOffsets(BaseModel):
     notes: list[str]
     executed: bool = False
     previous: dict[str, int] | None = None  # "topic-partition" -> the target group's offset before
+
+
+class FailbackGroup(BaseModel):
+    """A consumer group committed on a flow's target, and the target partitions it committed there
+    of the flow's remote topics (``"east.orders-0"``)."""
+
+    group: str
+    partitions: list[str]
+
+
+class FailbackGroups(BaseModel):
+    """The consumer groups a failback of the flow can move back to its source, by name."""
+
+    flow: str
+    target_cluster: str
+    groups: list[FailbackGroup]

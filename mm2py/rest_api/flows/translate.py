@@ -7,6 +7,9 @@
   outside Kafka. Bad input is a 400, an unknown flow or a partition the flow has not mirrored a 404,
   an offset that cannot be translated exactly (before the oldest sync still known, past what was
   mirrored) a 400 saying why; all with the ``/flows`` API's ``{"error", "key"}`` body.
+* ``GET /flows/{source}/{target}/groups``: the consumer groups committed on the target on the flow's
+  remote topics, each with those partitions (``mm2py/failback.py``: ``failback_groups``): what a
+  failback can move; the operator page offers them. An unreachable target is a 503.
 * ``GET|POST /flows/{source}/{target}/groups/{group}/failback``: a consumer group as committed on the
   target, translated back to the source (``mm2py/failback.py``); ``POST`` commits it there
   (``{"execute": true}``; a dry run otherwise), only while the group has no members on the source —
@@ -24,9 +27,16 @@ from pydantic import BaseModel
 
 from mm2py.config.errors import ConfigError
 from mm2py.engine.translation import Direction, NotMirroredError, TranslationError
-from mm2py.failback import translate_back
+from mm2py.failback import failback_groups, translate_back
 from mm2py.failover import apply, check_topic_regex
-from mm2py.rest_api.flows.bodies import ErrorBody, GroupOffsets, OffsetsRequest, TranslatedOffset
+from mm2py.rest_api.flows.bodies import (
+    ErrorBody,
+    FailbackGroup,
+    FailbackGroups,
+    GroupOffsets,
+    OffsetsRequest,
+    TranslatedOffset,
+)
 from mm2py.rest_api.shared import AnyWorker
 from mm2py.runtime.translator import FlowTranslator
 
@@ -83,6 +93,14 @@ def _failback(worker: AnyWorker, source: str, target: str, group: str, topic_reg
     return GroupOffsets(rows=rows, notes=translation.notes, executed=execute, previous=previous)
 
 
+def _groups(worker: AnyWorker, source: str, target: str) -> FailbackGroups:
+    """The groups a failback of the pair's flow can move back (``failback_groups``)."""
+    flow = worker.config.flow(source, target)  # any configured pair: it may have stopped since
+    groups = failback_groups(flow, flow.admin_timeout_ms / 1000)
+    return FailbackGroups(flow=flow.name, target_cluster=flow.target, groups=[
+        FailbackGroup(group=g.group, partitions=[str(tp) for tp in g.partitions]) for g in groups])
+
+
 def translate_router(worker: AnyWorker) -> APIRouter:
     router = APIRouter()
 
@@ -117,6 +135,12 @@ def translate_router(worker: AnyWorker) -> APIRouter:
             return _error(404, str(exc), "topic")
         except TranslationError as exc:
             return _error(400, str(exc), "offset")
+
+    @router.get("/flows/{source}/{target}/groups")
+    async def failback_candidates(source: str, target: str) -> FailbackGroups:
+        """The consumer groups committed on the target on the flow's remote topics (what a
+        failback can move), each with those partitions."""
+        return await asyncio.to_thread(_groups, worker, source, target)
 
     @router.get("/flows/{source}/{target}/groups/{group}/failback")
     async def failback_plan(source: str, target: str, group: str, topic_regex: str | None = None

@@ -230,16 +230,36 @@ function groupsPanel(card) {
   $(".groups-apply", el).addEventListener("click", () => run(true));
 }
 
-// Failback: a group as committed on the target, back to the source. The first step shows where
-// each partition resumes there (a dry run: nothing committed); committing takes a second click on
-// the confirmation naming the group, the cluster and the number of offsets.
+// Failback: a group as committed on the target, back to the source. Opening the panel lists the
+// groups committed on the target on the flow's topics (GET .../groups); clicking one, or typing a
+// name, shows where each partition resumes there (a dry run: nothing committed); committing takes a
+// second click on the confirmation naming the group, the cluster and the number of offsets.
 function failbackPanel(card) {
   const el = card.el, form = $(".failback-form", el), tbody = $(".failback-table tbody", el);
-  const confirm = $(".failback-confirm", el);
-  const path = () => {
-    const pair = `/flows/${encodeURIComponent(card.flow.source)}/${encodeURIComponent(card.flow.target)}`;
-    return `${pair}/groups/${encodeURIComponent(form.elements.group.value.trim())}/failback`;
+  const confirm = $(".failback-confirm", el), list = $(".failback-groups", el);
+  const pair = () => `/flows/${encodeURIComponent(card.flow.source)}/${encodeURIComponent(card.flow.target)}`;
+  const path = () => `${pair()}/groups/${encodeURIComponent(form.elements.group.value.trim())}/failback`;
+  const listGroups = async () => {
+    const spot = $(".failback-list-error", el);
+    spot.textContent = "";
+    try {
+      const body = await api("GET", `${pair()}/groups`);
+      list.innerHTML = body.groups.map((g) => `<li><button type="button" class="failback-pick" data-group="${esc(g.group)}">` +
+        `${esc(g.group)}</button> <span class="muted">${g.partitions.map(esc).join(", ")}</span></li>`).join("") ||
+        `<li class="muted">none on ${esc(body.target_cluster)}</li>`;
+    } catch (err) {
+      list.innerHTML = "";
+      spot.textContent = err.message;
+    }
   };
+  $(".failback", el).addEventListener("toggle", (ev) => { if (ev.target.open) listGroups(); });
+  $(".failback-reload", el).addEventListener("click", listGroups);
+  list.addEventListener("click", (ev) => {
+    const pick = ev.target.closest(".failback-pick");
+    if (!pick) return;
+    form.elements.group.value = pick.dataset.group;
+    form.requestSubmit();
+  });
   const regex = () => form.elements.topic_regex.value.trim();
   const show = (body) => {
     tbody.innerHTML = body.rows.map((r) => `<tr><td>${esc(r.target_topic)}-${r.partition}</td><td>${r.target_offset}</td>` +
