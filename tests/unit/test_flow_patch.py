@@ -70,3 +70,31 @@ def test_forgotten_run_time_settings_fall_back_to_the_files_and_the_worker_confi
             update={"source_keys": worker.config.source_keys})
 
     asyncio.run(run())
+
+
+def test_enabled_is_refused_over_http_and_nothing_changes(tmp_path: Path) -> None:
+    """``enabled`` in a ``PATCH`` or ``POST /flows`` body is refused: stored, a ``false`` would leave
+    the flow running now and not start it after the next restart (pause, stop and DELETE do that)."""
+    import httpx
+
+    from mm2py.rest_api.app import create_app
+
+    async def run() -> list[httpx.Response]:
+        worker = FakeWorker(tmp_path / "state.json", **{"east->west.enabled": "true",
+                                                       "east->west.topics": "payments"})
+        await worker.start()
+        transport = httpx.ASGITransport(app=create_app(worker), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mm2py") as client:
+            answers = [await client.patch("/flows/east->west", json={"settings": {"enabled": False}}),
+                       await client.post("/flows", json={"source": "west", "target": "east",
+                                                         "settings": {"enabled": "false"}})]
+            answers.append(await client.get("/flows/east->west"))
+        return answers
+
+    patch, post, status = asyncio.run(run())
+    for answer in (patch, post):
+        assert answer.status_code in (400, 422), answer.text
+        assert "'enabled' is not a setting to change here" in answer.text and "/pause" in answer.text
+    assert status.json()["state"] == "RUNNING"
+    state = tmp_path / "state.json"
+    assert not state.exists() or "false" not in state.read_text()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from mm2py.config.patch import FlowPatch
 from mm2py.rest_api.shared import AnyRunner
@@ -58,6 +58,16 @@ class FlowUpdate(FilterChange):
     """A change to a running flow. Topic lists apply in place; other settings restart the flow."""
 
     settings: dict[str, SettingValue] = Field(default_factory=dict)
+
+    @field_validator("settings")
+    @classmethod
+    def _not_enabled(cls, settings: dict[str, SettingValue]) -> dict[str, SettingValue]:
+        # a stored ``enabled=false`` would leave the flow running now and not start it after the
+        # next restart: halting and removing a flow have calls of their own
+        if "enabled" in settings:
+            raise ValueError("'enabled' is not a setting to change here: POST /flows/{name}/pause or "
+                             "/stop halts a flow, /resume starts it again, DELETE /flows/{name} removes it")
+        return settings
 
     def all_settings(self) -> dict[str, SettingValue]:
         return {**self.settings, **self.filter_settings()}
