@@ -22,6 +22,7 @@ write the topic meanwhile: stop the flows (mm2py and MM2) that use it first.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,13 +134,36 @@ def repair(admin: ClusterAdmin, topic: str, *, dry_run: bool = False, timeout: f
     restore = _own_settings(client, topic, timeout)
     _alter(client, topic, {k: (AlterConfigOpType.SET, v) for k, v in _FOR_DELETE.items()}, timeout)
     try:
-        futures = client.delete_records([CKTopicPartition(topic, p, o) for p, o in plan.cuts.items()],
-                                        request_timeout=timeout)
-        for fut in futures.values():
-            fut.result(timeout)
+        _delete_below(client, topic, plan.cuts, timeout)
     finally:
         _alter(client, topic, restore, timeout)
     return report
+
+
+def _delete_below(client: AdminClient, topic: str, cuts: Mapping[int, int], timeout: float) -> None:
+    """DeleteRecords below ``cuts``. A broker takes a topic's new ``cleanup.policy`` when it replays
+    the metadata log, after the controller has answered the change: until then it refuses the
+    deletion of a compacted topic's records as POLICY_VIOLATION, and the partitions it refused are
+    asked again (0.1 s doubling to 1 s, within ``timeout``)."""
+    todo, pause = dict(cuts), 0.1
+    deadline = time.monotonic() + timeout
+    while True:
+        futures = client.delete_records([CKTopicPartition(topic, p, o) for p, o in todo.items()],
+                                        request_timeout=timeout)
+        refused: dict[int, int] = {}
+        for tp, fut in futures.items():
+            try:
+                fut.result(timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.POLICY_VIOLATION or time.monotonic() >= deadline:
+                    raise
+                refused[tp.partition] = todo[tp.partition]
+        if not refused:
+            return
+        log.debug("%s: the new cleanup.policy is not in effect yet on every broker; asking again", topic)
+        todo = refused
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def _produce(
