@@ -98,20 +98,7 @@ def test_a_source_topic_deleted_and_created_again_stops_the_task_before_any_new_
     clusters = {"east": east.bootstrap, "west": west.bootstrap}
     with BackgroundWorker(mirror_config(clusters, {"east->west": {"topics": topic}})) as bg:
         wait_until(lambda: total(west.bootstrap, remote) == 30, 60, 0.1, "the old topic's records")
-        client = AdminClient({"bootstrap.servers": east.bootstrap})  # must outlive its futures
-        client.delete_topics([topic])[topic].result(30)
-        wait_until(lambda: topic not in topic_names(east.bootstrap), 30, 0.1, "the topic deleted")
-
-        def created_again() -> bool:
-            try:
-                create_topic(east.bootstrap, topic)
-            except KafkaException as exc:  # the deletion still under way on the broker
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
-                return False
-            return True
-
-        wait_until(created_again, 30, 0.2, "the topic created again")
+        _recreate(east.bootstrap, topic)
         produce_records(east.bootstrap, topic, make_records(40, tag="new"))
         flow = bg.worker.flows["east->west"]
         wait_until(lambda: next(iter(flow.tasks.values())).state == "FAILED", 60, 0.1, "the alarm")
