@@ -139,46 +139,42 @@ def _trickle(bootstrap: str, topic: str, stop: threading.Event) -> threading.Thr
     return thread
 
 
-def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    """``group`` commits ``offsets`` (asked again while a new group's coordinator is not ready)."""
+def _as_group(bootstrap: str, group: str, call: Callable[[Any], Any], what: str) -> Any:
+    """``call`` with a consumer of ``group``, asked again while the answer is a retriable error (a
+    new group's coordinator not ready yet); what it returned."""
     from confluent_kafka import Consumer, KafkaException
-    from confluent_kafka import TopicPartition as KafkaPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        def done() -> bool:
-            try:
-                c.commit(offsets=[KafkaPartition(t, p, o) for (t, p), o in offsets.items()],
-                         asynchronous=False)
-            except KafkaException as exc:
-                if not exc.args[0].retriable():
-                    raise
-                return False
-            return True
-        wait_until(done, 30, 0.2, f"{group}'s commit")
-    finally:
-        c.close()
-
-
-def _committed(bootstrap: str, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """``group``'s committed offsets of ``partitions`` (those it has)."""
-    from confluent_kafka import Consumer, KafkaException
-    from confluent_kafka import TopicPartition as KafkaPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     got: list[Any] = []
     try:
         def done() -> bool:
             try:
-                got[:] = c.committed([KafkaPartition(t, p) for t, p in partitions], timeout=10)
+                got[:] = [call(c)]
             except KafkaException as exc:
                 if not exc.args[0].retriable():
                     raise
                 return False
             return True
-        wait_until(done, 30, 0.2, f"{group}'s committed offsets")
+        wait_until(done, 30, 0.2, f"{group}'s {what}")
     finally:
         c.close()
+    return got[0]
+
+
+def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """``group`` commits ``offsets``."""
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    _as_group(bootstrap, group, lambda c: c.commit(
+        offsets=[KafkaPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False), "commit")
+
+
+def _committed(bootstrap: str, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """``group``'s committed offsets of ``partitions`` (those it has)."""
+    from confluent_kafka import TopicPartition as KafkaPartition
+
+    got = _as_group(bootstrap, group, lambda c: c.committed(
+        [KafkaPartition(t, p) for t, p in partitions], timeout=10), "committed offsets")
     return {(tp.topic, tp.partition): tp.offset for tp in got if tp.offset >= 0}
 
 
