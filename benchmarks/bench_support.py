@@ -212,9 +212,10 @@ def _extra(items: list[str], src: str, dst: str) -> dict[str, str]:
     return out
 
 
-def mm2py_command(s: Setup, src: str, dst: str, runtime: str = "inprocess") -> list[str]:
+def mm2py_command(s: Setup, src: str, dst: str, runtime: str = "inprocess", verify: bool = True) -> list[str]:
     """``mm2py run`` in-process, or with ``--runtime spark`` (embedded local[N] unless
-    ``s.spark_master``)."""
+    ``s.spark_master``); ``verify=False``: with ``mm2py.verify.enabled=false`` (what the per-batch
+    comparison costs)."""
     cfg = s.workdir / ("mm2py-spark.properties" if runtime == "spark" else "mm2py.properties")
     cfg.write_text(properties({
         "clusters": f"{src}, {dst}", f"{src}.bootstrap.servers": s.source,
@@ -223,6 +224,7 @@ def mm2py_command(s: Setup, src: str, dst: str, runtime: str = "inprocess") -> l
         "replication.factor": 1, "offset-syncs.topic.replication.factor": 1,
         "checkpoints.topic.replication.factor": 1, "heartbeats.topic.replication.factor": 1,
         "sync.topic.acls.enabled": "false",
+        **({} if verify else {"mm2py.verify.enabled": "false"}),
         **_extra(s.mm2py_props, src, dst),
     }))
     cmd = [sys.executable, "-m", "mm2py.cli", "run", "-c", str(cfg), "--log-level", "warning"]
@@ -270,6 +272,7 @@ def record_copy_command(s: Setup, src: str, _dst: str) -> list[str]:
 COMMANDS: dict[str, Callable[[Setup, str, str], list[str]]] = {
     "mm2py": mm2py_command,
     "mm2py-spark": lambda s, src, dst: mm2py_command(s, src, dst, runtime="spark"),
+    "mm2py-unverified": lambda s, src, dst: mm2py_command(s, src, dst, verify=False),
     "mm2": mm2_command,
     "mm2-tuned": lambda s, src, dst: mm2_command(s, src, dst, tuned=True),
     "record-copy": record_copy_command,

@@ -67,7 +67,7 @@ from confluent_kafka import Producer
 
 from mm2py.kafka_local import KafkaCluster
 
-PEERS = ("mm2py", "mm2", "mm2-tuned", "record-copy")
+PEERS = ("mm2py", "mm2py-unverified", "mm2", "mm2-tuned", "record-copy")
 
 
 # ---------------------------------------------------------------------------------- topic data

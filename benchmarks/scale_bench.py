@@ -82,7 +82,7 @@ from scale_support import (
 from mm2py.kafka_local import KafkaCluster, start_all
 from mm2py.kafka_local.cluster import free_port
 
-PEERS = ("mm2py", "mm2py-spark", "mm2", "mm2-tuned")
+PEERS = ("mm2py", "mm2py-unverified", "mm2py-spark", "mm2", "mm2-tuned")
 #: a deleted topic's files go after 1 s; no offset/time index entries in these tiny logs: with the
 #: default (an entry per 4 KiB) every partition's first entry fell due at the same moment, in the
 #: window, and the page faults of thousands of fresh index pages held a broker busy for 10-20 s,
@@ -160,7 +160,7 @@ def run_peer(peer: str, n: int, run: str, env: Env, args: argparse.Namespace) ->
         setup = Setup(env.source, env.target, f"scale-{run}-{n}-.*", env.workdir, tasks=args.tasks,
                       codec=args.codec, mm2py_props=args.mm2py_prop, mm2_props=args.mm2_prop)
         cmd = COMMANDS[peer](setup, tops.alias, f"dst{n}")
-        if peer == "mm2py":  # its own request counts, per cluster and API (mm2py_requests_total)
+        if peer in ("mm2py", "mm2py-unverified"):  # its own request counts, per cluster and API
             row.metrics_port = free_port()
             cmd += ["--metrics-port", str(row.metrics_port)]
         with peer_process(cmd, env.workdir / f"{n}-{peer}.out") as proc:

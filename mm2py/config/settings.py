@@ -170,6 +170,10 @@ class FlowSettings(BaseModel):
     alarm_source_recreated: Literal["fail", "skip"] = Field("fail", alias="mm2py.alarm.source.recreated")
     alarm_target_truncated: Literal["fail", "skip"] = Field("fail", alias="mm2py.alarm.target.truncated")
     alarm_target_foreign: Literal["fail", "skip"] = Field("skip", alias="mm2py.alarm.target.foreign")
+    #: false: acknowledged batches' target offsets are not compared with where the last batch ended
+    #: (no target.* alarm, no verified batches counted). For measuring what the comparison costs
+    #: (benchmarks/README.md); the source-side alarms and every CRC check stay
+    verify_enabled: bool = Field(True, alias="mm2py.verify.enabled")
 
     @field_validator("topics", "topics_exclude", "groups", "groups_exclude",
                      "config_properties_exclude")  # fmt: skip

@@ -180,5 +180,5 @@ async def build_task(
         spec, source, sink, FlowProgressKeeper(flow, clients.on_syncs if clients is not None else None),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,
         reconcile=TailReconciler(source, target_client, rename), pipeline_depth=PIPELINE_DEPTH,
-        alarms=policies_of(flow),
+        alarms=policies_of(flow), verify=flow.verify_enabled,
     )

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from mm2py.config.settings import FlowSettings
 from mm2py.engine.losses import DEFAULT_POLICIES, SETTINGS, Alarm, MirrorAlarmError, Policy, policies_of
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.task import TaskRunner
@@ -40,11 +41,11 @@ class MeddledSink(MemorySink):
 
 def _runner(sink: MemorySink, source: MemorySource | None = None, log: Log | None = None,
             alarms: Mapping[Alarm, Policy] | None = None,
-            progress: MemoryProgress | None = None) -> TaskRunner:
+            progress: MemoryProgress | None = None, verify: bool = True) -> TaskRunner:
     log = log or Log([batch(0, 3), batch(3, 3), batch(6, 3), batch(9, 3)], end=12)
     return TaskRunner(TaskSpec(None, 0, (TP,)), source or MemorySource({TP: log}, per_fetch=1), sink,
                       progress or MemoryProgress(), offset_lag_max=100, commit_interval=0, retry_backoff=0,
-                      alarms=alarms)
+                      alarms=alarms, verify=verify)
 
 
 def _run(runner: TaskRunner, until: int = 12) -> None:
@@ -82,6 +83,19 @@ def test_foreign_records_fail_the_task_when_the_flow_says_so() -> None:
         _run(runner)
     assert exc.value.event.found == 4 and exc.value.event.expected == 3
     assert runner.metrics.audit_foreign_records == 1
+
+
+def test_with_verification_off_nothing_is_compared_and_the_mirror_goes_on() -> None:
+    """``mm2py.verify.enabled=false`` (for measuring the comparison's cost): a foreign write that
+    fails the task under ``fail`` is not looked at, and no batch is counted verified."""
+    sink = MeddledSink(at=2, foreign=1)
+    runner = _runner(sink, alarms={Alarm.FOREIGN_RECORDS: Policy.FAIL}, verify=False)
+    _run(runner)
+    m = runner.metrics
+    assert (m.audit_verified_batches, m.audit_foreign_records, m.batches) == (0, 0, 4)
+    assert not runner.losses.recent and len(values(sink)) == 13
+    assert FlowSettings.model_validate({"mm2py.verify.enabled": "false"}).verify_enabled is False
+    assert FlowSettings.model_validate({}).verify_enabled is True
 
 
 def test_a_target_emptied_under_the_mirror_stops_the_task_by_default() -> None:
@@ -152,7 +166,6 @@ def test_source_offsets_deleted_before_they_were_mirrored_are_counted_and_skippe
 
 def test_every_alarm_has_a_setting_and_a_default() -> None:
     assert set(SETTINGS) == set(DEFAULT_POLICIES) == set(Alarm)
-    from mm2py.config.settings import FlowSettings
 
     aliases = {f.alias for f in FlowSettings.model_fields.values()}
     assert set(SETTINGS.values()) <= aliases
