@@ -228,8 +228,10 @@ class CheckpointConnector:
         return self._syncs_tail.catch_up(timeout)
 
     def checkpoint_round(self, write: bool = True) -> list[Checkpoint]:
-        """Translate the groups' offsets; record (and, if ``write``, emit) the changed checkpoints."""
-        if not self.catch_up_topics():
+        """Translate the groups' offsets; record (and, if ``write``, emit) the changed checkpoints.
+        With no group to translate the topics are not read (the first round with a group reads
+        what was appended since: a mirror's progress commits are most of it, hundreds a second)."""
+        if not self.groups or not self.catch_up_topics():
             return []  # no offset syncs yet: nothing can be translated
         # for groups far behind (the live sync translates only what the mirror has just passed)
         self._history_tail.catch_up(self.source_admin.timeout)

@@ -61,6 +61,8 @@ class PositionStore:
                                     "partitioner": JAVA_PARTITIONER})
         self._producer: Producer | None = None
         self._committed: dict[TopicPartition, Position] = {}
+        #: each partition's record key (JSON, the same for every commit of it): made once
+        self._keys: dict[TopicPartition, bytes] = {}
         #: what :meth:`load` folded from the topic so far, and where it stopped per topic partition
         self._fold = ProgressFold(source_alias, connector)
         self._read_to: dict[int, int] = {}
@@ -164,9 +166,11 @@ class PositionStore:
             if err is not None:
                 errors.append(str(err))
 
+        keys, produce = self._keys, self._producer.produce
         for tp, value in values.items():
-            key = encode_key(self.source_alias, tp, self.connector)
-            self._producer.produce(self.topic, value, key, on_delivery=on_delivery)
+            if (key := keys.get(tp)) is None:
+                key = keys[tp] = encode_key(self.source_alias, tp, self.connector)
+            produce(self.topic, value, key, on_delivery=on_delivery)
         left = self._producer.flush(timeout)
         if left or errors:
             raise RuntimeError(f"committing progress to {self.topic} failed: {errors[:3] or left}")
