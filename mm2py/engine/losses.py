@@ -50,7 +50,7 @@ from mm2py.protocol.types import TopicPartition
 
 __all__ = [
     "ALARM_COUNTERS", "DEFAULT_POLICIES", "SETTINGS", "Alarm", "AlarmEvent", "LossWatch", "MirrorAlarmError",
-    "Policy", "policies_of",
+    "Policy", "alarm_counts", "policies_of", "recent_alarms",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,17 @@ ALARM_COUNTERS: Mapping[Alarm, str] = {
     Alarm.TARGET_TRUNCATED: "audit_target_truncated",
     Alarm.FOREIGN_RECORDS: "audit_foreign_records",
 }
+
+
+def alarm_counts(metrics: TaskMetrics) -> dict[str, int]:
+    """The alarms a task raised so far, by name (``target.foreign``: 2); those never raised left out."""
+    return {alarm.value: n for alarm, name in ALARM_COUNTERS.items() if (n := getattr(metrics, name))}
+
+
+def recent_alarms(task: object, last: int = 5) -> list[str]:
+    """A task's newest alarms in words, where it keeps them (a ``TaskRunner``'s :class:`LossWatch`;
+    a Spark lease's view has none)."""
+    return [e.describe() for e in getattr(getattr(task, "losses", None), "recent", ())][-last:]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from mm2py.connectors.checkpoint import CheckpointConnector
 from mm2py.connectors.sync_history import SyncHistoryPruner
 from mm2py.engine.controller import Controller, Plan
 from mm2py.engine.live_groups import AcknowledgedView
-from mm2py.engine.losses import ALARM_COUNTERS
+from mm2py.engine.losses import alarm_counts, recent_alarms
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task_contract import TaskMetrics, TaskState
 from mm2py.protocol.connect_offsets import progress_topic
@@ -308,6 +308,6 @@ def _task_status(task_id: int, task: TaskView) -> dict[str, Any]:
         "lag": sum(m.lag.values()), "restarts": m.restarts,
         # the alarms (engine/losses.py): counts, and the newest in words where the task keeps them
         "verified_batches": m.audit_verified_batches,
-        "alarms": {alarm.value: n for alarm, name in ALARM_COUNTERS.items() if (n := getattr(m, name))},
-        "recent_alarms": [e.describe() for e in getattr(getattr(task, "losses", None), "recent", ())][-5:],
+        "alarms": alarm_counts(m),
+        "recent_alarms": recent_alarms(task),
     }

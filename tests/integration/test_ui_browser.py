@@ -209,6 +209,10 @@ def test_the_page_shows_a_live_flow_creates_one_pauses_one_and_shows_the_apis_er
                                 ".map(r => r.dataset.topic + '-' + r.dataset.partition)")
             assert sorted(rows) == [f"{a}-{p}" for p in range(3)]
             assert _js(browser, f"return document.querySelector('{card} .tasks tbody').rows.length") == 2
+            # each task's verification: batches verified so far, and no alarm
+            cells = (f"return [...document.querySelectorAll('{card} .tasks tbody tr')]"
+                     ".map(r => r.cells[7].textContent)")
+            assert _js(browser, cells) == ["none", "none"]
             assert _js(browser, f"return document.querySelector('{card} [name=topics]').value") == a
             browser.find_element("css selector", f"{card} .partition-table tbody tr").click()
             charts = f"return document.querySelectorAll('{card} .partition-chart svg').length"

@@ -105,6 +105,25 @@ def test_a_failed_task_shows_its_last_error_with_its_trace(worker: Worker) -> No
     assert (task["id"], task["state"], task["trace"]) == (1, "FAILED", trace)
 
 
+def test_a_tasks_verified_batches_and_alarms_are_on_the_page(worker: Worker) -> None:
+    from mm2py.engine.losses import Alarm, LossWatch, Policy
+
+    http, _ = _client(worker)
+    task = Task((TP0,))
+    task.metrics.audit_verified_batches = 7
+    losses = LossWatch("0", task.metrics, {Alarm.FOREIGN_RECORDS: Policy.SKIP}, lambda: 1000.0)
+    assert losses.target_acked(TP0, 6, 8) is None  # skip: counted and kept, the task goes on
+    task.losses = losses  # type: ignore[attr-defined]
+    worker.flows["east->west"].tasks[0] = task  # type: ignore[assignment]
+    (row,) = http.get("/ui/state").json()["flows"][0]["tasks"]
+    assert (row["verified_batches"], row["alarms"]) == (7, {"target.foreign": 1})
+    (words,) = row["recent_alarms"]
+    assert "target offsets 6..7 (2) hold records the mirror did not write" in words
+    # the page's table has a column for each, and the newest alarms in words
+    script = http.get("/ui/app.js").text
+    assert "t.verified_batches" in script and "t.recent_alarms" in script
+
+
 def test_the_first_state_samples_at_once(worker: Worker) -> None:
     http, sampler = _client(worker)
     assert sampler.count == 0

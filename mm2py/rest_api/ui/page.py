@@ -19,6 +19,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
+from mm2py.engine.losses import alarm_counts, recent_alarms
 from mm2py.protocol.types import TopicPartition
 from mm2py.rest_api.shared import AnyRunner, AnyWorker
 from mm2py.rest_api.ui.sampler import FlowNow, Sampler, finite, series_json
@@ -63,7 +64,10 @@ def _partition_rows(now: FlowNow | None) -> list[list[Any]]:
 def _task_row(task_id: int, task: Any) -> dict[str, Any]:
     m = task.metrics
     return {"id": task_id, "state": str(task.state), "trace": task.trace, "partitions": len(task.partitions),
-            "records": m.records, "bytes": m.bytes, "lag": sum(m.lag.values()), "restarts": m.restarts}
+            "records": m.records, "bytes": m.bytes, "lag": sum(m.lag.values()), "restarts": m.restarts,
+            # continuous verification (engine/losses.py): batches verified, alarms by name, the newest
+            "verified_batches": m.audit_verified_batches, "alarms": alarm_counts(m),
+            "recent_alarms": recent_alarms(task)}
 
 
 def _dumps(value: Any) -> str:

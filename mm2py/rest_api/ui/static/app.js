@@ -325,9 +325,13 @@ function renderDetails(card) {
     input.readOnly = state.read_only;
   }
   $(".tasks tbody", el).innerHTML = f.tasks.map((t) => `<tr><td>${t.id}</td><td class="${t.state === "FAILED" ? "bad" : ""}">${esc(t.state)}</td>` +
-    `<td>${t.partitions}</td><td>${num(t.records)}</td><td>${num(t.lag)}</td><td>${t.restarts}</td></tr>`).join("");
+    `<td>${t.partitions}</td><td>${num(t.records)}</td><td>${num(t.lag)}</td><td>${t.restarts}</td>` +
+    `<td>${num(t.verified_batches)}</td><td class="${Object.keys(t.alarms || {}).length ? "bad" : ""}">` +
+    `${esc(Object.entries(t.alarms || {}).map(([a, n]) => `${a} ${n}`).join(", ") || "none")}</td></tr>`).join("");
   $(".task-errors", el).innerHTML = f.tasks.filter((t) => t.trace).map((t) =>
-    `<details class="task-error" open><summary class="error">task ${t.id}: last error</summary><pre class="trace">${esc(t.trace)}</pre></details>`).join("");
+    `<details class="task-error" open><summary class="error">task ${t.id}: last error</summary><pre class="trace">${esc(t.trace)}</pre></details>`).join("") +
+    f.tasks.filter((t) => (t.recent_alarms || []).length).map((t) =>
+    `<details class="task-error"><summary class="error">task ${t.id}: alarms</summary><pre class="trace">${esc(t.recent_alarms.join("\n"))}</pre></details>`).join("");
   renderPartitions(card);
   if (card.selected) partitionChart(card);
 }
