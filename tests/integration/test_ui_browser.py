@@ -214,7 +214,9 @@ def test_the_page_shows_a_live_flow_creates_one_pauses_one_and_shows_the_apis_er
                      ".map(r => r.cells[7].textContent)")
             assert _js(browser, cells) == ["none", "none"]
             assert _js(browser, f"return document.querySelector('{card} [name=topics]').value") == a
-            browser.find_element("css selector", f"{card} .partition-table tbody tr").click()
+            # clicked in the page's own turn: the table is drawn again at every refresh, so a row
+            # found first may be gone by the time a WebDriver click reaches it (stale element)
+            _js(browser, "document.querySelector(arguments[0]).click()", f"{card} .partition-table tbody tr")
             charts = f"return document.querySelectorAll('{card} .partition-chart svg').length"
             _until(browser, lambda: _js(browser, charts) == 4, "a partition's own charts")
             browser.save_screenshot(str(_shots_dir() / "ui-overview.png"))

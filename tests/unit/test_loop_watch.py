@@ -18,20 +18,23 @@ def hold_the_loop_for(seconds: float) -> None:
 
 async def test_a_stall_is_counted_and_logged_with_where_the_loop_was(
     caplog: pytest.LogCaptureFixture) -> None:
-    watch = LoopWatch(threshold=0.1, interval=0.01)
+    # every stall logged (report_every=0): on a loaded machine the loop also stalls when its
+    # process waits for a CPU, and those are real stalls too, counted beside the one held here
+    watch = LoopWatch(threshold=0.1, interval=0.01, report_every=0.0)
     watch.start()
     try:
-        await asyncio.sleep(0.05)
-        assert watch.stalls == 0, "a loop that turns was reported stalled"
-        hold_the_loop_for(0.3)
         with caplog.at_level(logging.WARNING, logger="mm2py.runtime.loop_watch"):
+            await asyncio.sleep(0.05)
+            before = watch.stalls
+            hold_the_loop_for(0.3)
             await asyncio.sleep(0.05)
     finally:
         watch.stop()
-    assert watch.stalls == 1 and 0.28 <= watch.longest < 1.0, (watch.stalls, watch.longest)
-    (record,) = [r for r in caplog.records if "stalled" in r.getMessage()]
-    assert "hold_the_loop_for" in record.getMessage(), record.getMessage()
-    assert watch.last is not None and watch.last[1] < 0.1, "a sleeping loop thread counted as running"
+    assert watch.stalls >= before + 1 and 0.28 <= watch.longest < 1.0, (watch.stalls, watch.longest)
+    (named,) = [r.getMessage() for r in caplog.records if "hold_the_loop_for" in r.getMessage()]
+    told = re.search(r"stalled for (\d+) ms .* ran on a CPU for (\d+) ms", named)
+    assert told is not None and 280 <= int(told[1]) < 1000, named
+    assert int(told[2]) < 100, "a sleeping loop thread counted as running"
 
 
 def spin_for(seconds: float) -> None:
