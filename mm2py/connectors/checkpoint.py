@@ -232,7 +232,7 @@ class CheckpointConnector:
         With no group to translate the topics are not read (the first round with a group reads
         what was appended since: a mirror's progress commits are most of it, hundreds a second)."""
         if not self.groups or not self.catch_up_topics():
-            return []  # no offset syncs yet: nothing can be translated
+            return []  # no group, or no offset syncs yet: nothing to translate
         # for groups far behind (the live sync translates only what the mirror has just passed)
         self._history_tail.catch_up(self.source_admin.timeout)
         read_at = time.monotonic()

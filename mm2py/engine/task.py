@@ -282,12 +282,11 @@ class TaskRunner(TaskAssignment):
             if d.source not in self._acked:
                 continue
             self._acked[d.source] = d.source_next
-            if not verify:
-                pass
-            elif (expected := target_next[d.source]) == d.target_first:  # where the last batch ended
-                verified += 1
-            else:  # an alarm under 'fail' is raised once this acknowledgement is accounted for
-                alarm = self.losses.target_acked(d.source, expected, d.target_first) or alarm
+            if verify:
+                if (expected := target_next[d.source]) == d.target_first:  # where the last batch ended
+                    verified += 1
+                else:  # an alarm under 'fail' is raised once this acknowledgement is accounted for
+                    alarm = self.losses.target_acked(d.source, expected, d.target_first) or alarm
             target_next[d.source] = d.target_first + d.records
             self.metrics.batches += 1
             self.metrics.records += d.records
