@@ -27,6 +27,7 @@ from mm2py.engine.committer import Committer
 from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.losses import Alarm, LossWatch, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
+from mm2py.engine.positions import Positions
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
 from mm2py.engine.scheduler import sleep_or_stop
 from mm2py.engine.starts import StartRetry
@@ -94,15 +95,10 @@ class TaskRunner(TaskAssignment):
         self.verify = verify
         self.state = TaskState.UNASSIGNED
         self.trace: str | None = None
-        self._fetch_pos: dict[TopicPartition, int] = {}
-        self._acked: dict[TopicPartition, int] = {}
-        self._target_next: dict[TopicPartition, int | None] = {}
-        #: the source topic id each partition's position is in (stored with it), where known
-        self._topic_ids: dict[TopicPartition, str] = {}
+        self._pos = Positions()  # where the task stands in each partition: their one owner
         self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
         self._assignment_applied = asyncio.Event()
         self._start_retry = StartRetry(clock)  # paces new partitions whose start was deferred
-        self._round_end: dict[TopicPartition, int] = {}
         #: positions handed over by the previous holder of a partition (Spark leases): trusted as
         #: they are, so the partition needs neither the progress topic nor the tail reconciler
         self._seeds: dict[TopicPartition, Position] = {}
@@ -171,9 +167,8 @@ class TaskRunner(TaskAssignment):
                 if prefetch is not None and prefetch.done():
                     polled = prefetch.result()
                     prefetch = None
-                    work = self._advance(polled, until)
+                    work, ends = self._advance(polled)
                     if work:
-                        ends = {tp: self._round_end.pop(tp) for tp, _ in work if tp in self._round_end}
                         prefetch = await self._fetch_ahead(until, len(puts) + 1)
                         puts.submit(work, ends)
                 await self._commit(force=False)
@@ -202,51 +197,47 @@ class TaskRunner(TaskAssignment):
         return fetch
 
     def _reached(self, until: dict[TopicPartition, int]) -> bool:
-        if (unassigned := [tp for tp in until if tp not in self._acked]) and self._pending_assignment is None:
+        pos = self._pos
+        if (unassigned := [tp for tp in until if tp not in pos]) and self._pending_assignment is None:
             raise ValueError(f"task {self.spec.task_id} does not mirror {unassigned}")
-        return all(self._acked.get(tp, 0) >= o for tp, o in until.items())
+        acked = pos.acked
+        return all(acked.get(tp, 0) >= o for tp, o in until.items())
 
     def _wanted(self, until: dict[TopicPartition, int] | None) -> dict[TopicPartition, int]:
-        pos = self._fetch_pos  # a copy at C speed when nothing bounds it (thousands of partitions)
-        return dict(pos) if until is None else {tp: o for tp, o in pos.items() if o < until.get(tp, 0)}
+        return self._pos.wanted(until)
 
     def _advance(
-        self, polled: Mapping[TopicPartition, Polled], until: dict[TopicPartition, int] | None
-    ) -> list[tuple[TopicPartition, list[RecordBatch]]]:
-        work = []
+        self, polled: Mapping[TopicPartition, Polled]
+    ) -> tuple[list[tuple[TopicPartition, list[RecordBatch]]], dict[TopicPartition, int]]:
+        """The batches of a fetch to hand to the sink, by partition, and each such partition's fetch
+        position after them (a put's ``ends``: past filtered batches at the end of the round)."""
+        work, ends, pos = [], {}, self._pos
         for tp, p in polled.items():
-            if tp not in self._fetch_pos:
+            if tp not in pos:
                 continue  # unassigned meanwhile
-            if p.fetch_offset is not None and p.fetch_offset != self._fetch_pos[tp]:
+            fetch = pos.fetch_of(tp)
+            if p.fetch_offset is not None and p.fetch_offset != fetch:
                 continue  # fetched for an older position (unassigned and assigned again meanwhile)
-            if p.reset_to is not None and (p.reset_to != self._fetch_pos[tp] or p.recreated):
-                self.losses.source_reset(tp, self._fetch_pos[tp], p.reset_to, p.recreated)  # or raises
-                if p.topic_id is not None:
-                    self._topic_ids[tp] = p.topic_id
-                self._fetch_pos[tp] = p.reset_to
-                if self._acked[tp] != p.reset_to:
-                    self._acked[tp] = p.reset_to
+            if p.reset_to is not None and (p.reset_to != fetch or p.recreated):
+                self.losses.source_reset(tp, fetch, p.reset_to, p.recreated)  # or raises
+                if pos.reset(tp, p.reset_to, p.topic_id):
                     self.planner.reset(tp)
                 continue
             batches = p.batches
-            if p.topic_id is not None and tp not in self._topic_ids:
-                self._topic_ids[tp] = p.topic_id
+            if p.topic_id is not None:
+                pos.learn_topic_id(tp, p.topic_id)
             if p.fetch_offset is None:  # a source that does not say where it fetched from
-                batches = [b for b in batches if b.next_offset > self._fetch_pos[tp]]
+                batches = [b for b in batches if b.next_offset > fetch]
             if p.high_watermark >= 0:
                 self.metrics.lag[tp] = max(0, p.high_watermark - p.next_offset)
             observe_fetch(self.metrics.times, tp, batches, p.high_watermark > p.next_offset,
                           self.wall_clock())
             if batches:
                 work.append((tp, batches))
-                self._fetch_pos[tp] = max(self._fetch_pos[tp], p.next_offset)
-                self._round_end[tp] = self._fetch_pos[tp]
-            elif p.next_offset > self._fetch_pos[tp]:
-                # only filtered batches (aborted, control): nothing to produce, position moves on
-                if self._acked[tp] == self._fetch_pos[tp]:
-                    self._acked[tp] = p.next_offset
-                self._fetch_pos[tp] = p.next_offset
-        return work
+                ends[tp] = pos.fetched(tp, p.next_offset)
+            else:  # only filtered batches (aborted, control): nothing to produce, position moves on
+                pos.skip_filtered(tp, p.next_offset)
+        return work, ends
 
     async def _recover(self, prefetch: Fetch | None, stop: asyncio.Event) -> Fetch | None:
         """A put failed and all are settled: rewind, drop the fetch under way, back off."""
@@ -258,10 +249,9 @@ class TaskRunner(TaskAssignment):
     def _rewind(self) -> None:
         """After a failed put (and every later one) was settled, the target holding exactly what
         was acknowledged: fetch again from there, and let the sink produce the failed partitions."""
-        for tp in self._fetch_pos:
-            self._fetch_pos[tp] = self._acked[tp]
+        self._pos.rewind()
+        for tp in self._pos:
             self.planner.reset(tp)
-        self._round_end.clear()
         self.sink.recover()
 
     def _settle(self, put: Put) -> bool:
@@ -277,17 +267,16 @@ class TaskRunner(TaskAssignment):
             log.warning("task %s: produce failed, %s: %s", self.spec.task_id, then, exc)
         observe_acks(self.metrics.times, [(d.source, d.max_timestamp) for d in delivered], self.wall_clock())
         syncs: list[OffsetSync] = []
-        target_next, verified, alarm, verify = self._target_next, 0, None, self.verify
+        pos, verified, alarm, verify = self._pos, 0, None, self.verify
         for d in delivered:
-            if d.source not in self._acked:
+            if d.source not in pos:
                 continue
-            self._acked[d.source] = d.source_next
+            expected = pos.acknowledge(d.source, d.source_next, d.target_first, d.records)
             if verify:
-                if (expected := target_next[d.source]) == d.target_first:  # where the last batch ended
+                if expected == d.target_first:  # where the last batch ended
                     verified += 1
                 else:  # an alarm under 'fail' is raised once this acknowledgement is accounted for
                     alarm = self.losses.target_acked(d.source, expected, d.target_first) or alarm
-            target_next[d.source] = d.target_first + d.records
             self.metrics.batches += 1
             self.metrics.records += d.records
             self.metrics.bytes += d.size
@@ -297,10 +286,10 @@ class TaskRunner(TaskAssignment):
                 d.source, d.source_first, d.source_last, d.target_first, d.record_offsets
             ))
         # a filtered stretch (aborted or control batches) after a partition's last delivered batch
-        for tp, batches in put.work:
-            end = put.ends.get(tp)
-            if ok and end is not None and tp in self._acked and self._acked[tp] >= batches[-1].next_offset:
-                self._acked[tp] = max(self._acked[tp], end)
+        if ok:
+            for tp, batches in put.work:
+                if (end := put.ends.get(tp)) is not None and tp in pos:
+                    pos.pass_filtered(tp, batches[-1].next_offset, end)
         self.metrics.audit_verified_batches += verified
         if syncs:
             self.metrics.syncs += len(syncs)
@@ -315,7 +304,8 @@ class TaskRunner(TaskAssignment):
         if force:  # now, every partition (snapshotted on the event loop); raises if it failed
             await self.committer.now(self.committed_positions)
         else:  # in the background when due: what moved since the last periodic commit
-            await self.committer.maybe(self._acked, self._target_next, self._topic_ids)
+            pos = self._pos
+            await self.committer.maybe(pos.acked, pos.target_next, pos.topic_ids)
 
     async def close(self) -> None:
         await self.committer.settle()

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from mm2py.engine.committer import Committer, snapshot
 from mm2py.engine.losses import LossWatch
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
+from mm2py.engine.positions import Positions
 from mm2py.engine.starts import StartRetry, resolve_starts
 from mm2py.engine.task_contract import (
     BatchSink,
@@ -49,12 +50,8 @@ class TaskAssignment:
     losses: LossWatch
     verify: bool
     state: TaskState
-    #: per partition: the acknowledged position, the next fetch's, the target end the next batch
-    #: must land at (None: unknown), the source topic id the position is in (where known)
-    _acked: dict[TopicPartition, int]
-    _fetch_pos: dict[TopicPartition, int]
-    _target_next: dict[TopicPartition, int | None]
-    _topic_ids: dict[TopicPartition, str]
+    #: where the task stands in each partition (their one owner)
+    _pos: Positions
     _pending_assignment: tuple[TopicPartition, ...] | None
     _assignment_applied: asyncio.Event
     _start_retry: StartRetry
@@ -63,11 +60,11 @@ class TaskAssignment:
     # -- assignment ----------------------------------------------------------------------------
     @property
     def partitions(self) -> tuple[TopicPartition, ...]:
-        return tuple(sorted(self._acked))
+        return tuple(sorted(self._pos))
 
     def positions(self) -> dict[TopicPartition, int]:
         """Acknowledged positions (next source offset not yet on the target)."""
-        return dict(self._acked)
+        return dict(self._pos.acked)
 
     @property
     def assignment(self) -> tuple[TopicPartition, ...]:
@@ -76,7 +73,8 @@ class TaskAssignment:
 
     def committed_positions(self) -> dict[TopicPartition, Position]:
         """Each partition's acknowledged position with the target end it maps to."""
-        return snapshot(self._acked, self._target_next, self._acked, self._topic_ids)
+        pos = self._pos
+        return snapshot(pos.acked, pos.target_next, pos.acked, pos.topic_ids)
 
     def seed(self, positions: Mapping[TopicPartition, Position]) -> None:
         """Start these partitions, when assigned, exactly at ``positions`` (a clean hand-over)."""
@@ -118,18 +116,16 @@ class TaskAssignment:
             self._assignment_applied.set()
 
     async def _take_assignment(self, wanted: tuple[TopicPartition, ...]) -> list[TopicPartition]:
-        removed = [tp for tp in self._acked if tp not in wanted]
+        pos = self._pos
+        removed = [tp for tp in pos if tp not in wanted]
         if removed:
             # the next owner starts from the committed position: make it this task's last one
             await self.committer.settle()  # an older snapshot must not land after this one
-            await self.committer.write(snapshot(self._acked, self._target_next, removed, self._topic_ids))
+            await self.committer.write(snapshot(pos.acked, pos.target_next, removed, pos.topic_ids))
         for tp in removed:
-            del self._acked[tp]
-            self._fetch_pos.pop(tp, None)
-            self._target_next.pop(tp, None)
-            self._topic_ids.pop(tp, None)
+            pos.drop(tp)
             self.planner.reset(tp)
-        new = [tp for tp in wanted if tp not in self._acked]
+        new = [tp for tp in wanted if tp not in pos]
         if not new:
             return []
         seeded = {tp: self._seeds.pop(tp) for tp in new if tp in self._seeds}
@@ -146,14 +142,10 @@ class TaskAssignment:
         for tp, (expected, found) in starts.target_truncated.items():
             if self.verify and (alarm := self.losses.target_acked(tp, expected, found)) is not None:
                 raise alarm  # before anything is produced to it
-        for tp, (pos, target, topic_id) in starts.positions.items():
-            self._acked[tp] = pos
-            self._fetch_pos[tp] = pos
-            self._target_next[tp] = target
-            if topic_id is not None:
-                self._topic_ids[tp] = topic_id
+        for tp, (start, target, topic_id) in starts.positions.items():
+            pos.start(tp, start, target, topic_id)
         # the incarnations the stored positions are in: another one now is a re-created topic
         self.source.expect_topic_ids(
             {tp.topic: i for tp, (_, _, i) in starts.positions.items() if i is not None})
-        log.info("task %s: now mirroring %d partitions", self.spec.task_id, len(self._acked))
+        log.info("task %s: now mirroring %d partitions", self.spec.task_id, len(pos))
         return starts.deferred

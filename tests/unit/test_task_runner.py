@@ -129,12 +129,13 @@ def test_a_fetch_made_for_an_older_position_is_not_applied() -> None:
     log = Log([batch(0, 50), batch(50, 50), batch(100, 5)], end=105)
     runner = make({TP: log})
     run(runner, {TP: 50})
-    runner._fetch_pos[TP] = runner._acked[TP] = 40  # re-assigned from an older commit
+    runner._pos.start(TP, 40, None, None)  # re-assigned from an older commit
     stale = Polled([batch(100, 5)], 105, 105, fetch_offset=100)
-    assert runner._advance({TP: stale}, None) == []
-    assert runner._fetch_pos[TP] == 40
+    assert runner._advance({TP: stale}) == ([], {})
+    assert runner._pos.fetch_of(TP) == 40
     fresh = Polled([batch(0, 50)], 50, 105, fetch_offset=40)
-    assert [b.base_offset for _, bs in runner._advance({TP: fresh}, None) for b in bs] == [0]
+    work, ends = runner._advance({TP: fresh})
+    assert [b.base_offset for _, bs in work for b in bs] == [0] and ends == {TP: 50}
 
 
 def test_release_commits_the_partitions_it_gives_up() -> None:
