@@ -263,6 +263,23 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _stop_local_spark()
 
 
+#: ``MM2PY_TEST_TIMELINE=<file>``: each test's worker, start, end and process CPU appended there (one
+#: line each), to see where a run's wall time and CPU go (``scripts/test_timeline.py`` reads it)
+_TIMELINE = os.environ.get("MM2PY_TEST_TIMELINE")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not _TIMELINE:
+        yield
+        return
+    start, cpu = time.time(), time.process_time()
+    yield
+    worker, spent = os.environ.get("PYTEST_XDIST_WORKER", "main"), time.process_time() - cpu
+    with open(_TIMELINE, "a") as out:
+        out.write(f"{worker}\t{start:.2f}\t{time.time():.2f}\t{spent:.2f}\t{item.nodeid}\n")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _CLUSTERS.stop_all()
     if not RUN_DIR.exists():
