@@ -263,8 +263,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _stop_local_spark()
 
 
-#: ``MM2PY_TEST_TIMELINE=<file>``: each test's worker, start, end and process CPU appended there (one
-#: line each), to see where a run's wall time and CPU go (``scripts/test_timeline.py`` reads it)
+#: ``MM2PY_TEST_TIMELINE=<file>``: each test's worker, start, end, CPU of the worker and of the child
+#: processes it reaped meanwhile (a JVM the test started and stopped) appended there, one line
+#: each, to see where a run's wall time and CPU go (``scripts/test_timeline.py`` reads it)
 _TIMELINE = os.environ.get("MM2PY_TEST_TIMELINE")
 
 
@@ -273,11 +274,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if not _TIMELINE:
         yield
         return
-    start, cpu = time.time(), time.process_time()
+    start, before = time.time(), os.times()
     yield
-    worker, spent = os.environ.get("PYTEST_XDIST_WORKER", "main"), time.process_time() - cpu
+    worker, after = os.environ.get("PYTEST_XDIST_WORKER", "main"), os.times()
+    own = after.user + after.system - before.user - before.system
+    reaped = after.children_user + after.children_system - before.children_user - before.children_system
     with open(_TIMELINE, "a") as out:
-        out.write(f"{worker}\t{start:.2f}\t{time.time():.2f}\t{spent:.2f}\t{item.nodeid}\n")
+        out.write(f"{worker}\t{start:.2f}\t{time.time():.2f}\t{own:.2f}\t{reaped:.2f}\t{item.nodeid}\n")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
