@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from mm2py.client.cluster import ClusterClient
 from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
@@ -52,12 +52,16 @@ if _WORKER.startswith("gw"):
     _n = int(_WORKER[2:])
     os.environ[PORTS_ENV] = f"{20000 + 2000 * _n}-{20000 + 2000 * (_n + 1)}"
 
-#: ``ci``: hypothesis's own depth (the tests' ``examples(n)`` give n); ``dev``: a tenth of it
-settings.register_profile("ci", max_examples=100)
-settings.register_profile("dev", max_examples=10)
+#: ``ci``: hypothesis's own depth (the tests' ``examples(n)`` give n); ``dev``: a tenth of it. No
+#: wall-clock limits: ``make test`` runs the unit suite beside brokers and JVMs on two cores, where
+#: generating or running one example can take a second (a test that guards against a hang says its
+#: own ``deadline``)
+_UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("ci", max_examples=100, **_UNTIMED)
+settings.register_profile("dev", max_examples=10, **_UNTIMED)
 #: the unit suite's second pass, on the pure-Python path (``make test``): the compiled and the
 #: Python paths are compared at full depth in the first
-settings.register_profile("fallback", max_examples=30)
+settings.register_profile("fallback", max_examples=30, **_UNTIMED)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 #: the principal of the client certificate that the secured clusters' TLS material includes

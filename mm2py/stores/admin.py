@@ -50,6 +50,11 @@ class ClusterSecurityError(SecurityError):
 
 #: librdkafka errors that mean TLS or SASL refused us: retrying does not help
 _SECURITY_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+#: in an authentication error's text: the connection dropped during the SASL handshake (a busy or
+#: restarting broker), so the broker refused nothing and librdkafka connects again; e.g. "SASL
+#: OAUTHBEARER mechanism handshake failed: Local: Broker transport failure: broker's supported
+#: mechanisms: (n/a)"
+_TRANSPORT_FAILURE = "Local: Broker transport failure"
 _POLL_S = 0.2
 #: set once the process is stopping (SIGINT/SIGTERM): admin calls still waiting give up at once
 _INTERRUPTED = threading.Event()
@@ -156,7 +161,7 @@ class ClusterAdmin(TopicAclCalls):
     def _on_error(self, err: KafkaError) -> None:
         if err.code() != KafkaError._ALL_BROKERS_DOWN or self._last_error is None:
             self._last_error = err.str()  # keep the broker's own reason over "1/1 brokers are down"
-        if err.code() in _SECURITY_ERRORS:
+        if err.code() in _SECURITY_ERRORS and _TRANSPORT_FAILURE not in err.str():
             self._refused = err.str()
         if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
             self._last_refusal = time.monotonic()
