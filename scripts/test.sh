@@ -18,8 +18,10 @@ MYPY_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/mm2py/mypy" "$PY" -m mypy >"$sid
 mypy_pid=$!
 # the unit suite again on the pure-Python path (a user without the compiled extension), not niced:
 # its timing tests (a linger, a loop stall) need their share of the CPU
-# (property tests at a third of their depth: the first pass compares both paths at full depth)
-MM2PY_NATIVE=0 HYPOTHESIS_PROFILE=fallback "$PY" -m pytest -q -p no:cacheprovider --durations=10 tests/unit \
+# (property tests at a third of their depth: the first pass compares both paths at full depth; the
+# tests that start the CLI in a child process are the first pass's: they check its argument handling)
+MM2PY_NATIVE=0 HYPOTHESIS_PROFILE=fallback "$PY" -m pytest -q -p no:cacheprovider --durations=10 \
+  -m "not cli_process" tests/unit \
   >"$side/pure.log" 2>&1 &
 pure_pid=$!
 

@@ -36,6 +36,7 @@ def _config(tmp_path: Path, flows: str = "flows: {east->west: {}}") -> str:
     return str(cfg)
 
 
+@pytest.mark.cli_process
 def test_an_unreachable_cluster_is_named_in_one_line(tmp_path: Path) -> None:
     out = _run("-c", _config(tmp_path), "--flow", "east->west")
     assert out.returncode == 2, out.stderr[-2000:]
@@ -43,6 +44,7 @@ def test_an_unreachable_cluster_is_named_in_one_line(tmp_path: Path) -> None:
     assert len(out.stderr.strip().splitlines()) == 1 and out.stdout == ""
 
 
+@pytest.mark.cli_process
 def test_bad_flow_topics_and_configuration_are_refused(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     out = _run("-c", cfg, "--flow", "east->south")

@@ -6,12 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mm2py.cli", *args], capture_output=True, text=True,
                           timeout=120, env=env)
 
 
+@pytest.mark.cli_process
 def test_unknown_key_is_named(tmp_path: Path) -> None:
     cfg = tmp_path / "mm2.properties"
     cfg.write_text("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:2\n"
@@ -21,6 +24,7 @@ def test_unknown_key_is_named(tmp_path: Path) -> None:
     assert "unknown key 'a->b.topcs'" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.cli_process
 def test_missing_file_and_no_enabled_flow(tmp_path: Path) -> None:
     out = _run("run", "-c", str(tmp_path / "nope.yaml"))
     assert out.returncode == 2 and "nope.yaml" in out.stderr and "Traceback" not in out.stderr
@@ -30,6 +34,7 @@ def test_missing_file_and_no_enabled_flow(tmp_path: Path) -> None:
     assert out.returncode == 2 and "enables no flow" in out.stderr
 
 
+@pytest.mark.cli_process
 def test_the_pure_python_path_is_announced_once_at_start_up(tmp_path: Path) -> None:
     """Without the compiled path (turned off here as a missing extension turns it off) ``run``
     says so once, with how to get it; with it, nothing is said."""
@@ -53,6 +58,7 @@ WITHOUT_PYSPARK = ("import sys; sys.modules['pyspark'] = None\n"
                    "sys.exit(main(sys.argv[1:]))\n")
 
 
+@pytest.mark.cli_process
 def test_without_pyspark_the_spark_runtime_is_a_one_line_error_and_in_process_runs(tmp_path: Path) -> None:
     cfg = tmp_path / "mm2.yaml"
     cfg.write_text("clusters: {east: '127.0.0.1:1', west: '127.0.0.1:1'}\nflows: {east->west: {}}\n")
@@ -68,6 +74,7 @@ def test_without_pyspark_the_spark_runtime_is_a_one_line_error_and_in_process_ru
     assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stderr
 
 
+@pytest.mark.cli_process
 def test_bad_client_override_is_a_config_error(tmp_path: Path) -> None:
     cfg = tmp_path / "mm2.properties"
     cfg.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\nb.bootstrap.servers = 127.0.0.1:1\n"
@@ -77,6 +84,7 @@ def test_bad_client_override_is_a_config_error(tmp_path: Path) -> None:
     assert "isolation.level" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.cli_process
 def test_bad_spark_settings_are_refused_before_anything_starts(tmp_path: Path) -> None:
     cfg = tmp_path / "mm2.yaml"
     cfg.write_text("clusters: {east: '127.0.0.1:1', west: '127.0.0.1:1'}\nflows: {east->west: {}}\n")
@@ -87,6 +95,7 @@ def test_bad_spark_settings_are_refused_before_anything_starts(tmp_path: Path) -
     assert out.returncode == 2 and "invalid choice: 'flink'" in out.stderr
 
 
+@pytest.mark.cli_process
 def test_commands_import_kio_without_its_hypothesis_strategies() -> None:
     """hypothesis is installed here (a test dependency): the CLI imports kio with it hidden, so kio
     registers no strategies (start-up time), and hypothesis can still be imported afterwards."""

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mm2py.failover import Row, group_rows
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
@@ -25,6 +27,7 @@ def _config(tmp_path: Path) -> str:
     return str(cfg)
 
 
+@pytest.mark.cli_process
 def test_unknown_or_malformed_flow(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     out = _run("translate", "-c", cfg, "--flow", "east->south", "--group", "g")
@@ -33,6 +36,7 @@ def test_unknown_or_malformed_flow(tmp_path: Path) -> None:
     assert out.returncode == 2 and "source->target" in out.stderr
 
 
+@pytest.mark.cli_process
 def test_unreachable_target_is_named(tmp_path: Path) -> None:
     out = _run("translate", "-c", _config(tmp_path), "--flow", "east->west", "--group", "g", "--timeout", "2")
     assert out.returncode == 2, out.stderr[-2000:]
@@ -40,6 +44,7 @@ def test_unreachable_target_is_named(tmp_path: Path) -> None:
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.cli_process
 def test_bad_topic_regex_and_missing_group(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     out = _run("translate", "-c", cfg, "--flow", "east->west", "--group", "g", "--topic-regex", "(")
