@@ -25,14 +25,13 @@ from mm2py.config.models import FlowConfig
 from mm2py.config.security import Side
 from mm2py.connectors.checkpoint import mirror_rule
 from mm2py.engine.checkpoints import CheckpointLog, translate_group
-from mm2py.errors import Mm2pyError
+from mm2py.errors import ClusterUnreachableError, Mm2pyError
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.translator import read_offset_syncs, source_topic_of
 from mm2py.stores.admin import (
     ClusterAdmin,
-    ClusterUnreachableError,
     GroupOffset,
     GroupOffsetsRefusedError,
     StoreError,

@@ -27,7 +27,6 @@ from mm2py.engine.committer import Committer
 from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.losses import Alarm, LossWatch, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
-from mm2py.engine.positions import Positions
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
 from mm2py.engine.scheduler import sleep_or_stop
 from mm2py.engine.starts import StartRetry
@@ -43,6 +42,7 @@ from mm2py.engine.task_contract import (
     TaskSpec,
     TaskState,
 )
+from mm2py.engine.task_positions import TaskPositions
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
@@ -95,7 +95,7 @@ class TaskRunner(TaskAssignment):
         self.verify = verify
         self.state = TaskState.UNASSIGNED
         self.trace: str | None = None
-        self._pos = Positions()  # where the task stands in each partition: their one owner
+        self._pos = TaskPositions()  # where the task stands in each partition: their one owner
         self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
         self._assignment_applied = asyncio.Event()
         self._start_retry = StartRetry(clock)  # paces new partitions whose start was deferred

@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from mm2py.engine.committer import Committer, snapshot
 from mm2py.engine.losses import LossWatch
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
-from mm2py.engine.positions import Positions
 from mm2py.engine.starts import StartRetry, resolve_starts
 from mm2py.engine.task_contract import (
     BatchSink,
@@ -28,6 +27,7 @@ from mm2py.engine.task_contract import (
     TaskSpec,
     TaskState,
 )
+from mm2py.engine.task_positions import TaskPositions
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 
@@ -51,7 +51,7 @@ class TaskAssignment:
     verify: bool
     state: TaskState
     #: where the task stands in each partition (their one owner)
-    _pos: Positions
+    _pos: TaskPositions
     _pending_assignment: tuple[TopicPartition, ...] | None
     _assignment_applied: asyncio.Event
     _start_retry: StartRetry

@@ -10,7 +10,6 @@ at once with the broker's reason (:class:`ClusterSecurityError`) instead of wait
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -23,13 +22,19 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 
 from mm2py.config.models import FlowConfig
 from mm2py.config.security import Kind, Side, cluster_security
-from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
+from mm2py.errors import Mm2pyError
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.acls import TopicAclCalls
 from mm2py.stores.admin_settings import admin_settings
 from mm2py.stores.admin_types import GroupOffset, GroupState, TopicInfo, TopicSpec, in_calls
+from mm2py.stores.cluster_health import (  # noqa: F401 - re-exported: the stores' errors
+    BrokerRefusedError,
+    ClusterHealth,
+    ClusterSecurityError,
+    StoreError,
+    interrupt_admin_calls,
+)
 from mm2py.stores.rdkafka_log import LibrdkafkaLog
-from mm2py.stores.reachability import accepts_connections
 
 log = logging.getLogger(__name__)
 _RETRIABLE_GROUP_ERRORS = frozenset({
@@ -40,33 +45,7 @@ _RETRIABLE_GROUP_ERRORS = frozenset({
 LIBRDKAFKA_LOG = LibrdkafkaLog(logging.getLogger("mm2py.librdkafka"))
 
 
-class StoreError(Mm2pyError):
-    """A Kafka-backed store could not do what it was asked (a write refused, a read timed out)."""
-
-
-class ClusterSecurityError(SecurityError):
-    """The cluster refused our TLS handshake or SASL authentication (librdkafka's reason; not retried)."""
-
-
-#: librdkafka errors that mean TLS or SASL refused us: retrying does not help
-_SECURITY_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
-#: in an authentication error's text: the connection dropped during the SASL handshake (a busy or
-#: restarting broker), so the broker refused nothing and librdkafka connects again; e.g. "SASL
-#: OAUTHBEARER mechanism handshake failed: Local: Broker transport failure: broker's supported
-#: mechanisms: (n/a)"
-_TRANSPORT_FAILURE = "Local: Broker transport failure"
 _POLL_S = 0.2
-#: set once the process is stopping (SIGINT/SIGTERM): admin calls still waiting give up at once
-_INTERRUPTED = threading.Event()
-
-
-def interrupt_admin_calls() -> None:
-    """Make every admin call still waiting for a cluster fail now (the process is stopping)."""
-    _INTERRUPTED.set()
-
-
-class BrokerRefusedError(StoreError):
-    """The cluster answered and refused the request (e.g. a topic config it does not support)."""
 
 
 class GroupOffsetsRefusedError(StoreError):
@@ -113,7 +92,7 @@ def _error_cb(admin: ClusterAdmin) -> Callable[[KafkaError], None]:
     def on_error(err: KafkaError) -> None:
         me = ref()
         if me is not None:
-            me._on_error(err)
+            me.health.on_error(err)
 
     return on_error
 
@@ -129,14 +108,10 @@ class ClusterAdmin(TopicAclCalls):
         self.alias = alias
         self.bootstrap = bootstrap
         self.timeout = timeout
-        #: every broker refusing connections for this long fails a call at once (not after ``timeout``)
-        self.unreachable_timeout = unreachable_timeout
-        self._down_since: float | None = None  # guarded by: librdkafka's error callback, our calls
-        self._last_refusal = 0.0
+        #: what librdkafka said of the cluster (refused, unreachable), for calls deciding to give up
+        self.health = ClusterHealth(alias, bootstrap, timeout, unreachable_timeout)
         #: connection settings (security) shared by the other clients built with :meth:`client_config`
         self.overrides: dict[str, Any] = dict(overrides or {})
-        self._refused: str | None = None  # a TLS/SASL refusal reported by librdkafka
-        self._last_error: str | None = None
         #: admin-only settings (``<alias>.admin.*``): not shared with the other clients
         self.admin_settings = dict(admin_settings or {})
         self._client = AdminClient(client_config(
@@ -158,49 +133,9 @@ class ClusterAdmin(TopicAclCalls):
         """Configuration for a producer or consumer of the same cluster, with the same security."""
         return client_config(self.bootstrap, {**self.overrides, **(extra or {})})
 
-    def _on_error(self, err: KafkaError) -> None:
-        if err.code() != KafkaError._ALL_BROKERS_DOWN or self._last_error is None:
-            self._last_error = err.str()  # keep the broker's own reason over "1/1 brokers are down"
-        if err.code() in _SECURITY_ERRORS and _TRANSPORT_FAILURE not in err.str():
-            self._refused = err.str()
-        if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
-            self._last_refusal = time.monotonic()
-        if err.code() == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
-            self._down_since = time.monotonic()
-
-    def _unreachable(self) -> bool:
-        """Every broker has refused us for ``unreachable_timeout``, and still does (reachability.py)."""
-        now, since = time.monotonic(), self._down_since
-        return (since is not None and now - since >= self.unreachable_timeout
-                and (now - self._last_refusal < 2.0 or not accepts_connections(self.bootstrap)))
-
-    def _given_up(self, deadline: float) -> bool:
-        return (self._refused is not None or self._unreachable() or _INTERRUPTED.is_set()
-                or time.monotonic() >= deadline)
-
-    def _reached(self) -> None:
-        self._down_since = None
-
     def _fail(self, what: str, exc: BaseException) -> Mm2pyError:
         self._client.poll(0)  # serve error callbacks: the reason may be there
-        err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-        where = f"cluster '{self.alias}' ({self.bootstrap})"
-        if isinstance(err, KafkaError) and err.code() == KafkaError.SASL_AUTHENTICATION_FAILED:
-            return ClusterSecurityError(f"{where}: {what} failed: {err.str()}")
-        if isinstance(err, KafkaError) and err.code() > 0:
-            # a broker answered with an error code: the cluster is reachable, it refused the request
-            return BrokerRefusedError(f"{where}: {what} refused: {err.str()}")
-        if self._refused is not None:
-            return ClusterSecurityError(
-                f"cluster '{self.alias}' ({self.bootstrap}): {what} failed: {self._refused}")
-        reason = str(exc) or f"no answer within {self.timeout:.0f}s"
-        if self._unreachable():
-            reason = f"every broker refused connections for {self.unreachable_timeout:.0f}s"
-        elif _INTERRUPTED.is_set():
-            reason = "interrupted: the process is stopping"
-        if self._last_error and self._last_error not in reason:
-            reason += f" (last broker error: {self._last_error})"
-        return ClusterUnreachableError(f"cluster '{self.alias}' ({self.bootstrap}): {what} failed: {reason}")
+        return self.health.error(what, exc)
 
     def _result(self, fut: Future[Any], what: str) -> Any:
         """A future's result; a time-out or a TLS/SASL refusal becomes an error naming the cluster."""
@@ -210,10 +145,10 @@ class ClusterAdmin(TopicAclCalls):
                 result = fut.result(timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
             except TimeoutError as exc:
                 self._client.poll(0)
-                if self._given_up(deadline):
+                if self.health.given_up(deadline):
                     raise self._fail(what, exc) from None
                 continue
-            self._reached()
+            self.health.reached()
             return result
 
     def list_topics(self) -> dict[str, TopicInfo]:
@@ -221,11 +156,11 @@ class ClusterAdmin(TopicAclCalls):
         while True:
             try:
                 md = self._client.list_topics(timeout=max(0.01, min(1.0, deadline - time.monotonic())))
-                self._reached()
+                self.health.reached()
                 break
             except KafkaException as exc:
                 self._client.poll(0)
-                if self._given_up(deadline):
+                if self.health.given_up(deadline):
                     raise self._fail("listing topics", exc) from exc
         out = {}
         for name, t in md.topics.items():

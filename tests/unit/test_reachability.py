@@ -41,7 +41,7 @@ def test_a_refusing_cluster_is_unreachable_though_librdkafka_reports_each_refusa
     client, hearing each kind of refusal once, still names the cluster unreachable within seconds
     (asking the bootstrap address itself), not after its 30 s call time-out."""
     admin = ClusterAdmin("east", f"127.0.0.1:{_closed_port()}", timeout=30, unreachable_timeout=2.5)
-    heard = admin._on_error
+    heard = admin.health.on_error
     reported: set[int] = set()
 
     def once_each(err: KafkaError) -> None:
@@ -49,7 +49,7 @@ def test_a_refusing_cluster_is_unreachable_though_librdkafka_reports_each_refusa
             reported.add(err.code())
             heard(err)
 
-    admin._on_error = once_each  # type: ignore[method-assign]
+    admin.health.on_error = once_each  # type: ignore[method-assign]
     started = time.monotonic()
     with pytest.raises(ClusterUnreachableError) as err:
         admin.list_topics()

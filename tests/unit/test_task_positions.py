@@ -1,19 +1,19 @@
-"""engine/positions: a task's positions per partition and the rules that move them."""
+"""engine/task_positions: a task's positions per partition and the rules that move them."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mm2py.engine.positions import Positions
+from mm2py.engine.task_positions import TaskPositions
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 
 TP = TopicPartition("orders", 0)
 
 
-def started(at: int = 10, target: int | None = 100) -> Positions:
-    pos = Positions()
+def started(at: int = 10, target: int | None = 100) -> TaskPositions:
+    pos = TaskPositions()
     pos.start(TP, at, target, "id-1")
     return pos
 

@@ -1,4 +1,4 @@
-"""Where a task stands in each of its partitions: one :class:`Positions` per task, its only owner.
+"""Where a task stands in each of its partitions: one :class:`TaskPositions` per task, its only owner.
 
 A partition's row holds four values, each with one meaning:
 
@@ -30,10 +30,10 @@ from types import MappingProxyType
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 
-__all__ = ["Positions"]
+__all__ = ["TaskPositions"]
 
 
-class Positions:
+class TaskPositions:
     """The positions of one task's partitions (see the module docstring for what each value means)."""
 
     def __init__(self) -> None:
