@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 
 __all__ = ["TaskPositions"]
@@ -58,10 +57,6 @@ class TaskPositions:
 
     def fetch_of(self, tp: TopicPartition) -> int:
         return self._fetch[tp]
-
-    def row(self, tp: TopicPartition) -> Position:
-        """``tp``'s acknowledged position as a commit stores it."""
-        return Position(self._acked[tp], self._target_next.get(tp), self._topic_ids.get(tp))
 
     def wanted(self, until: Mapping[TopicPartition, int] | None) -> dict[TopicPartition, int]:
         """What the next fetch asks for: every fetch position, or those below ``until`` (a round)."""

@@ -6,7 +6,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mm2py.engine.task_positions import TaskPositions
-from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 
 TP = TopicPartition("orders", 0)
@@ -20,7 +19,8 @@ def started(at: int = 10, target: int | None = 100) -> TaskPositions:
 
 def test_a_started_partition_is_fetched_from_its_acknowledged_position() -> None:
     pos = started()
-    assert pos.fetch_of(TP) == 10 and pos.acked[TP] == 10 and pos.row(TP) == Position(10, 100, "id-1")
+    assert pos.fetch_of(TP) == 10 and pos.acked[TP] == 10
+    assert (pos.target_next[TP], pos.topic_ids[TP]) == (100, "id-1")
     assert pos.wanted(None) == {TP: 10}
     assert pos.wanted({TP: 10}) == {} and pos.wanted({TP: 11}) == {TP: 10}
 
@@ -48,7 +48,8 @@ def test_filtered_batches_with_nothing_pending_are_acknowledged_at_once() -> Non
 def test_a_reset_moves_both_positions_and_a_rewind_fetches_from_the_acknowledged_one() -> None:
     pos = started()
     pos.fetched(TP, 40)
-    assert pos.reset(TP, 40, "id-2") is True and pos.row(TP) == Position(40, 100, "id-2")
+    assert pos.reset(TP, 40, "id-2") is True
+    assert (pos.acked[TP], pos.target_next[TP], pos.topic_ids[TP]) == (40, 100, "id-2")
     assert pos.reset(TP, 40, None) is False
     pos.fetched(TP, 60)
     pos.rewind()
