@@ -39,6 +39,7 @@ from mm2py.client.cluster import ClusterClient
 from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
 from mm2py.kafka_local.cluster import PORTS_ENV, in_parallel
 from mm2py.kafka_local.jars import QUICK_JVM
+from tests.support import native_calls
 from tests.support.brokers import SASL_USERS
 from tests.support.tiered_storage import tiered_cluster
 
@@ -265,6 +266,18 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _CLUSTERS.stop(OWNED_BY[group])
     if group == "local-spark":
         _stop_local_spark()
+
+
+native_calls.install()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A unit test that reached the compiled path's stand-ins carries ``native_path``
+    (``tests.support.native_calls``: the pure-Python pass runs only those)."""
+    before = native_calls.calls()
+    yield
+    native_calls.check(item, before)
 
 
 #: ``MM2PY_TEST_TIMELINE=<file>``: each test's worker, start, end, CPU of the worker and of the child

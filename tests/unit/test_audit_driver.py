@@ -27,6 +27,9 @@ from mm2py.runtime.audit import driver
 from mm2py.runtime.audit.scope import Pair
 from tests.support.audit_batches import batches, end_of, mirrored
 
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
+
 
 class FakeFetcher:
     """Serves in-memory partitions a few batches per fetch; ``starve`` partitions get nothing the

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from mm2py.engine.audit import (
     Anchor,
     AnchorBook,
@@ -16,6 +18,9 @@ from mm2py.engine.audit import (
     PartitionStatus,
 )
 from tests.support.audit_batches import batches, end_of, mirrored
+
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
 
 POSITION = AnchorKind.POSITION
 

@@ -23,6 +23,9 @@ from mm2py.protocol.records import RecordBatch
 from tests.support.batch_specs import BASE_TS, TP, Spec, build, sizes_st, small_spec_st, spec_st
 from tests.support.hypothesis_examples import examples
 
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
+
 Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
 
 

@@ -3,11 +3,15 @@ on the compiled path and on the Python reference, for any header and any length 
 
 from __future__ import annotations
 
+import pytest
 from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mm2py.protocol import crc, native
+
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
 
 crc._shift_python(1, (1 << 41) - 1)  # the Python path's tables, built once when first used
 

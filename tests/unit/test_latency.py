@@ -17,6 +17,9 @@ from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 from tests.support.memory_task import TP, Log, MemoryProgress, MemorySink, MemorySource, values
 
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
+
 
 def test_a_histogram_counts_each_value_in_its_bucket() -> None:
     h = Histogram()

@@ -12,6 +12,9 @@ from mm2py.protocol.record_codec import Record, build_batch
 from mm2py.protocol.records import RecordBatch
 from tests.support.fake_broker import A, B, FakeBroker, producer_on
 
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
+
 TS = 1_700_000_000_000
 
 

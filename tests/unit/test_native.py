@@ -33,6 +33,9 @@ from mm2py.protocol.types import TopicPartition
 from tests.support.batch_specs import BASE_TS, Spec, build, sizes_st, small_spec_st, spec_st
 from tests.support.hypothesis_examples import examples
 
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
+
 if os.environ.get("MM2PY_NATIVE") == "0":
     pytest.skip("MM2PY_NATIVE=0: the pure-Python path alone, nothing to compare it with",
                 allow_module_level=True)

@@ -20,6 +20,9 @@ from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLO
 from mm2py.protocol.types import TopicPartition
 from tests.support.fake_broker import A, B, FakeBroker, batch, producer_on
 
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
+
 
 async def confirmed_producer(fb: FakeBroker):  # type: ignore[no-untyped-def]
     producer = await producer_on(fb)

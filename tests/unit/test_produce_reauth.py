@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from mm2py.client.cluster import ClusterClient
 from mm2py.client.producer import RawProducer
 from mm2py.client.reauth import SessionKeeper
 from tests.support.fake_broker import A, FakeBroker, FakeConnection, batch
+
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
 
 
 class GatedConnection(FakeConnection):

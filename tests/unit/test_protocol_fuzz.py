@@ -17,6 +17,9 @@ from mm2py.protocol.records import RecordBatch, iter_batches, split_record_set
 from mm2py.protocol.transactions import AbortedTransactionFilter
 from tests.support.hypothesis_examples import examples
 
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
+
 FUZZ = settings(
     max_examples=examples(200),
     deadline=timedelta(milliseconds=1000),

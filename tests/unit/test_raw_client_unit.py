@@ -29,6 +29,9 @@ from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 from mm2py.protocol.wire import Writer
 
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
+
 TP = TopicPartition("t", 0)
 TS = 1_700_000_000_000
 

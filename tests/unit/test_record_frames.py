@@ -19,6 +19,9 @@ from mm2py.protocol.record_codec import Record, encode_record, read_varint, read
 from mm2py.protocol.record_frames import PAD, reframe, scan
 from tests.support.hypothesis_examples import examples
 
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
+
 Frame = tuple[int, int, int, int, int, int]  # start, tail, end, attributes, ts delta, offset delta
 
 

@@ -21,6 +21,9 @@ from mm2py.protocol.record_codec import (
 )
 from mm2py.protocol.records import HEADER_SIZE, RecordBatch, iter_batches, split_record_set
 
+#: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
+pytestmark = pytest.mark.native_path
+
 BASE_TS = 1_700_000_000_000
 
 
