@@ -108,6 +108,9 @@ class FakeBroker:
         self.events: list[tuple[Any, ...]] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        #: Produce answers wait until this many requests were in flight at once (then no more;
+        #: 10 s at most): a test of how many requests go out together holds on a slow host
+        self.hold_answers_until_in_flight: int | None = None
         #: batches of one partition in flight at once (the producer's window), the most seen
         self.partition_in_flight: dict[TopicPartition, int] = {}
         self.max_partition_in_flight = 0
@@ -227,6 +230,10 @@ class FakeConnection:
             fb.partition_in_flight[tp] = fb.partition_in_flight.get(tp, 0) + 1
             fb.max_partition_in_flight = max(fb.max_partition_in_flight, fb.partition_in_flight[tp])
         await asyncio.sleep(fb.answer_after)
+        for _ in range(10_000):
+            if fb.hold_answers_until_in_flight is None or fb.max_in_flight >= fb.hold_answers_until_in_flight:
+                break
+            await asyncio.sleep(0.001)
         while fb.lost_pending is not None and fb.lost_pending < n:
             await asyncio.sleep(0.001)  # answers come in request order: the lost one's time-out first
         fb.in_flight -= 1

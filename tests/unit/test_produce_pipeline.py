@@ -171,14 +171,15 @@ async def test_partitions_are_dealt_to_the_connections_and_each_keeps_its_own(co
     connections, dealt in turn as they first appear; each partition's batches all use one
     (IN-ORDER) and still at most five of them are in flight, so up to 5 x n requests are in flight
     at once."""
-    # answers after 0.1 s: the window's requests (64 KiB batches, stamped one by one) all go out
-    # before the first answer, however slow the host
-    fb = FakeBroker(partitions=4, max_batch_bytes=1 << 20, answer_after=0.1)
+    fb = FakeBroker(partitions=4, max_batch_bytes=1 << 20)
     producer = await producer_on(fb, ProducerConfig(connections_per_broker=connections))
     parts = [TopicPartition("t", p) for p in range(4)]
     large = SHARED_PASS_BYTES  # a lane's batch alone fills a pass that is not shared
     assert await producer.produce([(tp, batch(f"{tp.partition}-0", large)) for tp in parts]) == [0] * 4
     items = [(tp, batch(f"{tp.partition}-{i}", large)) for i in range(1, 13) for tp in parts]
+    # no answer before 5 x n requests were in flight at once (10 s at most): on any host, the
+    # window's requests (64 KiB batches, stamped one by one) can all go out before the first answer
+    fb.hold_answers_until_in_flight = 5 * connections
     await asyncio.gather(*producer.submit(items))
     used: dict[TopicPartition, set[int]] = {tp: set() for tp in parts}
     for event in fb.events:
