@@ -95,12 +95,8 @@ SPECS: dict[str, dict[str, Any]] = {
     "scarce": {"broker_config": {"max.incremental.fetch.session.cache.slots": "8"}},
     # a target that test_outage takes down (the shared west must stay up for the other workers)
     "downable": {},
-    # a pair for thousands of partitions: a broker creates a topic's partitions one by one in the
-    # thread that applies metadata, so on the shared pair every worker's topics would wait behind them
-    "bulk-east": {},
-    "bulk-west": {},
 }
-GROUPS = (("trio",), ("secured",), ("secured-west",), ("scarce",), ("downable",), ("bulk-east", "bulk-west"))
+GROUPS = (("trio",), ("secured",), ("secured-west",), ("scarce",), ("downable",))
 _CLUSTERS = WorkerClusters(SPECS, GROUPS, RUN_DIR / (_WORKER or "main"))
 
 
@@ -160,25 +156,20 @@ def downable() -> KafkaCluster:
     return _CLUSTERS.get("downable")
 
 
-@pytest.fixture
-def bulk() -> tuple[KafkaCluster, KafkaCluster]:
-    """A source and a target cluster of the worker's own, for a test of thousands of partitions."""
-    return _CLUSTERS.get("bulk-east"), _CLUSTERS.get("bulk-west")
-
-
 @pytest.fixture(scope="session")
 def secured_west() -> KafkaCluster:
     """A second secured cluster, set up like ``secured`` (a target for ACL sync)."""
     return _CLUSTERS.get("secured-west")
 
 
-#: modules that alone use a cluster run on one xdist worker together, so it starts once
-SHARED_CLUSTER = {"test_acl_sync": "secured", "test_oauth": "secured", "test_security": "secured"}
+#: modules that alone use a cluster (or the embedded Spark) run on one xdist worker together, so it
+#: starts once
+SHARED_CLUSTER = {"test_acl_sync": "secured", "test_oauth": "secured", "test_security": "secured",
+                  "test_spark_runtime": "local-spark", "test_spark_halting": "local-spark"}
 #: about how many seconds each slow group of tests takes (summed test durations of a full run on
 #: this 2-core machine kind): the slowest start first, so that the workers finish together
 #: instead of one starting the Spark cluster's tests last; the rest weigh 1
-SLOW = {"test_spark_cluster": 275, "secured": 150, "test_leadership": 120, "test_spark_runtime": 90,
-        "test_spark_halting": 85,
+SLOW = {"test_spark_cluster": 275, "local-spark": 160, "secured": 150, "test_leadership": 120,
         "test_connect_differential": 75, "test_mm2_swap": 75, "test_audit": 45,
         "test_mirror_flow": 65, "test_ui_browser": 60, "test_harness": 40, "test_outage": 35,
         "test_incremental_fetch_broker": 35, "test_raw_client": 30, "test_tiered_storage": 30,
@@ -218,23 +209,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: clusters that only one group of tests uses, stopped once its last test is done: an idle broker
 #: still takes ~4% of a core (measured here), which the other worker's tests need
 OWNED_BY = {"secured": ("secured", "secured-west"), "test_leadership": ("trio",),
-            "test_incremental_fetch_broker": ("scarce",), "test_outage": ("downable",),
-            "test_ui_browser": ("bulk-east", "bulk-west")}
+            "test_incremental_fetch_broker": ("scarce",), "test_outage": ("downable",)}
 
 
-@pytest.fixture(scope="module")
+#: the embedded SparkSession of the ``local-spark`` group, while it runs
+_LOCAL_SPARK: list[Any] = []
+
+
+@pytest.fixture(scope="session")
 def local_spark() -> Iterator[Any]:
-    """An embedded ``local[4]`` SparkSession for a module's tests: two tasks, each with a lease and
-    room for its successor. Stopped after the module (a later one on the same worker starts its
-    session in the JVM already running). Each module is a unit of work of its own, so the two that
-    use it can run on two workers at once."""
+    """One embedded ``local[4]`` SparkSession for the modules of the ``local-spark`` group (a Spark
+    JVM starts slowly): two tasks, each with a lease and room for its successor. Stopped once the
+    group is done."""
     from mm2py.runtime.spark.driver.session import spark_session
     from tests.support.spark_cluster import driver_java_options
 
     session = spark_session("local[4]", app_name="mm2py-tests",
                             conf={"spark.driver.defaultJavaOptions": driver_java_options()})
+    _LOCAL_SPARK.append(session)
     yield session
-    session.stop()
+    _stop_local_spark()
+
+
+def _stop_local_spark() -> None:
+    while _LOCAL_SPARK:
+        _LOCAL_SPARK.pop().stop()
 
 
 @pytest.hookimpl(trylast=True)
@@ -244,6 +243,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     if group in OWNED_BY:
         _CLUSTERS.stop(OWNED_BY[group])
+    if group == "local-spark":
+        _stop_local_spark()
 
 
 native_calls.install()

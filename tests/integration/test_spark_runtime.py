@@ -1,8 +1,9 @@
 """The Spark runtime (embedded local mode) against real brokers: the same task code, in leases
 (continuous, the default) and in rounds (bounded backfills).
 
-One SparkSession for the module (``local_spark`` in conftest: Spark starts slowly); each test runs
-its own SparkWorker on it in a thread, as ``mm2py run --runtime spark`` would.
+One SparkSession for this module and test_spark_halting (``local_spark`` in conftest: Spark starts
+slowly); each test runs its own SparkWorker on it in a thread, as ``mm2py run --runtime spark``
+would.
 """
 
 from __future__ import annotations
