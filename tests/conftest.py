@@ -1,16 +1,12 @@
 """The run's real Kafka clusters (KRaft, started by mm2py.kafka_local), shared by every module.
 
-Tests share clusters and use topics, groups and source aliases of their own
-(``tests.support.brokers.unique``). Each cluster starts the first time a test asks for it and
-stops at the end of the run. ``make test`` runs four pytest-xdist workers, a test module at a time
-each (``--dist loadfile``: module fixtures such as a Spark session stay one per module):
+Tests share clusters and use topics of their own (``tests.support.brokers.unique``). Each cluster starts the
+first time a test asks for it and stops at the end of the run. ``make test`` runs two
+pytest-xdist workers, a test module at a time each (``--dist loadfile``: module fixtures such as a
+Spark session stay one per module); each worker has clusters of its own:
 
-- ``east`` and ``west``: the two-cluster mirror set-up (one node each), one pair for the whole run,
-  used by every worker at once (``tests.support.clusters.RunClusters``); no test stops them.
-  ``east`` also has KIP-405 remote storage; a topic opts in with ``tiered_topic_config()``.
-
-Each worker has the others of its own (``WorkerClusters``):
-
+- ``east`` and ``west``: the two-cluster mirror set-up (one node each). ``east`` also has KIP-405
+  remote storage; a topic opts in with ``tiered_topic_config()``.
 - ``trio``: three nodes, for tests where partition leadership matters.
 - ``secured`` and ``secured_west``: TLS and SASL listeners and Kafka's standard authorizer, for
   the TLS, SASL and ACL tests (their SASL users are ``tests.support.brokers.SASL_USERS``; the
@@ -30,8 +26,9 @@ import contextlib
 import os
 import shutil
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,21 +36,18 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from mm2py.client.cluster import ClusterClient
-from mm2py.kafka_local import BrokerSecurity, KafkaCluster
-from mm2py.kafka_local.cluster import PORTS_ENV
+from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
+from mm2py.kafka_local.cluster import PORTS_ENV, in_parallel
+from mm2py.kafka_local.jars import QUICK_JVM
 from tests.support import native_calls
 from tests.support.brokers import SASL_USERS
-from tests.support.clusters import RunClusters, WorkerClusters
 from tests.support.tiered_storage import tiered_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
-#: the run's first process names the run; its xdist workers, started after this module is loaded,
-#: inherit the name, so that all find the run's shared clusters
-RUN_DIR = ROOT / "test-logs" / os.environ.setdefault(
-    "MM2PY_TEST_RUN", f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+RUN_DIR = ROOT / "test-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
-# ``make test`` runs four pytest-xdist workers (gw0..gw3), each starting clusters: each takes its own
-# range of ports, so that none hands a broker a port another just chose
+# ``make test`` runs two pytest-xdist workers (gw0, gw1), each with clusters of its own: each
+# takes its own range of ports, so that neither hands a broker a port the other just chose
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER.startswith("gw"):
     _n = int(_WORKER[2:])
@@ -81,35 +75,68 @@ SECURITY = BrokerSecurity(
 )
 
 #: how each cluster is created, and the clusters started together with it
-#: the run's shared pair (``RunClusters``)
-SHARED_DIR = RUN_DIR / "shared"
-RUN_SPECS: dict[str, dict[str, Any]] = {"east": tiered_cluster(SHARED_DIR / "east"), "west": {}}
-_SHARED = RunClusters(RUN_SPECS, SHARED_DIR)
-
-#: how each of a worker's own clusters is created, and the clusters started together with it
 SPECS: dict[str, dict[str, Any]] = {
+    "east": tiered_cluster(RUN_DIR / "east"),
+    "west": {},
     "trio": {"nodes": 3},
     "secured": {"security": SECURITY},
     "secured-west": {"security": SECURITY},
     # room for eight fetch sessions (KIP-227), one in each of the broker's eight cache shards
     "scarce": {"broker_config": {"max.incremental.fetch.session.cache.slots": "8"}},
-    # a target that test_outage takes down (the shared west must stay up for the other workers)
-    "downable": {},
 }
-GROUPS = (("trio",), ("secured",), ("secured-west",), ("scarce",), ("downable",))
-_CLUSTERS = WorkerClusters(SPECS, GROUPS, RUN_DIR / (_WORKER or "main"))
+GROUPS = (("east", "west"), ("trio",), ("secured",), ("secured-west",), ("scarce",))
+
+
+class _Clusters:
+    """Starts a cluster the first time it is asked for, with the others of its group, in parallel."""
+
+    def __init__(self, specs: Mapping[str, Mapping[str, Any]], groups: tuple[tuple[str, ...], ...]) -> None:
+        self.specs, self.groups = specs, groups
+        self.started: dict[str, KafkaCluster] = {}
+        self.lock = threading.Lock()
+
+    def get(self, name: str) -> KafkaCluster:
+        with self.lock:
+            if name not in self.started:
+                group = next(g for g in self.groups if name in g)
+                created = in_parallel(lambda n: KafkaCluster.create(n, RUN_DIR / n, **self.specs[n]), group)
+                for c in created:  # test brokers live minutes: C1 only starts them with 40% less CPU
+                    c.jvm_args.append(QUICK_JVM)
+                try:
+                    start_all(created, timeout=120)
+                finally:
+                    for c in created:
+                        self.started[c.name] = c
+            cluster = self.started[name]
+            if not all(node.is_alive() for node in cluster.nodes):
+                cluster.start()  # stopped after the tests that own it (see OWNED_BY)
+            return cluster
+
+    def stop(self, names: tuple[str, ...]) -> None:
+        """Stop these clusters (if started); a later ``get`` starts them again."""
+        with self.lock:
+            for name in names:
+                if name in self.started:
+                    self.started[name].stop()
+
+    def stop_all(self) -> None:
+        for c in self.started.values():
+            c.stop()
+
+
+_CLUSTERS = _Clusters(SPECS, GROUPS)
 
 
 @pytest.fixture(scope="session")
 def east() -> KafkaCluster:
-    """The cluster mirrored FROM (remote storage on; topics opt in); the whole run's."""
-    return _SHARED.get("east")
+    """The cluster mirrored FROM (remote storage on; topics opt in)."""
+    return _CLUSTERS.get("east")
 
 
 @pytest.fixture(scope="session")
 def west() -> KafkaCluster:
     """The cluster mirrored TO."""
-    return _SHARED.get("west")
+    return _CLUSTERS.get("west")
 
 
 @pytest.fixture
@@ -148,12 +175,6 @@ def scarce() -> KafkaCluster:
     cluster = _CLUSTERS.get("scarce")
     cluster.start()
     return cluster
-
-
-@pytest.fixture
-def downable() -> KafkaCluster:
-    """A single-node cluster of the worker's own, which the test may stop (running when it starts)."""
-    return _CLUSTERS.get("downable")
 
 
 @pytest.fixture(scope="session")
@@ -209,7 +230,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: clusters that only one group of tests uses, stopped once its last test is done: an idle broker
 #: still takes ~4% of a core (measured here), which the other worker's tests need
 OWNED_BY = {"secured": ("secured", "secured-west"), "test_leadership": ("trio",),
-            "test_incremental_fetch_broker": ("scarce",), "test_outage": ("downable",)}
+            "test_incremental_fetch_broker": ("scarce",)}
 
 
 #: the embedded SparkSession of the ``local-spark`` group, while it runs
@@ -281,19 +302,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _CLUSTERS.stop_all()
-    first = not hasattr(session.config, "workerinput")  # xdist's controller, or the only process
-    if first:
-        _SHARED.stop_all()  # every worker is done with them
-    green = session.testsfailed == 0 and exitstatus == 0
-    own = _CLUSTERS.directory
-    if green and own.exists():
-        shutil.rmtree(own, ignore_errors=True)
-    if not first or not RUN_DIR.exists():
+    if not RUN_DIR.exists():
         return
-    if green:
+    if session.testsfailed == 0 and exitstatus == 0:
         shutil.rmtree(RUN_DIR, ignore_errors=True)
-        with contextlib.suppress(OSError):  # another run's dir may still be there
+        with contextlib.suppress(OSError):  # another worker's run dir may still be there
             RUN_DIR.parent.rmdir()
     else:
-        logs = sorted(str(p) for p in RUN_DIR.glob("**/node-*/server.log"))
+        logs = sorted(str(p) for p in RUN_DIR.glob("*/node-*/server.log"))
         sys.stderr.write("\nBroker logs of this failed run are kept:\n  " + "\n  ".join(logs) + "\n")

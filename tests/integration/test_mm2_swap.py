@@ -98,8 +98,8 @@ def _written_the_old_way(swap: Swap) -> int:
     """Rewrite the progress topic as an older mm2py with MM2 left it: each key's newest position
     outside its proper partition, a staler one (MM2's) at home. Returns the keys so rewritten.
 
-    Only the swap topic's keys: MM2 also mirrors every heartbeats topic of the source, and other
-    tests of the run may have made some on the shared ``east`` (their count is not the test's)."""
+    Only the swap topic's keys: MM2 also mirrors every heartbeats topic of the source, and earlier
+    tests on the same ``east`` may have made some (their count is not the test's)."""
     topic = progress_topic(swap.src)
     records = placed_records(swap.west.bootstrap, topic)
     newest: dict[bytes, bytes | None] = {}

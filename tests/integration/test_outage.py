@@ -3,14 +3,14 @@
 The producer sends its unacknowledged batches again by itself until its retry time-out
 (``delivery.timeout.ms``, 120 s): an outage shorter than that never reaches the task.
 
-The target is the worker's ``downable`` cluster (the run's ``west`` serves the other workers' tests
-meanwhile), stopped and started again in the test (its data directory kept, as a broker restart
-keeps it).
+The target is the session's ``west``, stopped and started again in the test (its data directory
+kept, as a broker restart keeps it); it is running again whatever the test's outcome.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -31,8 +31,15 @@ from tests.support.brokers import (
 pytestmark = pytest.mark.integration
 
 
-def test_target_outage_mid_stream(east: KafkaCluster, downable: KafkaCluster) -> None:
-    src, dst = east, downable
+@pytest.fixture
+def bounced_west(west: KafkaCluster) -> Iterator[KafkaCluster]:
+    """``west``, which the test may stop; started again after it."""
+    yield west
+    west.start()
+
+
+def test_target_outage_mid_stream(east: KafkaCluster, bounced_west: KafkaCluster) -> None:
+    src, dst = east, bounced_west
     topic = create_topic(src.bootstrap, unique("outage"), partitions=2)
     config = mirror_config(
         {"east": src.bootstrap, "west": dst.bootstrap},
