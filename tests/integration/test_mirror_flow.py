@@ -210,6 +210,8 @@ def test_source_partitions_added_and_topic_configs_synced(east: KafkaCluster, we
         wait_until(lambda: _mirrored(east, west, {topic: f"east.{topic}"}), 60, 0.5, "mirrored")
         source_admin = ClusterAdmin("east", east.bootstrap)
         source_admin.add_partitions({topic: 4})
+        # the broker's metadata has the new partitions a moment after the controller took them
+        wait_until(lambda: len(end_offsets(east.bootstrap, topic)) == 4, 30, 0.1, "partitions on east")
         produce_records(east.bootstrap, topic, [
             Rec(r.key, r.value, r.headers, r.timestamp, 3) for r in _records(50, "p3")
         ])
