@@ -259,10 +259,11 @@ class BrokerConnection:
             await self._handshake()
             authenticator = self.config.security.authenticator
             if authenticator is not None:
+                since = asyncio.get_running_loop().time()
                 lifetime = await authenticator.authenticate(self)
                 self._session = SessionKeeper(repr(self), self.config.security.name,
                                               lambda: authenticator.authenticate(self), self._fail)
-                self._session.started(lifetime)
+                self._session.started(lifetime, since)
         except BaseException:
             await self.close()
             raise

@@ -108,10 +108,13 @@ class TokenProvider:
     def __repr__(self) -> str:
         return f"TokenProvider({self.settings.who}, cluster={self.settings.cluster!r})"
 
-    def cached(self) -> AccessToken | None:
-        """The current token if it needs no refresh yet."""
-        token = self._token
-        return token if token is not None and self._clock() < self._refresh_at else None
+    def cached(self, fresh: float = 0.0) -> AccessToken | None:
+        """The current token if it needs no refresh yet and has ``fresh`` (a fraction) of its
+        lifetime left."""
+        token, now = self._token, self._clock()
+        if token is None or now >= self._refresh_at or token.expires_at - now < fresh * token.lifetime:
+            return None
+        return token
 
     def token(self, fresh: float = 0.0) -> AccessToken:
         """The current token, fetched first if there is none, its refresh time has come, or less
@@ -139,10 +142,10 @@ class TokenProvider:
                      token.expires_at - now, self._refresh_at - now)
             return token
 
-    async def current(self) -> AccessToken:
+    async def current(self, fresh: float = 0.0) -> AccessToken:
         """:meth:`token` for the event loop: a fresh cached token at once, a fetch in a thread."""
-        cached = self.cached()
-        return cached if cached is not None else await asyncio.to_thread(self.token)
+        cached = self.cached(fresh)
+        return cached if cached is not None else await asyncio.to_thread(self.token, fresh)
 
     def librdkafka_token(self, _config: str) -> tuple[str, float, str, dict[str, str]]:
         """confluent-kafka's ``oauth_cb``: (token, expiry in epoch seconds, principal, extensions).

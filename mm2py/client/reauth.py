@@ -3,11 +3,13 @@
 A broker with ``connections.max.reauth.ms`` (or an OAUTHBEARER token that expires) announces a
 session lifetime in its last SaslAuthenticate answer and closes the connection at the first
 request it reads after that lifetime. :class:`SessionKeeper` re-authenticates before then, as the
-Java client does: at a random point between 85% and 95% of the lifetime it sends SaslHandshake and
-SaslAuthenticate again on the same connection (with the token provider's current token for
-OAUTHBEARER). Requests already sent stay in flight: the broker reads one request of a connection
-at a time, so it answers them before it reads the handshake. Requests made while the exchange runs
-wait for its end, then go out (the broker would read them as SASL messages). A refused
+Java client does: at a random point between 85% and 95% of the lifetime, but at least a second
+before its end (``reauthentication_delay``), it sends SaslHandshake and SaslAuthenticate again on
+the same connection (for OAUTHBEARER with a token that has at least half its lifetime left, so
+sessions do not shrink with the token's). Requests already sent stay in flight: the broker reads
+one request of a connection at a time, so it answers them before it reads the handshake (hence
+the second: one may wait behind a long-polling fetch). Requests made while the exchange runs wait
+for its end, then go out (the broker would read them as SASL messages). A refused
 re-authentication closes the connection with the broker's reason.
 
 :data:`SASL_SESSIONS` counts, per cluster name, the re-authentications of the process's
@@ -76,16 +78,23 @@ class SessionKeeper:
         #: when the current session ends (event loop time), None without a session lifetime
         self.session_end: float | None = None
 
-    def started(self, lifetime_ms: int | None) -> None:
-        """A (re-)authentication succeeded with this session lifetime (0 or None: no limit)."""
+    def started(self, lifetime_ms: int | None, since: float) -> None:
+        """A (re-)authentication that began at ``since`` (event loop time) succeeded with this
+        session lifetime (0 or None: no limit).
+
+        The broker's session starts when it reads our last SaslAuthenticate, after ``since`` and
+        before its answer reached us: counted from ``since``, our session ends no later than the
+        broker's (counted from the answer, a busy process would re-authenticate too late by the
+        time it took to read that answer)."""
         if not lifetime_ms or lifetime_ms <= 0:
             self.session_end = None
             return
         loop = asyncio.get_running_loop()
-        self.session_end = loop.time() + lifetime_ms / 1000
-        delay = reauthentication_delay(lifetime_ms, random.random())
-        log.debug("%s: SASL session of %d ms, re-authenticating in %.1f s", self._what, lifetime_ms, delay)
-        self._timer = loop.call_later(delay, self._begin)
+        self.session_end = since + lifetime_ms / 1000
+        at = since + reauthentication_delay(lifetime_ms, random.random())
+        log.debug("%s: SASL session of %d ms, re-authenticating in %.1f s", self._what, lifetime_ms,
+                  at - loop.time())
+        self._timer = loop.call_at(at, self._begin)
 
     def _begin(self) -> None:
         self._timer = None
@@ -94,6 +103,7 @@ class SessionKeeper:
         self._task = loop.create_task(self._run())
 
     async def _run(self) -> None:
+        since = asyncio.get_running_loop().time()
         try:
             lifetime = await self._authenticate()
         except asyncio.CancelledError:
@@ -105,7 +115,7 @@ class SessionKeeper:
                        ConnectionLostError(f"{self._what}: re-authentication failed: {e!r}"))
         else:
             SASL_SESSIONS.add(self.cluster, "reauthentications")
-            self.started(lifetime)
+            self.started(lifetime, since)
         finally:
             self._task = None
             self._open_gate()

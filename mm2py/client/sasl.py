@@ -80,7 +80,9 @@ class SaslAuthenticator:
             raise self._error(conn, str(e)) from e
 
     async def _oauthbearer(self, conn: BrokerConnection, version: int, tokens: TokenProvider) -> int:
-        token = await tokens.current()
+        # a session lasts no longer than the token it was opened with: one with less than half its
+        # lifetime left is replaced first, so sessions (and the time left to renew them) stay long
+        token = await tokens.current(fresh=0.5)
         resp = await self._round(conn, version, client_message(token.value, dict(tokens.settings.extensions)))
         if resp.auth_bytes:  # the broker refused the token: its status document, then the failure
             status = bytes(resp.auth_bytes).decode("utf-8", "replace")

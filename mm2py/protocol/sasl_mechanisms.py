@@ -138,8 +138,19 @@ class ScramClient:
                                      "this user's credential")
 
 
-def reauthentication_delay(session_lifetime_ms: int, rnd: float) -> float:
-    """Seconds after an authentication at which the client authenticates again (KIP-368): at a
+#: a re-authentication starts at least this long before its session ends (unless that is before
+#: half the session): a request written just before it may wait in the broker behind a long-polling
+#: fetch (``fetch.max.wait.ms``, 500 ms by default), since a broker reads one request of a connection
+#: at a time, and the timer of a busy process's event loop may fire late. The Java client's 5-15% of
+#: the lifetime alone leaves 80 ms of a 1.6 s session, which a loaded machine misses
+SESSION_END_RESERVE_S = 1.0
+
+
+def reauthentication_delay(session_lifetime_ms: int, rnd: float,
+                           reserve_s: float = SESSION_END_RESERVE_S) -> float:
+    """Seconds after an authentication began at which the client authenticates again (KIP-368): at a
     point between 85% and 95% of the session lifetime the broker announced (``rnd`` in [0, 1)), as
-    the Java client does, so the broker never has to close the connection for an expired session."""
-    return session_lifetime_ms / 1000 * (0.85 + 0.10 * rnd)
+    the Java client does, but no later than ``reserve_s`` before the session ends unless that is
+    before half of it, so the broker never reads a request of ours after the session ended."""
+    lifetime = session_lifetime_ms / 1000
+    return min(lifetime * (0.85 + 0.10 * rnd), max(lifetime - reserve_s, lifetime / 2))

@@ -3,6 +3,7 @@ times, the Java configuration read into OAuthSettings, and the token provider's 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from pathlib import Path
@@ -99,9 +100,16 @@ def test_refresh_times_follow_the_java_settings() -> None:
     assert policy.refresh_at(short, now=1030, rnd=0) == 1030  # expired: now
 
 
-def test_reauthentication_between_85_and_95_percent() -> None:
+def test_reauthentication_between_85_and_95_percent_and_a_second_before_the_end() -> None:
+    hour = 3_600_000
+    assert reauthentication_delay(hour, 0) == pytest.approx(3060)
+    assert reauthentication_delay(hour, 0.999) == pytest.approx(3420, abs=1)
+    # a short session keeps a second for a request queued behind a long-polling fetch
     assert reauthentication_delay(10_000, 0) == pytest.approx(8.5)
-    assert reauthentication_delay(10_000, 0.999) == pytest.approx(9.5, abs=0.01)
+    assert reauthentication_delay(10_000, 0.999) == pytest.approx(9.0)
+    assert reauthentication_delay(4_000, 0.5) == pytest.approx(3.0)
+    # ... unless that is before half of it
+    assert reauthentication_delay(1_600, 0.5) == pytest.approx(0.8)
 
 
 # ---------------------------------------------------------------------------------- config
@@ -205,6 +213,24 @@ def test_provider_caches_refreshes_and_keeps_a_valid_token_when_a_refresh_fails(
     clock[0] = 1181.0  # expired and still no token: an error that says why
     with pytest.raises(TokenError, match=r"cannot read the OAUTHBEARER token file"):
         provider.token()
+
+
+def test_a_session_takes_a_token_with_half_its_lifetime_left(tmp_path: Path) -> None:
+    """A SASL session ends with the token it was opened with: a connection (re-)authenticates with
+    a token that has at least half its lifetime left, though the cache keeps it till 80%."""
+    clock = [1000.0]
+    path = tmp_path / "token"
+    path.write_text(jwt({"sub": "m", "iat": 1000, "exp": 1100}))
+    provider = TokenProvider(OAuthSettings(token_endpoint_url=f"file://{path}", cluster="east"),
+                             clock=lambda: clock[0], rnd=lambda: 0.0)
+    first = asyncio.run(provider.current(fresh=0.5))
+    clock[0] = 1049.0
+    assert provider.cached(fresh=0.5) is first
+    clock[0] = 1060.0  # 40 s of 100 left: not yet due for refresh, but too short for a session
+    assert provider.cached() is first and provider.cached(fresh=0.5) is None
+    path.write_text(jwt({"sub": "m", "iat": 1060, "exp": 1160}))
+    second = asyncio.run(provider.current(fresh=0.5))
+    assert second.expires_at == 1160 and provider.fetches == 2
 
 
 def test_an_unreachable_endpoint_fails_at_once() -> None:

@@ -63,3 +63,21 @@ async def test_a_held_request_cancelled_keeps_the_others_in_order() -> None:
     # and with no re-authentication under way, a request goes at once
     await asyncio.wait_for(request("d"), 0.1)
     assert written[-1] == "d"
+
+
+async def test_the_session_is_counted_from_when_the_authentication_began() -> None:
+    """The broker's session starts when it reads our SaslAuthenticate, before its answer reaches
+    us: a session counted from the answer would end after the broker's by the time that took."""
+    loop = asyncio.get_running_loop()
+    keeper = SessionKeeper("conn", "c", lambda: asyncio.sleep(0, None), lambda _exc: None)
+    began = loop.time() - 0.7  # the exchange took 0.7 s (a busy event loop)
+    keeper.started(4_000, began)
+    try:
+        assert keeper.session_end == began + 4.0
+        assert keeper._timer is not None
+        # 85-95% of 4 s would leave 0.2-0.6 s; a second is kept for a request behind a long poll
+        assert keeper._timer.when() == began + 3.0
+    finally:
+        keeper.lost(by_client=True)
+    keeper.started(0, loop.time())
+    assert keeper.session_end is None and keeper._timer is None
