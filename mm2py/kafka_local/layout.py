@@ -4,6 +4,7 @@ formatted log directory."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import shutil
 import subprocess
 import uuid
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .class_archive import class_archive_args
-from .jars import HarnessError, java_executable
+from .jars import HarnessError, cache_root, java_executable
 
 LOG4J2 = """\
 status = warn
@@ -106,32 +107,55 @@ def add_listeners(props: dict[str, str], ports: Mapping[str, int]) -> None:
 
 
 def format_storage(libs: Path, cluster_id: str, nodes: Sequence[KafkaNode], format_args: list[str]) -> None:
-    """Format every node's log directory with one JVM run of Kafka's StorageTool.
+    """Format every node's log directory: a copy of a formatted directory with the node's own
+    ``meta.properties``.
 
-    The tool formats the first node; what it writes there is the same for every node of the
-    cluster (``bootstrap.checkpoint``: the metadata version, SCRAM credentials) but for
-    ``meta.properties``, which names the node and its directory. The other nodes get a copy of the
-    directory with their own ``node.id`` and a fresh ``directory.id`` (a JVM start costs ~1.5 s on
-    a small machine; a 3-node cluster formatted node by node paid it three times)."""
-    first = nodes[0]
+    What Kafka's StorageTool writes is the same for every node and every cluster of one Kafka
+    release and one set of format arguments (``bootstrap.checkpoint``: the metadata version, SCRAM
+    credentials; only its timestamps and CRC differ) but for ``meta.properties``, which names the
+    cluster, the node and its directory. So the tool runs once per machine for each release and set
+    of arguments (a JVM start costs ~1.5 s of CPU on a small machine, paid by every cluster
+    before), and the result is kept under ``<cache>/formatted``."""
+    template = _formatted_template(libs, nodes[0], cluster_id, format_args)
+    meta = (template / "meta.properties").read_text().splitlines()
+    for node in nodes:
+        shutil.copytree(template, node.workdir / "data")
+        mine = {"cluster.id": cluster_id, "node.id": str(node.node_id), "directory.id": random_id()}
+        lines = [f"{key}={mine[key]}" if (key := line.partition("=")[0]) in mine else line for line in meta]
+        (node.workdir / "data" / "meta.properties").write_text("\n".join(lines) + "\n")
+
+
+def _formatted_template(libs: Path, first: KafkaNode, cluster_id: str, format_args: list[str]) -> Path:
+    """The kept formatted directory for this release and these arguments, made first if missing (by
+    formatting ``first``'s configuration into a scratch directory beside it). Every node the
+    harness lays out is a combined broker and controller with static voters
+    (``controller.quorum.voters``): the rest of its configuration does not change what is written."""
+    key = hashlib.sha256("\0".join([libs.name, *format_args]).encode()).hexdigest()[:16]
+    template = cache_root() / "formatted" / key
+    if (template / "meta.properties").exists():
+        return template
+    scratch = first.workdir / "format-scratch"
+    props = (first.workdir / "server.properties").read_text().splitlines()
+    scratch.mkdir()
+    (scratch / "server.properties").write_text("".join(
+        f"log.dirs={scratch / 'data'}\n" if line.startswith("log.dirs=") else f"{line}\n" for line in props))
     run_tool(
         libs,
-        ["kafka.tools.StorageTool", "format", "--ignore-formatted",
-         f"--cluster-id={cluster_id}", "-c", str(first.workdir / "server.properties"),
-         *format_args],
-        first.workdir,
+        ["kafka.tools.StorageTool", "format", "--ignore-formatted", f"--cluster-id={cluster_id}",
+         "-c", str(scratch / "server.properties"), *format_args],
+        scratch,
     )
-    formatted = first.workdir / "data"
-    meta = (formatted / "meta.properties").read_text().splitlines()
-    for node in nodes[1:]:
-        shutil.copytree(formatted, node.workdir / "data")
-        lines = [
-            f"node.id={node.node_id}" if line.startswith("node.id=")
-            else f"directory.id={random_id()}" if line.startswith("directory.id=")
-            else line
-            for line in meta
-        ]
-        (node.workdir / "data" / "meta.properties").write_text("\n".join(lines) + "\n")
+    template.parent.mkdir(parents=True, exist_ok=True)
+    staged = template.with_name(f"{key}.{uuid.uuid4().hex[:8]}.tmp")
+    shutil.copytree(scratch / "data", staged)
+    try:
+        staged.rename(template)  # whole or not at all; another process may have kept one first
+    except OSError:
+        shutil.rmtree(staged, ignore_errors=True)
+        if not (template / "meta.properties").exists():
+            raise
+    shutil.rmtree(scratch, ignore_errors=True)
+    return template
 
 
 def run_tool(libs: Path, args: list[str], cwd: Path) -> str:

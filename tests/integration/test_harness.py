@@ -44,6 +44,16 @@ def test_clusters_are_independent(east: KafkaCluster, west: KafkaCluster) -> Non
     topic = create_topic(east.bootstrap, unique("only-east"))
     assert topic in topic_names(east.bootstrap)
     assert topic not in topic_names(west.bootstrap)
+    # each is its own cluster (their log directories are copies of one formatted directory, kept
+    # between runs, with meta.properties rewritten)
+    from confluent_kafka.admin import AdminClient
+
+    ids = [AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(timeout=10).cluster_id
+           for c in (east, west)]
+    assert ids == [east.cluster_id, west.cluster_id] and ids[0] != ids[1]
+    for c in (east, west):
+        meta = (c.nodes[0].workdir / "data" / "meta.properties").read_text()
+        assert f"cluster.id={c.cluster_id}\n" in meta and "node.id=1\n" in meta
 
 
 def _mm2py(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
