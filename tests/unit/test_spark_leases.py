@@ -172,3 +172,26 @@ def test_a_lease_stopped_by_an_alarm_under_fail_leaves_its_task_failed_and_not_s
     work = SimpleNamespace(flow="f", lease_id="l9", spec=TaskSpec(None, 0, (A,)))
     result = lease_module.run_lease(work)  # type: ignore[arg-type]
     assert result.halted and (result.error or "").startswith("MirrorAlarmError: target.truncated")
+
+
+async def test_a_report_after_the_flow_was_halted_leaves_its_task_stopped() -> None:
+    """A lease winding down after a pause or stop (its last report, while it commits) does not
+    mark its task RUNNING again: the halted flow's status shows no running task (a resume makes a
+    new runner)."""
+    from mm2py.engine.task_contract import TaskState
+    from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner
+    from tests.support.brokers import mirror_config
+
+    config: Any = mirror_config({"east": "127.0.0.1:9", "west": "127.0.0.1:9"},
+                                {"east->west": {"topics": "orders"}})
+    runner = SparkFlowRunner(config.enabled_flows()[0])
+    runner.tasks[0] = SparkTask(0, (A,))
+    runner.report_lease(0, {A: 3}, lambda task: None)
+    assert runner.tasks[0].state is TaskState.RUNNING
+    await runner.stop()
+    assert runner.tasks[0].state is TaskState.STOPPED
+    runner.report_lease(0, {A: 0}, lambda task: None)
+    assert runner.tasks[0].state is TaskState.STOPPED and runner.tasks[0].metrics.lag == {A: 0}
+    runner.state = TaskState.PAUSED  # as the worker marks a paused flow
+    runner.report_lease(0, {A: 0}, lambda task: None)
+    assert runner.tasks[0].state is TaskState.STOPPED

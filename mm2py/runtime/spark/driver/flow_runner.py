@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Plan
-from mm2py.engine.task_contract import RUN_COUNTERS, TaskMetrics, TaskState
+from mm2py.engine.task_contract import HALTED_STATES, RUN_COUNTERS, TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import acknowledged_topics
 from mm2py.runtime.flows import FlowRunnerBase
@@ -143,14 +143,16 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
     # -- leases (see spark_leases) ----------------------------------------------------------------
     def report_lease(self, task_id: int, lag: Mapping[TopicPartition, int],
                      fold: Callable[[SparkTask], None]) -> None:
-        """A running lease reported: its task runs; its counters and lag are the latest."""
+        """A running lease reported: its task runs; its counters and lag are the latest. A
+        report of a lease still winding down after the flow was paused or stopped (its last,
+        while it commits) leaves the task STOPPED: resuming makes a new runner."""
         with self._lock:
             task = self.tasks.get(task_id)
             if task is None:
                 return
             fold(task)
             task.metrics.lag.update({tp: v for tp, v in lag.items() if tp in task.partitions})
-            if task.partitions:
+            if task.partitions and self.state not in HALTED_STATES:
                 task.state, task.trace = TaskState.RUNNING, None
         self.acknowledged(acknowledged_topics(task.metrics.times))
 
