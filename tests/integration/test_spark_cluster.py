@@ -50,9 +50,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandaloneCluster]:
-    # two cores a worker, as the runtime sizes local[N]: a slot for each lease and one for its
-    # successor; with one worker lost, a lease that was on it can still start at once
-    with SparkStandaloneCluster(tmp_path_factory.mktemp("spark-standalone"), cores=2) as cluster:
+    # three cores a worker: the four leases of two flows of two tasks each, and room for two
+    # successors at a time; with one worker lost, a lease that was on it can still start at once
+    with SparkStandaloneCluster(tmp_path_factory.mktemp("spark-standalone"), cores=3) as cluster:
         yield cluster
 
 
@@ -352,49 +352,6 @@ def _not_zombie(pid: int) -> bool:
         return False
 
 
-def test_a_driver_killed_under_live_traffic_resumes_exactly_when_restarted(
-    east: KafkaCluster, west: KafkaCluster, cluster: SparkStandaloneCluster, tmp_path: Path
-) -> None:
-    """Leases of four seconds (hand-overs under way) while records keep arriving; the driver is
-    SIGKILLed twice: first its Python process alone (the Spark JVM and the executors orphaned),
-    then its whole process group (a crashed host), each time at a later point of the lease cycle.
-    Each new driver resumes from the committed progress and the target's tail: every record once."""
-    topic = create_topic(east.bootstrap, unique("sa-driver"), partitions=2)
-    config = _config(tmp_path, east, west, topic)
-    drivers = [Driver(config, cluster.master_url, tmp_path / f"driver-{i}.log", "--spark-lease-seconds", "4")
-               for i in (1, 2, 3)]
-    try:
-        with LiveProducer(east.bootstrap, topic, 2) as live:
-            app = drivers[0].start().wait_app(cluster)
-            at_start = 0
-            for kill, (dead, fresh) in enumerate(itertools.pairwise(drivers)):
-                # the second kill comes 1,000 records later into its driver's leases than the first
-                goal = at_start + 1000 * (kill + 1)
-                wait_until(lambda g=goal: sum(_target_ends(west, topic).values()) >= g, 90, 0.1,
-                           "mirroring under way")
-                if kill == 0:
-                    dead.kill_python()
-                else:
-                    dead.kill()
-                at_kill = sum(_target_ends(west, topic).values())
-                fresh.start()
-                # the master ends the dead driver's application and its workers kill its executors:
-                # nothing of it is left to write to the target behind the new driver's back
-                wait_until(lambda a=app: not cluster.app_processes(a), 30, 0.2,
-                           f"the killed driver's executors ({app}) to be gone")
-                app = fresh.wait_app(cluster, before=app)
-                at_start = at_kill
-            wait_until(lambda: sum(_target_ends(west, topic).values()) >= at_start + 1000, 90, 0.2,
-                       "the last driver to mirror live records")
-            total = live.stop()
-        _wait_mirrored(east, west, topic, 90, "everything produced")
-        drivers[-1].stop()
-    finally:
-        for driver in drivers:
-            driver.reap()
-    assert _assert_mirrored_exactly(east, west, topic) == total
-
-
 def _free_port() -> int:
     import socket
 
@@ -403,21 +360,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_flows_on_the_standalone_cluster_mirror_exactly_and_are_stopped_moved_forgotten_and_resumed_over_rest(
+def test_flows_on_the_standalone_cluster_are_steered_over_rest_and_survive_driver_kills_exactly(
     east: KafkaCluster, west: KafkaCluster, cluster: SparkStandaloneCluster, tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Two flows in one driver (a Spark application starts slowly here, so one serves both).
+    """Two flows, three drivers (a Spark application starts slowly here, so one story serves all),
+    leases of four seconds (hand-overs under way all along).
 
     ``east->west``: a backlog behind an aborted transaction, zstd and lz4, mirrored exactly; a
     group's offsets translated, checkpointed and committed to the target group; the executors
-    import this checkout and ran the leases.
+    import this checkout and ran the leases. Beside it, a topic under live traffic all through.
 
     ``<alias>->west`` (issue 22, a source alias of its own so the forget touches no other flow's
     positions): pause while the source grows, resume (caught up exactly); stop, move one partition
     to earliest, resume (it is mirrored again from its start, the others once); stop, forget every
-    position, resume (all mirrored again): every record accounted for, in order. Then, with no
-    driver, ``mm2py flow-offsets`` reads and moves a position the next driver starts from."""
+    position, resume (all mirrored again).
+
+    Then the driver is SIGKILLed twice under the live traffic: first its Python process alone (the
+    Spark JVM and the executors orphaned), then its whole process group (a crashed host), the
+    second 1,000 records later into its driver's leases than the first. With no driver running,
+    ``mm2py flow-offsets`` reads and moves a position the last driver starts from. Each new driver
+    resumes from the committed progress and the target's tail: every record once, in order."""
     import httpx
 
     topic = create_topic(east.bootstrap, unique("sa"), partitions=2)
@@ -427,16 +390,19 @@ def test_flows_on_the_standalone_cluster_mirror_exactly_and_are_stopped_moved_fo
                         compression=codec)
     group = unique("g")
     committed = consume_and_commit(east.bootstrap, group, topic, {0: 500, 1: 1100}, poll_timeout=10)
+    live_topic = create_topic(east.bootstrap, unique("sa-live"), partitions=2)
 
     alias = unique("sah")
     halted = create_topic(east.bootstrap, unique("sahalt"), partitions=3)
     remote, path = f"{alias}.{halted}", f"/flows/{alias}/west"
     clusters = {"east": east.bootstrap, alias: east.bootstrap, "west": west.bootstrap}
     config = config_file(tmp_path / "mm2.json", clusters, {
-        "east->west": {"topics": topic, "tasks.max": 2, "groups": group, **FAST_GROUPS},
+        "east->west": {"topics": f"{topic}|{live_topic}", "tasks.max": 2, "groups": group, **FAST_GROUPS},
         f"{alias}->west": {"topics": halted, "tasks.max": 2, "emit.checkpoints.enabled": False}})
     port = _free_port()
-    driver = Driver(config, cluster.master_url, tmp_path / "driver.log", "--rest-port", str(port))
+    leases = ("--spark-lease-seconds", "4")
+    drivers = [Driver(config, cluster.master_url, tmp_path / f"driver-{i}.log", *leases,
+                      *(("--rest-port", str(port)) if i == 1 else ())) for i in (1, 2, 3)]
     batches: list[dict[int, list[object]]] = []
 
     def produce(n: int, tag: str) -> None:
@@ -448,71 +414,103 @@ def test_flows_on_the_standalone_cluster_mirror_exactly_and_are_stopped_moved_fo
     def settled(counts: dict[int, int]) -> None:
         wait_until(lambda: end_offsets(west.bootstrap, remote) == counts, 120, 0.3, f"{remote} at {counts}")
 
+    def live_mirrored() -> int:
+        return sum(_target_ends(west, live_topic).values())
+
     try:
-        produce(20, "a")
-        app = driver.start().wait_app(cluster)
-        # the target has no aborted records nor markers: its partitions end at 1500
-        _wait_mirrored(east, west, topic, 90, "the backlog", {0: 1500, 1: 1500})
-        settled({0: 20, 1: 20, 2: 20})
-        # the group's offsets, translated, are checkpointed and committed to the target group
-        want = _where_landed(east, west, topic, committed)
-        assert want != committed, "source and target offsets should differ (the aborted transaction)"
-        wait_until(lambda: _target_group(west, group) == want, 60, 0.5,
-                   f"the target group at the translated offsets {want}")
-        latest = _latest_checkpoints(west, group)
-        assert {tp.partition: (cp.upstream_offset, cp.downstream_offset) for tp, cp in latest.items()} == {
-            p: (committed[p], want[p]) for p in (0, 1)}
-        # the executors' Python workers import this checkout (the daemons' environment has no
-        # PYTHONPATH: the driver's settings gave it to them)
-        paths = _executor_pythonpaths(cluster, app)
-        assert paths and all(str(ROOT) in p for p in paths), paths
+        with LiveProducer(east.bootstrap, live_topic, 2) as live:
+            produce(20, "a")
+            first_app = app = drivers[0].start().wait_app(cluster)
+            # the target has no aborted records nor markers: its partitions end at 1500
+            _wait_mirrored(east, west, topic, 90, "the backlog", {0: 1500, 1: 1500})
+            settled({0: 20, 1: 20, 2: 20})
+            # the group's offsets, translated, are checkpointed and committed to the target group
+            want = _where_landed(east, west, topic, committed)
+            assert want != committed, "source and target offsets should differ (the aborted transaction)"
+            wait_until(lambda: _target_group(west, group) == want, 60, 0.5,
+                       f"the target group at the translated offsets {want}")
+            latest = _latest_checkpoints(west, group)
+            assert {tp.partition: (cp.upstream_offset, cp.downstream_offset)
+                    for tp, cp in latest.items()} == {p: (committed[p], want[p]) for p in (0, 1)}
+            # the executors' Python workers import this checkout (the daemons' environment has no
+            # PYTHONPATH: the driver's settings gave it to them)
+            paths = _executor_pythonpaths(cluster, app)
+            assert paths and all(str(ROOT) in p for p in paths), paths
 
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
-            # pause returns once the leases have committed and released: the target holds while
-            # the source grows, and resume catches up exactly
-            assert http.post(f"{path}/pause").json()["state"] == "PAUSED"
-            offsets = http.get(f"{path}/offsets").json()["offsets"]
-            assert {o["partition"]: o["position"] for o in offsets} == {0: 20, 1: 20, 2: 20}
-            produce(5, "p")
-            assert end_offsets(east.bootstrap, halted) == {0: 25, 1: 25, 2: 25}
-            status = http.get(path).json()
-            assert status["state"] == "PAUSED" and "RUNNING" not in {t["state"] for t in status["tasks"]}
-            assert end_offsets(west.bootstrap, remote) == {0: 20, 1: 20, 2: 20}
-            assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
-            settled({0: 25, 1: 25, 2: 25})
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+                # pause returns once the leases have committed and released: the target holds while
+                # the source grows, and resume catches up exactly
+                assert http.post(f"{path}/pause").json()["state"] == "PAUSED"
+                offsets = http.get(f"{path}/offsets").json()["offsets"]
+                assert {o["partition"]: o["position"] for o in offsets} == {0: 20, 1: 20, 2: 20}
+                produce(5, "p")
+                assert end_offsets(east.bootstrap, halted) == {0: 25, 1: 25, 2: 25}
+                status = http.get(path).json()
+                assert status["state"] == "PAUSED" and "RUNNING" not in {t["state"] for t in status["tasks"]}
+                assert end_offsets(west.bootstrap, remote) == {0: 20, 1: 20, 2: 20}
+                assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
+                settled({0: 25, 1: 25, 2: 25})
 
-            assert http.post(f"{path}/stop").json()["state"] == "STOPPED"
-            produce(10, "b")
-            r = http.patch(f"{path}/offsets", json={"offsets": [
-                {"topic": halted, "partition": 1, "offset": "earliest"}]})
-            assert r.status_code == 200, r.text
-            assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
-            settled({0: 35, 1: 60, 2: 35})
+                assert http.post(f"{path}/stop").json()["state"] == "STOPPED"
+                produce(10, "b")
+                r = http.patch(f"{path}/offsets", json={"offsets": [
+                    {"topic": halted, "partition": 1, "offset": "earliest"}]})
+                assert r.status_code == 200, r.text
+                assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
+                settled({0: 35, 1: 60, 2: 35})
 
-            assert http.post(f"{path}/stop").json()["state"] == "STOPPED"
-            r = http.delete(f"{path}/offsets")
-            assert r.status_code == 200 and {o["position"] for o in r.json()["offsets"]} == {None}, r.text
-            produce(5, "c")
-            assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
-            settled({0: 75, 1: 100, 2: 75})
-        driver.stop()
-        # with no driver running, ``mm2py flow-offsets`` reads what the leases committed and moves
-        # a position; the next driver's leases start there
-        flow = ["-c", str(config), "--flow", f"{alias}->west"]
-        assert _cli(capsys, "flow-offsets", "get", *flow, "--json") == [
-            {"topic": halted, "partition": p, "position": 40, "target_topic": remote,
-             "target_offset": {0: 75, 1: 100, 2: 75}[p]} for p in range(3)]
-        _cli(capsys, "flow-offsets", "reset", *flow, "-p", f"{halted}:2", "--to", "35", "--execute")
-        driver = Driver(config, cluster.master_url, tmp_path / "driver2.log").start()
-        settled({0: 75, 1: 100, 2: 80})
-        driver.stop()
+                assert http.post(f"{path}/stop").json()["state"] == "STOPPED"
+                r = http.delete(f"{path}/offsets")
+                assert r.status_code == 200 and {o["position"] for o in r.json()["offsets"]} == {None}, r.text
+                produce(5, "c")
+                assert http.post(f"{path}/resume").json()["state"] == "RUNNING"
+                settled({0: 75, 1: 100, 2: 75})
+
+            at_start = live_mirrored()
+            for kill, (dead, fresh) in enumerate(itertools.pairwise(drivers)):
+                # the second kill comes 1,000 records later into its driver's leases than the first
+                goal = at_start + 1000 * (kill + 1)
+                wait_until(lambda g=goal: live_mirrored() >= g, 90, 0.1, "mirroring under way")
+                if kill == 0:
+                    dead.kill_python()
+                else:
+                    dead.kill()
+                at_kill = live_mirrored()
+                if fresh is drivers[-1]:
+                    # with no driver running (its executors gone too: nothing of it commits behind
+                    # the tool's back), ``mm2py flow-offsets`` reads what the leases committed and
+                    # moves a position; the next driver's leases start there
+                    wait_until(lambda a=app: not cluster.app_processes(a), 60, 0.2,
+                               f"the killed driver's executors ({app}) to be gone")
+                    flow = ["-c", str(config), "--flow", f"{alias}->west"]
+                    assert _cli(capsys, "flow-offsets", "get", *flow, "--json") == [
+                        {"topic": halted, "partition": p, "position": 40, "target_topic": remote,
+                         "target_offset": {0: 75, 1: 100, 2: 75}[p]} for p in range(3)]
+                    _cli(capsys, "flow-offsets", "reset", *flow, "-p", f"{halted}:2", "--to", "35",
+                         "--execute")
+                fresh.start()
+                # the master ends the dead driver's application and its workers kill its executors:
+                # nothing of it is left to write to the target behind the new driver's back
+                wait_until(lambda a=app: not cluster.app_processes(a), 60, 0.2,
+                           f"the killed driver's executors ({app}) to be gone")
+                app = fresh.wait_app(cluster, before=app)
+                at_start = at_kill
+            wait_until(lambda: live_mirrored() >= at_start + 1000, 90, 0.2,
+                       "the last driver to mirror live records")
+            settled({0: 75, 1: 100, 2: 80})
+            live_total = live.stop()
+        _wait_mirrored(east, west, live_topic, 90, "everything produced")
+        drivers[-1].stop()
     finally:
-        driver.reap()
+        for driver in drivers:
+            driver.reap()
     assert _assert_mirrored_exactly(east, west, topic) == 3000
     _assert_offsets_translate(east, west, topic)
+    assert _assert_mirrored_exactly(east, west, live_topic) == live_total
     # the leases ran on the standalone workers' executors
-    logs = [p.read_text(errors="replace") for paths in cluster.executor_logs(app).values() for p in paths]
-    assert any("Executor: Running task" in text for text in logs), f"no executor of {app} ran a task"
+    logs = [p.read_text(errors="replace")
+            for paths in cluster.executor_logs(first_app).values() for p in paths]
+    assert any("Executor: Running task" in text for text in logs), f"no executor of {first_app} ran a task"
     a, paused, b, c = batches
     target = read_all(west.bootstrap, remote)
     got = {p: [r.content() for r in target if r.partition == p] for p in range(3)}
