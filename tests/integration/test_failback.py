@@ -412,7 +412,9 @@ def run(bootstrap, topic, checkpoint, out):
              .writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    pathlib.Path(out).write_text(json.dumps(rows))
+    written = pathlib.Path(out + ".part")  # renamed whole: the test reads it once it exists
+    written.write_text(json.dumps(rows))
+    written.rename(out)
 
 run(*first)
 deadline = time.monotonic() + 120
@@ -463,8 +465,11 @@ def test_spark_query_fails_over_with_a_rewritten_checkpoint(east: KafkaCluster, 
                               "-o", str(tmp_path / "cp-west"))
         assert code == 0 and "rewritten" in out, err
         # the query restarted on west, from the rewritten checkpoint, subscribed to east.<topic>
-        go.write_text(json.dumps([west.bootstrap, f"east.{topic}", str(tmp_path / "cp-west"),
-                                  str(tmp_path / "west.json")]))
+        # renamed whole: the job reads it as soon as it exists
+        ready = go.with_suffix(".part")
+        ready.write_text(json.dumps([west.bootstrap, f"east.{topic}", str(tmp_path / "cp-west"),
+                                     str(tmp_path / "west.json")]))
+        ready.rename(go)
         assert job.wait(120) == 0, job.communicate()[1][-4000:]
     finally:
         if job.poll() is None:
