@@ -15,7 +15,7 @@ install-tests:
 demo: install
 	$(PYTHON) -m mm2py.demo
 
-# ruff, then pytest on four workers with mypy and the pure-Python unit pass beside it (scripts/test.sh)
+# ruff, then pytest on five workers with mypy and the pure-Python unit pass beside it (scripts/test.sh)
 test: install-tests
 	PYTHON=$(PYTHON) ./scripts/test.sh
 

@@ -7,7 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-WORKERS="${MM2PY_TEST_WORKERS:-4}"
+WORKERS="${MM2PY_TEST_WORKERS:-5}"
 
 "$PY" -m ruff check . || exit 1
 
