@@ -1,9 +1,9 @@
 """The run's real Kafka clusters (KRaft, started by mm2py.kafka_local), shared by every module.
 
 Tests share clusters and use topics of their own (``tests.support.brokers.unique``). Each cluster starts the
-first time a test asks for it and stops at the end of the run. ``make test`` runs two
-pytest-xdist workers, a test module at a time each (``--dist loadfile``: module fixtures such as a
-Spark session stay one per module); each worker has clusters of its own:
+first time a test asks for it and stops at the end of the run. ``make test`` runs five
+pytest-xdist workers (``MM2PY_TEST_WORKERS``), a test module at a time each (``--dist loadfile``:
+module fixtures such as a Spark session stay one per module); each worker has clusters of its own:
 
 - ``east`` and ``west``: the two-cluster mirror set-up (one node each). ``east`` also has KIP-405
   remote storage; a topic opts in with ``tiered_topic_config()``.
@@ -46,8 +46,8 @@ from tests.support.tiered_storage import tiered_cluster
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = ROOT / "test-logs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
-# ``make test`` runs two pytest-xdist workers (gw0, gw1), each with clusters of its own: each
-# takes its own range of ports, so that neither hands a broker a port the other just chose
+# ``make test`` runs five pytest-xdist workers (gw0-gw4), each with clusters of its own: each
+# takes its own range of 2,000 ports, so that none hands a broker a port another just chose
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER.startswith("gw"):
     _n = int(_WORKER[2:])
