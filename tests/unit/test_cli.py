@@ -35,6 +35,17 @@ def test_missing_file_and_no_enabled_flow(tmp_path: Path) -> None:
 
 
 @pytest.mark.cli_process
+def test_python_dash_m_mm2py_is_the_same_command(tmp_path: Path) -> None:
+    """``python -m mm2py`` runs the ``mm2py`` command: its subcommands and its one-line errors."""
+    out = subprocess.run([sys.executable, "-m", "mm2py", "run", "-c", str(tmp_path / "nope.yaml")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "nope.yaml" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    helped = subprocess.run([sys.executable, "-m", "mm2py", "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert helped.returncode == 0 and "offsets" in helped.stdout and "run" in helped.stdout, helped.stdout
+
+
+@pytest.mark.cli_process
 def test_the_pure_python_path_is_announced_once_at_start_up(tmp_path: Path) -> None:
     """Without the compiled path (turned off here as a missing extension turns it off) ``run``
     says so once, with how to get it; with it, nothing is said."""

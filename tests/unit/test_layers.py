@@ -31,6 +31,7 @@ LAYERS = {
     "mm2py.rest_api.server": 10,
     "mm2py.cli": 11,
     "mm2py.demo": 11,
+    "mm2py.__main__": 12,  # python -m mm2py: the command line
     "mm2py.failover": 8,
     "mm2py.failback": 8,
     "mm2py.offsets_cli": 8,
