@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 
-def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mm2py.cli", *args], capture_output=True, text=True,
+def _run(*args: str, env: dict[str, str] | None = None,
+         module: str = "mm2py.cli") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                           timeout=120, env=env)
 
 
@@ -37,11 +38,9 @@ def test_missing_file_and_no_enabled_flow(tmp_path: Path) -> None:
 @pytest.mark.cli_process
 def test_python_dash_m_mm2py_is_the_same_command(tmp_path: Path) -> None:
     """``python -m mm2py`` runs the ``mm2py`` command: its subcommands and its one-line errors."""
-    out = subprocess.run([sys.executable, "-m", "mm2py", "run", "-c", str(tmp_path / "nope.yaml")],
-                         capture_output=True, text=True, timeout=120)
+    out = _run("run", "-c", str(tmp_path / "nope.yaml"), module="mm2py")
     assert out.returncode == 2 and "nope.yaml" in out.stderr and "Traceback" not in out.stderr, out.stderr
-    helped = subprocess.run([sys.executable, "-m", "mm2py", "--help"], capture_output=True, text=True,
-                            timeout=120)
+    helped = _run("--help", module="mm2py")
     assert helped.returncode == 0 and "offsets" in helped.stdout and "run" in helped.stdout, helped.stdout
 
 
