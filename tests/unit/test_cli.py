@@ -37,7 +37,8 @@ def test_missing_file_and_no_enabled_flow(tmp_path: Path) -> None:
 
 @pytest.mark.cli_process
 def test_python_dash_m_mm2py_is_the_same_command(tmp_path: Path) -> None:
-    """``python -m mm2py`` runs the ``mm2py`` command: its subcommands and its one-line errors."""
+    """``python -m mm2py`` (``mm2py.__main__``) runs the ``mm2py`` command: its subcommands and its
+    one-line errors."""
     out = _run("run", "-c", str(tmp_path / "nope.yaml"), module="mm2py")
     assert out.returncode == 2 and "nope.yaml" in out.stderr and "Traceback" not in out.stderr, out.stderr
     helped = _run("--help", module="mm2py")
