@@ -15,7 +15,11 @@ the JVM itself:
 2. **map**: every later JVM of the role maps the archive (``-XX:SharedArchiveFile``).
 
 The JVM writes an archive's header last, after every region, so a candidate whose header carries
-the archive magic is whole: it is renamed into place by the next start that finds it. This works
+the archive magic is whole: it is renamed into place by the next start that finds it. Starts run
+in parallel (a harness starts its clusters together), so promotion has one promoter at a time: it
+holds the role's lock file (``flock``) and looks again under it; the others wait for it, then find
+the archive in place (or no whole candidate, and run without one). A candidate that vanishes while
+a process looks at it (another promoter, a stale-candidate sweep) is passed over, never an error. This works
 for JVMs whose class path another launcher builds (Spark's), since the archive records the class
 path it was made with, and the JVM maps it only when its own class path matches (``-Xshare:auto``:
 otherwise it runs without). Everything lives in ``<cache>/cds``, named by the role and a digest of
@@ -25,6 +29,7 @@ never meets a stale archive. ``MM2PY_CLASS_ARCHIVE=0`` turns all of it off.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import time
@@ -72,20 +77,30 @@ def _digest(jars: Path, java: str) -> str:
 
 
 def _promote(base: Path, archive: Path) -> bool:
-    """Rename a whole candidate into place; True once the archive is there."""
-    for candidate in sorted(base.parent.glob(f"{base.name}.*.jsa-candidate")):
-        try:
-            with candidate.open("rb") as f:
-                whole = f.read(4) == ARCHIVE_MAGIC
-        except FileNotFoundError:
-            continue  # promoted by someone else meanwhile
-        if whole:
-            candidate.replace(archive)
-            base.with_suffix(".recording").unlink(missing_ok=True)
-            return True
-        if time.time() - candidate.stat().st_mtime > STALE_SECONDS:
-            candidate.unlink(missing_ok=True)  # cut short by a kill while it was written
-    return archive.exists()
+    """Rename a whole candidate into place; True once the archive is there.
+
+    Invariant: one promoter per role at a time (the ``.promote`` lock), and the archive's path only
+    ever holds a whole archive (``os.replace`` of a whole candidate is atomic)."""
+    candidates = sorted(base.parent.glob(f"{base.name}.*.jsa-candidate"))
+    if not candidates:
+        return archive.exists()
+    with open(base.with_suffix(".promote"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if archive.exists():
+            return True  # the promoter before us put it there
+        for candidate in candidates:
+            try:
+                with candidate.open("rb") as f:
+                    whole = f.read(4) == ARCHIVE_MAGIC
+                if whole:
+                    candidate.replace(archive)
+                    base.with_suffix(".recording").unlink(missing_ok=True)
+                    return True
+                if time.time() - candidate.stat().st_mtime > STALE_SECONDS:
+                    candidate.unlink(missing_ok=True)  # cut short by a kill while it was written
+            except FileNotFoundError:
+                continue  # swept or promoted by a process outside the lock's reach (an older mm2py)
+        return archive.exists()
 
 
 def _claim(marker: Path) -> bool:

@@ -4,10 +4,12 @@ a whole one starts with the magic the JVM writes last)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,3 +87,31 @@ def test_a_candidate_cut_short_is_removed_once_stale(jars: Path) -> None:
 def test_switched_off(jars: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MM2PY_CLASS_ARCHIVE", "0")
     assert class_archive_args("broker", jars, java=JAVA) == []
+
+
+def _start_at(barrier: Any, jars: Path, cache: str) -> list[str]:
+    os.environ["MM2PY_CACHE"] = cache
+    barrier.wait()
+    return class_archive_args("broker", jars, java=JAVA)
+
+
+def test_parallel_starts_on_a_fresh_then_a_warm_cache_all_succeed_twenty_times(
+    jars: Path, tmp_path: Path
+) -> None:
+    """Issue 48: clusters started together promoted the same candidate twice, and the second
+    rename raised FileNotFoundError (62 tests errored on a machine's second run). Six processes
+    released at once by a barrier, each round on a new cache: the first start of a role records;
+    then, with the candidate whole, every parallel start maps the one archive; then again warm."""
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Manager() as manager, ctx.Pool(6) as pool:
+        barrier = manager.Barrier(6)  # reusable: it resets once all six have passed
+        for round_ in range(20):
+            cache = str(tmp_path / f"cache-{round_}")
+            os.environ["MM2PY_CACHE"] = cache
+            recorder = _option(class_archive_args("broker", jars, java=JAVA), "ArchiveClassesAtExit")
+            recorder.write_bytes(ARCHIVE_MAGIC + b"\0" * 60)  # the recording JVM exited
+            for _warm in (False, True):
+                starts = pool.starmap(_start_at, [(barrier, jars, cache)] * 6)
+                archives = {_option(args, "SharedArchiveFile") for args in starts}
+                assert len(archives) == 1, starts
+                assert next(iter(archives)).read_bytes().startswith(ARCHIVE_MAGIC)
