@@ -21,6 +21,8 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY mm2py ./mm2py
+COPY connectors ./connectors
+COPY rest_api ./rest_api
 # setup.py makes the extension optional; here a wheel without it is an error
 RUN pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /wheels . \
  && { python -m zipfile -l /wheels/mm2py-*.whl | grep -qE 'mm2py/protocol/_native\.[^ ]*\.so' \

@@ -47,7 +47,7 @@ if [ "$tests" = 1 ]; then target='.[dev,spark]'; else target='.'; fi
 # byte-compile the package, as a non-editable install does: an environment with
 # PYTHONDONTWRITEBYTECODE set would otherwise compile every module on every start (~0.3 s per
 # mm2py process here); a module edited later is recompiled from its newer source as usual
-PYTHONDONTWRITEBYTECODE= "$PY" -m compileall -q mm2py
+PYTHONDONTWRITEBYTECODE= "$PY" -m compileall -q mm2py connectors rest_api
 # the editable install builds the compiled path in place; say so loudly if it is not there
 "$PY" -c 'from mm2py.protocol import native; assert native.AVAILABLE, "mm2py.protocol._native was not built"'
 "$PY" -c 'from mm2py.kafka_local import resolve_jars; print("kafka jars:", resolve_jars())'

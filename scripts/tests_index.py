@@ -17,6 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
+sys.path.insert(0, str(ROOT))
+from tests.support.rooms import product_modules  # noqa: E402  (the checkout's rooms: mm2py/, connectors/, rest_api/)
+
 INDEX = TESTS / "INDEX.md"
 
 
@@ -110,7 +113,7 @@ def _named_after(module: str, test: Path) -> bool:
 
 
 def render() -> str:
-    product = _modules(ROOT / "mm2py", "mm2py")
+    product = product_modules()
     support = {m: p for m, p in _modules(TESTS / "support", "tests.support").items() if m != "tests.support"}
     known = set(product) | set(support)
     origins = _origins({**product, **support})

@@ -153,7 +153,7 @@ class FlowSettings(BaseModel):
     start_retry_backoff_ms: int = Field(5_000, alias="mm2py.start.retry.backoff.ms", ge=1)
     start_retry_backoff_max_ms: int = Field(60_000, alias="mm2py.start.retry.backoff.max.ms", ge=1)
     #: with sync.group.offsets.enabled: each source group commit is checkpointed and synced to the
-    #: target as soon as it is mirrored (mm2py/connectors/live_sync.py), new groups at their first
+    #: target as soon as it is mirrored (connectors/live_sync.py), new groups at their first
     #: commit; the interval settings stay upper bounds. false: only the periodic rounds, as MM2
     sync_group_offsets_live: bool = Field(True, alias="mm2py.sync.group.offsets.live")
     #: where the live sync learns of commits: ``auto`` follows the source's __consumer_offsets

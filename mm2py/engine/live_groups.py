@@ -1,7 +1,7 @@
 """Live group offset sync, the pure part: which source commits wait for a checkpoint, and what the
 mirror knows to translate them exactly.
 
-The live sync (``mm2py/connectors/live_sync.py``) learns of every commit of a source group as it
+The live sync (``connectors/live_sync.py``) learns of every commit of a source group as it
 happens (from ``__consumer_offsets``, or by polling the groups' offsets) and hands it to
 :class:`LiveGroups`. A commit waits there as a :class:`Change` until it can be translated **exactly**:
 until the mirror has copied everything below the committed offset ``u`` (a position ``P >= u``) and

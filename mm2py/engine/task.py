@@ -3,7 +3,7 @@
 A task's work is plain data (:class:`TaskSpec`, picklable) so that any runtime can run it, for
 good (:meth:`TaskRunner.run`) or up to given offsets (:meth:`TaskRunner.run_until`); how each
 runtime does is in ``docs/architecture.md``. The concrete source and sink (raw fetch / raw
-produce) come from ``mm2py/connectors/`` through the :class:`BatchSource` and :class:`BatchSink`.
+produce) come from ``connectors/`` through the :class:`BatchSource` and :class:`BatchSink`.
 
 Invariants kept here:
 - per partition, batches are handed to the sink in source order, and the sink appends them in that

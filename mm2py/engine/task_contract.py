@@ -1,7 +1,7 @@
 """The contract between a mirror task and its parts: work description, source, sink, progress keeper.
 
 Plain data (:class:`TaskSpec`, :class:`Polled`, :class:`Delivered`) and protocols implemented by
-``mm2py/connectors/`` (:class:`BatchSource`, :class:`BatchSink`) and by the progress/offset-sync writers
+``connectors/`` (:class:`BatchSource`, :class:`BatchSink`) and by the progress/offset-sync writers
 (:class:`ProgressKeeper`). :mod:`mm2py.engine.task` runs the pipeline over them.
 """
 

@@ -4,7 +4,7 @@ The group coordinator keeps its state in ``__consumer_offsets``: every offset co
 record there, keyed by group, topic and partition, written before the commit is acknowledged (and,
 for a transactional commit, made visible to ``read_committed`` readers when the transaction
 commits). mm2py's live group offset sync follows the topic to learn of a source group's commit
-within milliseconds (``mm2py/connectors/live_sync.py``). Only what that needs is decoded here:
+within milliseconds (``connectors/live_sync.py``). Only what that needs is decoded here:
 
 * **Key.** An INT16 record type, then the key's fields in the non-flexible encoding (STRING = INT16
   length and UTF-8 bytes). Types 0 and 1 are an offset commit (``group``, ``topic``, ``partition``

@@ -8,7 +8,7 @@ says so).
 
 A moved position is written with the target partition's current end as its target offset: the
 flow is stopped, so nothing after that end was written for the new position, and the tail
-reconciler (``mm2py/connectors/resume.py``) has nothing to skip when the flow resumes — while a worker
+reconciler (``connectors/resume.py``) has nothing to skip when the flow resumes — while a worker
 killed after resuming, before its first commit, still resumes exactly. A target partition that
 does not exist yet gets no target offset (the reconciler is skipped). A forgotten position (a
 tombstone) makes the partition start as one never mirrored (``auto.offset.reset``, earliest by

@@ -32,7 +32,7 @@ TaskBuilder = Callable[[TaskSpec], Awaitable[TaskRunner]]
 
 
 class MirrorTaskBuilder:
-    """Builds the mirror task of ``mm2py/connectors/`` (the runtime composes connectors).
+    """Builds the mirror task of ``connectors/`` (the runtime composes connectors).
 
     Its module is imported on first use in a worker thread, started by :meth:`preload` while the
     controller's first refresh is under way: the import (numpy, codecs, the connectors; about a

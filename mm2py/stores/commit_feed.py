@@ -2,7 +2,7 @@
 
 The group coordinator writes each offset commit to ``__consumer_offsets`` before it acknowledges it,
 so a reader of that topic learns of a commit within a fetch round trip: the live group offset sync
-(``mm2py/connectors/live_sync.py``) reads it with one :class:`ConsumerOffsetsFeed`.
+(``connectors/live_sync.py``) reads it with one :class:`ConsumerOffsetsFeed`.
 
 * **Where it starts.** Every partition at its end as found when :meth:`ConsumerOffsetsFeed.start`
   returns (explicit offsets, not "latest" resolved later), so a caller that reads the groups'

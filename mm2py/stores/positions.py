@@ -3,7 +3,7 @@
 The records are Kafka Connect's source-offset records as MM2 writes them
 (:mod:`mm2py.protocol.connect_offsets`). A position is only written after the target acknowledged
 every batch below it (at-least-once); its target offset lets a restart recognise batches that
-reached the target after the last commit (see ``mm2py/connectors/resume.py``).
+reached the target after the last commit (see ``connectors/resume.py``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.rooms import ROOMS, product_modules
+
 ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS = {
@@ -52,12 +54,7 @@ def _layer(module: str) -> int | None:
 
 
 def _modules() -> list[tuple[str, Path]]:
-    out = []
-    for pkg in ("mm2py",):
-        for path in (ROOT / pkg).rglob("*.py"):
-            rel = path.relative_to(ROOT).with_suffix("")
-            out.append((".".join(rel.parts).removesuffix(".__init__"), path))
-    return out
+    return list(product_modules().items())
 
 
 def _imports(path: Path) -> list[str]:
@@ -188,8 +185,7 @@ def test_a_task_spec_is_plain_picklable_data() -> None:
 
 
 def _package_modules(folder: Path) -> list[tuple[str, Path]]:
-    return [(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"), p)
-            for p in sorted(folder.rglob("*.py"))]
+    return [(m, p) for m, p in product_modules().items() if p.is_relative_to(folder)]
 
 
 #: the REST API's parts by role: each stands on what they share, none on another
@@ -197,7 +193,7 @@ REST_PARTS = ("mm2py.rest_api.flows", "mm2py.rest_api.connect", "mm2py.rest_api.
 
 
 def test_the_rest_apis_parts_do_not_import_one_another() -> None:
-    modules = _package_modules(ROOT / "mm2py" / "rest_api")
+    modules = _package_modules(ROOT / "rest_api")
     parts = {part: [(m, p) for m, p in modules if m == part or m.startswith(f"{part}.")]
              for part in REST_PARTS}
     assert all(len(found) >= 3 for found in parts.values()), parts
@@ -225,3 +221,21 @@ def test_spark_executor_modules_import_no_driver_module_and_no_pyspark() -> None
                      if n == driver or n.startswith(f"{driver}.") or n.split(".")[0] == "pyspark")
            for m, p in executor}
     assert not any(bad.values()), f"executor modules import the driver's side or pyspark: {bad}"
+
+
+def test_the_design_cards_rooms_stand_at_the_top_and_install_into_mm2py() -> None:
+    """Issue 48: ``connectors/`` and ``rest_api/`` are top-level folders of the checkout, and setup.py
+    maps them into the one installed package (``package_dir``), as this suite's walk does."""
+    assert {p.name for p in ROOT.iterdir()} >= {
+        "pyproject.toml", "mm2py", "connectors", "rest_api", "tests", "examples", "docker-compose.yml",
+        "README.md"}
+    assert not (ROOT / "mm2py" / "connectors").exists() and not (ROOT / "mm2py" / "rest_api").exists()
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    (rooms,) = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                and [getattr(t, "id", None) for t in n.targets] == ["ROOMS"]]
+    assert {k: ROOT / v for k, v in ast.literal_eval(rooms).items()} == ROOMS
+    import mm2py.connectors
+    import mm2py.rest_api
+
+    assert Path(mm2py.connectors.__file__).resolve().parent == ROOT / "connectors"
+    assert Path(mm2py.rest_api.__file__).resolve().parent == ROOT / "rest_api"

@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("mm2py",)
+PACKAGES = ("mm2py", "connectors", "rest_api")  # tests/support/rooms.py
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -39,7 +39,7 @@ def _function_lengths(path: Path) -> dict[str, int]:
 def test_the_walk_sees_the_production_code() -> None:
     sources = _sources()
     assert ROOT / "mm2py" / "engine" / "task.py" in sources
-    assert ROOT / "mm2py" / "rest_api" / "app.py" in sources
+    assert ROOT / "rest_api" / "app.py" in sources
     lengths = _function_lengths(ROOT / "mm2py" / "engine" / "scheduler.py")
     assert 5 < lengths["mm2py/engine/scheduler.py::run_due"] <= MAX_FUNCTION_LINES
 

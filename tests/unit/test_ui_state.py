@@ -53,7 +53,7 @@ def test_the_page_and_its_files_are_served_from_the_package(worker: Worker) -> N
 def test_the_pages_files_are_package_data_so_a_wheel_ships_them() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["mm2py.rest_api.ui"]
-    files = {p.name for p in (ROOT / "mm2py" / "rest_api" / "ui" / "static").iterdir()}
+    files = {p.name for p in (ROOT / "rest_api" / "ui" / "static").iterdir()}
     assert files == set(STATIC)  # each file is served, and only those
     assert all(any(fnmatch(f"static/{name}", pattern) for pattern in patterns) for name in files)
 

@@ -1,7 +1,7 @@
 """The operator's page at ``GET /ui``: every flow, its tasks and partitions, charts of the last 15
 minutes, and the actions of the REST API (the page calls it; same rules, same error messages).
 
-The page is three static files shipped in the package (``mm2py/rest_api/ui/static/``: no third-party
+The page is three static files shipped in the package (``rest_api/ui/static/``: no third-party
 code; the charts are inline SVG drawn by its own script). It asks ``GET /ui/state`` every few seconds for
 everything it shows in one answer, and ``GET /ui/partition`` for one partition's history. With
 ``read_only`` (``mm2py run --rest-read-only``) the page shows no actions and the whole REST API
