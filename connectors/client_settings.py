@@ -28,7 +28,7 @@ from mm2py.protocol.api_fetch import READ_COMMITTED, READ_UNCOMMITTED
 log = logging.getLogger(__name__)
 
 def _is_connection_key(key: str) -> bool:
-    """Keys used elsewhere: bootstrap servers, client id, and the security settings (engine.security)."""
+    """Keys used elsewhere: bootstrap servers, client id, the security settings (mm2py.config.security)."""
     return key == "client.id" or is_connection_key(key)
 
 

@@ -106,13 +106,9 @@ def translate_back(
                 notes.append(f"group {group}: left out: {exc}")
                 continue
             rows.append(Row(group, t.source_topic, ttp.partition, t.source_offset, ttp.topic, offset.offset,
-                            "offset-syncs", offset.metadata, Direction.BACK.value))
+                            "offset-syncs", offset.metadata, Direction.BACK))
         if not found:
             notes.append(f"group {group}: no offsets on topics this flow mirrors to '{flow.target}'")
     rows.sort(key=lambda r: (r.group, r.topic, r.partition))
     return Translation(rows, notes)
 
-
-def source_partition(row: Row) -> TopicPartition:
-    """The source partition a failback row commits to."""
-    return TopicPartition(row.topic, row.partition)

@@ -25,6 +25,7 @@ from mm2py.config.models import FlowConfig
 from mm2py.config.security import Side
 from mm2py.connectors.checkpoint import mirror_rule
 from mm2py.engine.checkpoints import CheckpointLog, translate_group
+from mm2py.engine.translation import Direction
 from mm2py.errors import ClusterUnreachableError, Mm2pyError
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint
@@ -73,9 +74,12 @@ class Row:
     target_offset: int
     via: str  # "checkpoint" or "offset-syncs"
     metadata: str = ""
-    #: "forward": the group moves to the target (``target_offset`` is where it resumes there);
-    #: "back": it moves back to the source (``source_offset`` is where it resumes there)
-    direction: str = "forward"
+    #: FORWARD: the group moves to the target (``target_offset`` is where it resumes there);
+    #: BACK: it moves back to the source (``source_offset`` is where it resumes there)
+    direction: Direction = Direction.FORWARD
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "direction", Direction(self.direction))  # "back" read from JSON too
 
     @property
     def target_partition(self) -> TopicPartition:
@@ -87,7 +91,7 @@ class Row:
 
     @property
     def back(self) -> bool:
-        return self.direction == "back"
+        return self.direction is Direction.BACK
 
     def destination(self) -> tuple[TopicPartition, int]:
         """The partition this row commits to and its offset (on the target, or on the source for

@@ -83,3 +83,19 @@ def test_a_commit_newer_than_its_checkpoint_is_translated_instead() -> None:
     assert len(group_rows("g", checkpoints, {}, directly, source_topic=lambda n: n.removeprefix("east."),
                           rename=lambda n: f"east.{n}", wanted=lambda n: True, notes=[])) == 4
     assert len(asked) == 1
+
+
+def test_a_rows_direction_is_the_translation_direction_whatever_it_was_given_as() -> None:
+    """Issue 48: ``Row.direction`` was a ``str`` beside :class:`Direction`; a failback row read
+    back from JSON ("back") and one built with the enum are the same row, and commit to the source."""
+    from mm2py.engine.translation import Direction
+
+    built = Row("g", "orders", 1, 7, "east.orders", 9, "offset-syncs", "", Direction.BACK)
+    read = Row("g", "orders", 1, 7, "east.orders", 9, "offset-syncs", "", "back")  # type: ignore[arg-type]
+    assert read == built and read.direction is Direction.BACK
+    assert read.back and read.destination() == (TopicPartition("orders", 1), 7)
+    forward = Row("g", "orders", 1, 7, "east.orders", 9, "offset-syncs")
+    assert forward.direction is Direction.FORWARD
+    assert forward.destination() == (TopicPartition("east.orders", 1), 9)
+    with pytest.raises(ValueError):
+        Row("g", "orders", 1, 7, "east.orders", 9, "offset-syncs", "", "sideways")  # type: ignore[arg-type]
