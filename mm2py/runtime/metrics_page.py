@@ -1,13 +1,12 @@
 """The ``/metrics`` page: the registry's families, then the per-partition time figures as text.
 
 At thousands of partitions the per-partition histograms (replication latency and record age, 18
-``le`` buckets each) are most of the page: ~80,000 lines at 2,000 partitions. Rendered through
-``prometheus_client``'s generic path (a sample object per line, its labels sorted and escaped) a
-scrape took ~1.5 s of the interpreter, and its thread held the GIL so much that the mirror's event
-loop got ~10% of it meanwhile: every scrape stalled every partition for seconds. Here those
-families are written straight from the histograms' counts (label text built once per partition),
-~25x faster (~70 ms at 2,000 partitions), with the same names, labels and values (a unit test
-parses both and compares).
+``le`` buckets each) are most of the page. Rendered through ``prometheus_client``'s generic path (a
+sample object per line, its labels sorted and escaped), a scrape held the GIL long enough to stall
+every partition's event loop. Here those families are written straight from the histograms' counts
+(label text built once per partition), with the same names, labels and values (a unit test parses
+both and compares). The figures, before and after: benchmarks/README.md, "One request per fetch, a
+scrape that does not stall".
 
 :func:`metrics_page` is the page both servers answer with (``mm2py run --metrics-port`` through
 :func:`serve_metrics`, and the REST API's ``GET /metrics``).
