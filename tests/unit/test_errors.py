@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
 
 import pytest
 
-import mm2py
 from mm2py.errors import ClusterUnreachableError, ConfigError, Mm2pyError, SecurityError
+from tests.support.rooms import product_modules
 
 
 def _error_classes() -> list[type[BaseException]]:
+    """Every exception class defined in the product, all three rooms (mm2py/, connectors/ and
+    rest_api/: a walk of ``mm2py.__path__`` alone misses the two at the top of a checkout)."""
     found: dict[str, type[BaseException]] = {}
-    for pkg in (mm2py,):
-        names = [pkg.__name__] + [m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]
-        for name in names:
-            module = importlib.import_module(name)
-            for _, obj in inspect.getmembers(module, inspect.isclass):
-                if issubclass(obj, BaseException) and obj.__module__ == name:
-                    found[f"{name}.{obj.__qualname__}"] = obj
+    for name in product_modules():
+        module = importlib.import_module(name)
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if issubclass(obj, BaseException) and obj.__module__ == name:
+                found[f"{name}.{obj.__qualname__}"] = obj
     return list(found.values())
 
 
