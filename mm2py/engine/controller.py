@@ -2,7 +2,8 @@
 
 Like MM2's MirrorSourceConnector it lists topics on the source, keeps those the topic filter and
 the replication policy allow (internal topics and cycles refused), creates the renamed topics on
-the target with the same partition count and synced configs, grows them when the source grows, and
+the target with the same partition count and the source's configs (through the config property
+filter, whether or not periodic config sync is on), grows them when the source grows, and
 spreads source partitions over tasks with a balanced, sticky assignment. It never subscribes to
 anything: no consumer group exists on the source, so a topic change causes no rebalance.
 """
@@ -11,14 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mm2py.config.filters import ConfigPropertyFilter, TopicFilter
 from mm2py.config.policy import ReplicationPolicy, is_cycle
 from mm2py.engine.assignment import assign
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin, TopicSpec
+from mm2py.stores.admin import ClusterAdmin, TopicInfo, TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,31 @@ class Controller:
         return mm2_selects(topic, self.policy, self._filter, self.target_alias, self.replicate_heartbeats)
 
     def refresh(self) -> Plan:
-        """One discovery round (blocking admin calls)."""
+        """One discovery round (blocking admin calls), MM2's steps in its order: select the source
+        topics, create the missing remote topics, grow the ones the source grew, sync configs (when
+        ``sync.topic.configs.enabled``), assign the partitions to tasks."""
         source_topics = self.source_admin.list_topics()
+        selected, cycles = self.select_topics(source_topics)
+        target_topics = self.target_admin.list_topics()
+        missing = [s for s, t in selected.items() if t not in target_topics]
+        # the source's configs: of every selected topic for the periodic sync, else only of the
+        # topics about to be created (MM2's createNewTopics copies them whatever the sync says)
+        wanted = selected if self.sync_topic_configs else {s: selected[s] for s in missing}
+        configs = self._source_configs(wanted) if wanted else {}
+        created = self.create_topics(source_topics, selected, missing, configs)
+        grown = self.grow_topics(source_topics, target_topics, selected)
+        if self.sync_topic_configs:
+            self.sync_configs(target_topics, selected, configs)
+        partitions, assignment = self.assign_partitions(source_topics, selected)
+        if created:
+            log.info("%s->%s: created %s", self.source_alias, self.target_alias, ", ".join(created))
+        self.refreshes += 1
+        return Plan(selected, partitions, assignment, created, grown, cycles)
+
+    def select_topics(self, source_topics: Mapping[str, TopicInfo]) -> tuple[dict[str, str], list[str]]:
+        """Step 1: the source topics this flow mirrors (source -> remote name), and the cycles the
+        filter would allow but the replication policy refuses. A topic an older flow of the pair
+        mirrors is left to it (logged once)."""
         selected: dict[str, str] = {}
         cycles = []
         for name in sorted(source_topics):
@@ -116,44 +140,57 @@ class Controller:
                             "mirrors it", self.source_alias, self.target_alias, name, self.claimed_by(name))
             elif is_cycle(self.policy, name, self.target_alias) and self._filter.should_replicate(name):
                 cycles.append(name)
-        target_topics = self.target_admin.list_topics()
-        configs = self._source_configs(selected) if self.sync_topic_configs else {}
+        return selected, cycles
 
-        missing = [s for s, t in selected.items() if t not in target_topics]
+    def create_topics(self, source_topics: Mapping[str, TopicInfo], selected: Mapping[str, str],
+                      missing: Sequence[str], configs: Mapping[str, Mapping[str, str]]) -> list[str]:
+        """Step 2: create the remote topics of ``missing`` (source names) with the source's partition
+        count and its configs through the config property filter (as MM2 creates them, whether or
+        not periodic sync is on), plus :data:`TARGET_FIXED_CONFIGS`. A remote topic that exists is
+        never touched here. Returns the names created."""
         created = self.target_admin.create_topics(
-            TopicSpec(
-                selected[s], source_topics[s].partitions, self.replication_factor,
-                {**configs.get(s, {}), **TARGET_FIXED_CONFIGS},
-            )
+            TopicSpec(selected[s], source_topics[s].partitions, self.replication_factor,
+                      {**configs.get(s, {}), **TARGET_FIXED_CONFIGS})
             for s in missing
         )
         for s in missing:
-            self._synced_configs[selected[s]] = configs.get(s, {})
+            self._synced_configs[selected[s]] = dict(configs.get(s, {}))
+        return created
+
+    def grow_topics(self, source_topics: Mapping[str, TopicInfo], target_topics: Mapping[str, TopicInfo],
+                    selected: Mapping[str, str]) -> dict[str, int]:
+        """Step 3: remote topics with fewer partitions than their source grown to its count
+        (partitions are never removed). Returns remote topic -> new count."""
         grow = {
             t: source_topics[s].partitions
             for s, t in selected.items()
             if t in target_topics and target_topics[t].partitions < source_topics[s].partitions
         }
         self.target_admin.add_partitions(grow)
-        if self.sync_topic_configs:
-            changed = {
-                selected[s]: cfg for s, cfg in configs.items()
-                if selected[s] in target_topics and self._synced_configs.get(selected[s]) != cfg
-            }
-            self.target_admin.alter_topic_configs(changed)
-            self._synced_configs.update(changed)
-        partitions = [
-            TopicPartition(s, p) for s in selected for p in range(source_topics[s].partitions)
-        ]
+        return grow
+
+    def sync_configs(self, target_topics: Mapping[str, TopicInfo], selected: Mapping[str, str],
+                     configs: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+        """Step 4 (``sync.topic.configs.enabled``): set on each existing remote topic the source's
+        filtered configs that changed since this controller last set them. Returns what was set."""
+        changed = {
+            selected[s]: dict(cfg) for s, cfg in configs.items()
+            if selected[s] in target_topics and self._synced_configs.get(selected[s]) != cfg
+        }
+        self.target_admin.alter_topic_configs(changed)
+        self._synced_configs.update(changed)
+        return changed
+
+    def assign_partitions(self, source_topics: Mapping[str, TopicInfo], selected: Mapping[str, str]
+                          ) -> tuple[list[TopicPartition], dict[int, list[TopicPartition]]]:
+        """Step 5: every partition of the selected topics spread over at most ``tasks.max`` tasks,
+        balanced and sticky (a partition stays with its task while it can)."""
+        partitions = [TopicPartition(s, p) for s in selected for p in range(source_topics[s].partitions)]
         with self._lock:
             self._assignment = assign(partitions, self.tasks_max, self._assignment)
-            assignment = {k: list(v) for k, v in self._assignment.items()}
-        if created:
-            log.info("%s->%s: created %s", self.source_alias, self.target_alias, ", ".join(created))
-        self.refreshes += 1
-        return Plan(selected, partitions, assignment, created, grow, cycles)
+            return partitions, {k: list(v) for k, v in self._assignment.items()}
 
-    def _source_configs(self, selected: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    def _source_configs(self, selected: Iterable[str]) -> dict[str, dict[str, str]]:
         raw = self.source_admin.topic_configs(selected)
         return {
             topic: {

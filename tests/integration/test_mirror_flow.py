@@ -343,3 +343,36 @@ def test_a_partition_moving_between_tasks_is_handed_over_without_duplicates(
     got = read_all(west.bootstrap, f"east.{second}")
     assert [r.content() for r in got] == [r.content() for r in read_all(east.bootstrap, second)]
     assert len(got) == 6000
+
+
+def test_remote_topics_are_created_with_the_sources_configs_when_config_sync_is_off(
+    east: KafkaCluster, west: KafkaCluster
+) -> None:
+    """Issue 46: with ``sync.topic.configs.enabled = false`` remote topics were created with the
+    target's defaults (retention.ms 7 days for a source kept forever; delete for a compacted one).
+    On real brokers: the first refresh creates them with the source's filtered configs; a remote
+    topic that already exists keeps its own."""
+    import uuid
+
+    from mm2py.config.filters import ConfigPropertyFilter, TopicFilter
+    from mm2py.config.policy import DefaultReplicationPolicy
+    from mm2py.engine.controller import Controller
+    from mm2py.stores.admin import ClusterAdmin, TopicSpec
+
+    tag = uuid.uuid4().hex[:8]
+    kept, table, theirs = f"kept-{tag}", f"table-{tag}", f"theirs-{tag}"
+    source, target = ClusterAdmin("east", east.bootstrap), ClusterAdmin("west", west.bootstrap)
+    source.create_topics([TopicSpec(kept, 2, 1, {"retention.ms": "-1"}),
+                          TopicSpec(table, 1, 1, {"cleanup.policy": "compact"}),
+                          TopicSpec(theirs, 1, 1, {"retention.ms": "-1"})])
+    target.create_topics([TopicSpec(f"east.{theirs}", 1, 1, {"retention.ms": "3600000"})])
+    controller = Controller("east", "west", source, target, topic_filter=TopicFilter.from_config(f".*-{tag}"),
+                            policy=DefaultReplicationPolicy(), sync_topic_configs=False,
+                            config_filter=ConfigPropertyFilter.from_config())
+    plan = controller.refresh()
+    assert sorted(plan.created) == sorted([f"east.{kept}", f"east.{table}"])
+    made = target.topic_configs([f"east.{kept}", f"east.{table}", f"east.{theirs}"])
+    assert made[f"east.{kept}"]["retention.ms"] == "-1"
+    assert made[f"east.{table}"]["cleanup.policy"] == "compact"
+    assert made[f"east.{theirs}"]["retention.ms"] == "3600000"  # created beforehand: left as it is
+    assert target.list_topics()[f"east.{kept}"].partitions == 2
