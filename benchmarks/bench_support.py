@@ -105,6 +105,34 @@ def tree_cpu(pid: int) -> float | None:
     return None if own is None else own + total_cpu(process_tree(pid)[1:])
 
 
+def _role(pid: int, root: int) -> str:
+    """What a process of a mirror's tree is: the mirror's own process, a JVM (the Spark driver's,
+    or an executor's: ``CoarseGrainedExecutorBackend``), or a Python process Spark started (its
+    daemon and the workers forked from it: leases, mirror hosts)."""
+    if pid == root:
+        return "main"
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "other"
+    if "java" in cmdline.split(" ", 1)[0]:
+        return "executor JVMs" if "executor" in cmdline.lower() else "driver JVM"
+    if "python" in cmdline.split(" ", 1)[0]:
+        return "executor Python"
+    return "other"
+
+
+def tree_cpu_parts(pid: int) -> dict[str, float]:
+    """utime+stime of ``pid``'s tree by role (:func:`_role`): where a Spark peer's CPU goes."""
+    parts: dict[str, float] = {}
+    for p in process_tree(pid):
+        cpu = cpu_seconds(p)
+        if cpu is not None:
+            role = _role(p, pid)
+            parts[role] = parts.get(role, 0.0) + cpu
+    return parts
+
+
 def tree_rss_mib(pid: int) -> float | None:
     """Sum of the peak RSS of ``pid`` and its live descendants (an upper bound of the joint peak)."""
     own = peak_rss_mib(pid)
@@ -212,7 +240,8 @@ def _extra(items: list[str], src: str, dst: str) -> dict[str, str]:
     return out
 
 
-def mm2py_command(s: Setup, src: str, dst: str, runtime: str = "inprocess", verify: bool = True) -> list[str]:
+def mm2py_command(s: Setup, src: str, dst: str, runtime: str = "inprocess", verify: bool = True,
+                  spark_mode: str = "leases") -> list[str]:
     """``mm2py run`` in-process, or with ``--runtime spark`` (embedded local[N] unless
     ``s.spark_master``); ``verify=False``: with ``mm2py.verify.enabled=false`` (what the per-batch
     comparison costs)."""
@@ -229,7 +258,8 @@ def mm2py_command(s: Setup, src: str, dst: str, runtime: str = "inprocess", veri
     }))
     cmd = [sys.executable, "-m", "mm2py.cli", "run", "-c", str(cfg), "--log-level", "warning"]
     if runtime == "spark":
-        cmd += ["--runtime", "spark", *(["--spark-master", s.spark_master] if s.spark_master else [])]
+        cmd += ["--runtime", "spark", "--spark-mode", spark_mode,
+                *(["--spark-master", s.spark_master] if s.spark_master else [])]
     return cmd
 
 
@@ -272,6 +302,9 @@ def record_copy_command(s: Setup, src: str, _dst: str) -> list[str]:
 COMMANDS: dict[str, Callable[[Setup, str, str], list[str]]] = {
     "mm2py": mm2py_command,
     "mm2py-spark": lambda s, src, dst: mm2py_command(s, src, dst, runtime="spark"),
+    # leases as Spark jobs of their own (the placement before mirror hosts), for comparison
+    "mm2py-spark-jobs": lambda s, src, dst: mm2py_command(s, src, dst, runtime="spark",
+                                                         spark_mode="lease-jobs"),
     "mm2py-unverified": lambda s, src, dst: mm2py_command(s, src, dst, verify=False),
     "mm2": mm2_command,
     "mm2-tuned": lambda s, src, dst: mm2_command(s, src, dst, tuned=True),

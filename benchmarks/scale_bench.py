@@ -51,6 +51,7 @@ from bench_support import (
     cpu_seconds,
     peer_process,
     tree_cpu,
+    tree_cpu_parts,
     tree_rss_mib,
     warm_group_coordinator,
 )
@@ -82,7 +83,7 @@ from scale_support import (
 from mm2py.kafka_local import KafkaCluster, start_all
 from mm2py.kafka_local.cluster import free_port
 
-PEERS = ("mm2py", "mm2py-unverified", "mm2py-spark", "mm2", "mm2-tuned")
+PEERS = ("mm2py", "mm2py-unverified", "mm2py-spark", "mm2py-spark-jobs", "mm2", "mm2-tuned")
 #: a deleted topic's files go after 1 s; no offset/time index entries in these tiny logs: with the
 #: default (an entry per 4 KiB) every partition's first entry fell due at the same moment, in the
 #: window, and the page faults of thousands of fresh index pages held a broker busy for 10-20 s,
@@ -207,12 +208,14 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
                 if env.jmx and not jmx and time.time() > start_at - 1.5:
                     jmx.append(pool.submit(request_counts, env.jmx))
                 poll_once(consumer, received)
-            t0, cpu0 = time.monotonic(), tree_cpu(proc.pid)
+            t0, cpu0, parts0 = time.monotonic(), tree_cpu(proc.pid), tree_cpu_parts(proc.pid)
             brokers0 = [cpu_seconds(b) or 0.0 for b in env.brokers]
             while time.time() < start_at + args.seconds:
                 alive(proc)
                 poll_once(consumer, received)
             cpu1, brokers1 = tree_cpu(proc.pid), [cpu_seconds(b) or 0.0 for b in env.brokers]
+            parts1 = tree_cpu_parts(proc.pid)
+            row.cpu_parts = {k: v - parts0.get(k, 0.0) for k, v in parts1.items()}
             if jmx:
                 jmx.append(pool.submit(request_counts, env.jmx))
             row.window_s, row.rss_mib = time.monotonic() - t0, tree_rss_mib(proc.pid)

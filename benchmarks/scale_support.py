@@ -306,6 +306,8 @@ class Row:
     catchup_cpu: float | None = None
     window_s: float = 0.0
     cpu: float | None = None  # the mirror's process tree over the window
+    #: that CPU by role (``bench_support.tree_cpu_parts``): main process, driver JVM, executors
+    cpu_parts: dict[str, float] = field(default_factory=dict)
     rss_mib: float | None = None
     broker_cpu: tuple[float, float] | None = None  # source, target over the window
     src_rates: dict[str, float] = field(default_factory=dict)  # requests/s at the source broker
@@ -369,6 +371,9 @@ def print_table(rows: list[Row]) -> None:
             print(f"{r.peer}: request rates over {r.jmx_span:.1f} s; of the source's Produce/s, "
                   f"{r.producer_produce_s:,.0f} are the trickle producer's, "
                   f"{r.src_rates['Produce'] - r.producer_produce_s:,.0f} the mirror's")
+        if len([v for v in r.cpu_parts.values() if v >= 0.05]) > 1:
+            print(f"{r.peer}: window CPU s by process: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.cpu_parts.items()) if v >= 0.05))
         if r.own_rates:
             print(f"{r.peer}: its own requests/s over the window: "
                   + ", ".join(f"{k} {v:,.1f}" for k, v in r.own_rates.items() if v >= 0.05))

@@ -61,8 +61,11 @@ class MirrorSource:
         error_backoff: tuple[float, float] = (0.1, 5.0),
         linger: Linger | None = None,
         member: HubMember | None = None,
+        owns_cluster: bool = True,
     ) -> None:
         self.cluster = cluster
+        #: ``cluster`` is this source's alone (closed with it); not when the flow's tasks share it
+        self.owns_cluster = owns_cluster
         self.fetcher = RawFetcher(cluster, config)
         #: polls with sessions go through the hub (which owns ``cluster``) when given
         self.member = member
@@ -210,4 +213,5 @@ class MirrorSource:
             self.member.close()  # the hub and its cluster client stay for the other tasks
             return
         await self.fetcher.close()  # its fetch sessions
-        await self.cluster.close()
+        if self.owns_cluster:
+            await self.cluster.close()

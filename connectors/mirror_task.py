@@ -110,8 +110,9 @@ class FlowClients:
     request, :class:`RequestMux`, each batch under its own task's producer id), and one
     :class:`FetchHub` (one fetch session per source broker for all the tasks' partitions, paced
     per broker). Tasks stay the unit of assignment, progress and producer id; closing a task
-    leaves the hub and these clients to the others. Used by the in-process runtime; a Spark lease
-    is a process of its own and fetches by itself."""
+    leaves the hub and these clients to the others. Used by the in-process runtime and by a Spark
+    mirror host for the flow's leases on it; a lease run as a Spark job of its own
+    (``--spark-mode lease-jobs``) fetches by itself."""
 
     def __init__(self, flow: FlowConfig, on_syncs: SyncListener | None = None) -> None:
         """``on_syncs``: told every offset sync the tasks send (see :class:`FlowProgressKeeper`)."""
@@ -167,7 +168,7 @@ async def build_task(
     if clients is not None and clients.hub is not None:
         member = clients.hub.member(f"task {spec.task_id}", budget_bytes=fetch_max)
     source = MirrorSource(source_client, settings.fetcher, reset_to_earliest=settings.reset_to_earliest,
-                          linger=_linger(flow), member=member)
+                          linger=_linger(flow), member=member, owns_cluster=clients is None)
     policy = flow.replication_policy()
 
     def rename(topic: str) -> str:

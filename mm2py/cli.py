@@ -113,7 +113,8 @@ def _worker(args: argparse.Namespace, config: MirrorMakerConfig, spark_conf: dic
                                fence_seconds=args.spark_fence_seconds)
         return SparkWorker(config, master=args.spark_master, commit_interval=args.commit_interval,
                            spark_conf=spark_conf, round_seconds=args.spark_round_seconds,
-                           state_file=args.state_file, mode=args.spark_mode, leases=leases)
+                           state_file=args.state_file, mode=args.spark_mode, leases=leases,
+                           hosts=args.spark_hosts)
     from mm2py.runtime.inprocess import Worker
 
     return Worker(config, commit_interval=args.commit_interval, state_file=args.state_file)
@@ -232,10 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
                           "local[N], N = total tasks.max; spark-submit's master under spark-submit)")
     run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                      help="extra Spark setting (repeatable)")
-    run.add_argument("--spark-mode", choices=["leases", "rounds"], default="leases",
-                     help="leases (default): each task mirrors continuously on an executor, handing "
-                          "over to a successor every --spark-lease-seconds; rounds: bounded rounds up "
-                          "to the end offsets seen at each round's start (one-off backfills)")
+    run.add_argument("--spark-mode", choices=["leases", "lease-jobs", "rounds"], default="leases",
+                     help="leases (default): each task mirrors continuously, handing over to a "
+                          "successor every --spark-lease-seconds, on a mirror host: one long-lived "
+                          "process per executor running all its leases with one fetch session per "
+                          "source broker; lease-jobs: each lease a Spark job and process of its "
+                          "own; rounds: bounded rounds up to the end offsets seen at each round's "
+                          "start (one-off backfills)")
+    run.add_argument("--spark-hosts", type=int, default=None, metavar="N",
+                     help="mirror hosts carrying the leases (default: one per Spark executor)")
     run.add_argument("--spark-lease-seconds", type=_positive_seconds, default=60.0,
                      help="how long a Spark lease mirrors before a successor takes over (default 60)")
     run.add_argument("--spark-fence-seconds", type=_positive_seconds, default=4.0,

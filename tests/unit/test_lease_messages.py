@@ -115,22 +115,23 @@ def test_the_coordinator_grants_hands_over_and_fences_over_a_socket() -> None:
             old = table.start("f", 0, [A, B], now=0)
             first = await Executor.connect(coord)
             await first.send(Hello(old.lease_id, coord.token))
-            assert await first.receive() == Ack()  # accepted: it may build its task
+            # the driver's messages name their lease (leases on a mirror host share a connection)
+            assert await first.receive() == Ack(old.lease_id)  # accepted: it may build its task
             await first.send(Ready(old.lease_id, coord.token))
-            assert await first.receive() == GoMsg({A: None, B: None})  # nothing to carry over yet
+            assert await first.receive() == GoMsg({A: None, B: None}, old.lease_id)  # nothing carried
             await first.send(Report(old.lease_id, coord.token, {"records": 7}, {A: 3}))
-            assert await first.receive() == Ack()
+            assert await first.receive() == Ack(old.lease_id)
             assert reports[-1].metrics == {"records": 7}
 
             new = table.start("f", 0, [A, B], now=1)
             second = await Executor.connect(coord)
             await second.send(Hello(new.lease_id, coord.token))
-            assert await second.receive() == Ack()
+            assert await second.receive() == Ack(new.lease_id)
             await second.send(Ready(new.lease_id, coord.token))
             assert isinstance(await first.receive(), StopMsg)  # the predecessor is told to stop
             await first.send(Released(old.lease_id, coord.token, {A: Position(10, 4), B: None}))
             # only the cleanly released partition carries its position over
-            assert await second.receive() == GoMsg({A: Position(10, 4), B: None})
+            assert await second.receive() == GoMsg({A: Position(10, 4), B: None}, new.lease_id)
             assert table.holder("f", A) == new.lease_id
 
             # a second executor claiming the same lease is turned away, the holder keeps it
@@ -154,7 +155,7 @@ def test_the_coordinator_grants_hands_over_and_fences_over_a_socket() -> None:
             third = table.start("f", 0, [A], now=2)
             ex = await Executor.connect(coord)
             await ex.send(Hello(third.lease_id, coord.token))
-            assert await ex.receive() == Ack()
+            assert await ex.receive() == Ack(third.lease_id)
             await ex.send(Ready(third.lease_id, coord.token))
             assert isinstance(await ex.receive(), GoMsg)
             ex.writer.close()
@@ -214,7 +215,7 @@ def test_time_alone_fences_a_silent_lease_on_the_coordinators_tick_job_which_sur
             lease = table.start("f", 0, [A], now=time.monotonic())
             ex = await Executor.connect(coord)
             await ex.send(Hello(lease.lease_id, coord.token))
-            assert await ex.receive() == Ack()
+            assert await ex.receive() == Ack(lease.lease_id)
             await ex.send(Ready(lease.lease_id, coord.token))
             assert isinstance(await ex.receive(), GoMsg)
             coord.job_done(lease.lease_id)  # still connected: only time can fence it now

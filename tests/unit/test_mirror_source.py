@@ -168,3 +168,27 @@ def test_positions_carry_their_topic_id_and_positions_written_without_one_still_
     # MM2's and an older mm2py's values: no topic id, checked by offsets alone
     assert decode(key, b'{"offset":9}') == ("east", GOOD, Position(10, None, None))
     assert decode(key, encode_value(9, 90)) == ("east", GOOD, Position(10, 90))
+
+
+async def test_a_source_on_a_shared_cluster_client_leaves_it_open_when_it_closes() -> None:
+    """Tasks of a flow that share one cluster client without a fetch hub (fetch sessions off, on a
+    Spark mirror host or in-process): one task closing must not close the client under the others."""
+
+    class Cluster(Metadata):
+        def __init__(self) -> None:
+            super().__init__()
+            self.closed = 0
+
+        async def close(self) -> None:
+            self.closed += 1
+
+    class Fetcher(ScriptedFetcher):
+        async def close(self) -> None:
+            pass
+
+    for owns, closes in ((True, 1), (False, 0)):
+        cluster = Cluster()
+        source = MirrorSource(cluster, owns_cluster=owns)  # type: ignore[arg-type]
+        source.fetcher = Fetcher()  # type: ignore[assignment]
+        await source.close()
+        assert cluster.closed == closes

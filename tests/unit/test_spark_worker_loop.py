@@ -24,6 +24,7 @@ class FakeLeases:
     def __init__(self) -> None:
         self.steps = 0
         self.started = 0
+        self.hosts = None  # a Spark job per lease (the status line names no mirror hosts)
 
     async def step(self) -> None:
         self.steps += 1

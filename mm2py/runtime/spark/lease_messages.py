@@ -11,10 +11,18 @@ the lease, lag, codec work; every report interval), ``released`` (stopped and co
 partition's position with its target offset, ``null`` where a produce outcome was in doubt).
 driver → executor: ``go`` (positions carried over, ``null``: load and reconcile), ``stop``, ``ack``
 (to every report: an executor that gets none for a fence interval stops by itself).
+
+A mirror host (:mod:`mm2py.runtime.spark.executor.host`: one long-lived process per executor that
+runs many leases) opens one connection for all of them: ``host_hello`` first (accepted with an
+``ack`` or refused with ``stop``), then the driver sends ``start`` (a lease's work, pickled as Spark
+pickles its closures) and every lease's messages travel on that connection, the driver's naming
+their lease (``lease``; empty on a lease's own connection, and a ``stop`` with no lease stops the
+host). When a lease ends on a host it says ``ended``: what a lease's Spark job returns otherwise.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,8 +34,8 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 
 __all__ = [
-    "Ack", "GoMsg", "Hello", "LeaseWireError", "Ready", "Released", "Report", "StopMsg", "decode",
-    "encode",
+    "Ack", "Ended", "GoMsg", "Hello", "HostHello", "LeaseWireError", "Ready", "Released", "Report",
+    "StartLease", "StopMsg", "decode", "encode",
 ]
 
 #: the longest line either side accepts (a report of thousands of partitions fits easily)
@@ -68,21 +76,58 @@ class Released:
 
 
 @dataclass(frozen=True)
+class HostHello:
+    """A mirror host's first words on its connection."""
+
+    host: str
+    token: str
+    executor: str = ""  # where it runs (host name and the executor's Python daemon), for the logs
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A lease ended on a mirror host: what its own Spark job would have returned."""
+
+    lease: str
+    token: str
+    granted: bool = False
+    error: str | None = None
+    halted: bool = False  # the error is an alarm under ``fail``
+    positions: Mapping[TopicPartition, int] = field(default_factory=dict)  # committed
+    metrics: Mapping[str, int] = field(default_factory=dict)
+    codec: tuple[int, int] = (0, 0)
+    times: Mapping[TopicPartition, PartitionTimes] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0
+    executor: str = ""
+
+
+@dataclass(frozen=True)
+class StartLease:
+    """The driver places a lease on a mirror host: ``work`` is its pickled ``LeaseWork``."""
+
+    lease: str
+    work: bytes
+
+
+@dataclass(frozen=True)
 class GoMsg:
     positions: Mapping[TopicPartition, Position | None]
+    lease: str = ""
 
 
 @dataclass(frozen=True)
 class StopMsg:
     reason: str
+    lease: str = ""
 
 
 @dataclass(frozen=True)
 class Ack:
-    pass
+    lease: str = ""
 
 
-Message = Hello | Ready | Report | Released | GoMsg | StopMsg | Ack
+Message = Hello | Ready | Report | Released | GoMsg | StopMsg | Ack | HostHello | Ended | StartLease
 
 
 def _positions_out(positions: Mapping[TopicPartition, Position | None]) -> list[list[Any]]:
@@ -129,15 +174,35 @@ def _int(value: Any) -> int:
     return value
 
 
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise LeaseWireError(f"expected true or false, got {value!r}")
+    return value
+
+
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise LeaseWireError(f"expected a string, got {value!r}")
     return value
 
 
+def _lease_of(doc: Mapping[str, Any]) -> str:
+    return _str(doc.get("lease", ""))
+
+
 def encode(msg: Message) -> bytes:
     doc: dict[str, Any]
-    if isinstance(msg, Hello):
+    if isinstance(msg, HostHello):
+        doc = {"t": "host_hello", "host": msg.host, "token": msg.token, "executor": msg.executor}
+    elif isinstance(msg, Ended):
+        doc = {"t": "ended", "lease": msg.lease, "token": msg.token, "granted": msg.granted,
+               "error": msg.error, "halted": msg.halted,
+               "positions": [[tp.topic, tp.partition, v] for tp, v in sorted(msg.positions.items())],
+               "metrics": dict(msg.metrics), "codec": list(msg.codec), "times": _times_out(msg.times),
+               "warnings": list(msg.warnings), "seconds": msg.seconds, "executor": msg.executor}
+    elif isinstance(msg, StartLease):
+        doc = {"t": "start", "lease": msg.lease, "work": base64.b64encode(msg.work).decode("ascii")}
+    elif isinstance(msg, Hello):
         doc = {"t": "hello", "lease": msg.lease, "token": msg.token}
     elif isinstance(msg, Ready):
         doc = {"t": "ready", "lease": msg.lease, "token": msg.token}
@@ -149,11 +214,11 @@ def encode(msg: Message) -> bytes:
         doc = {"t": "released", "lease": msg.lease, "token": msg.token,
                "positions": _positions_out(msg.positions)}
     elif isinstance(msg, GoMsg):
-        doc = {"t": "go", "positions": _positions_out(msg.positions)}
+        doc = {"t": "go", "positions": _positions_out(msg.positions), "lease": msg.lease}
     elif isinstance(msg, StopMsg):
-        doc = {"t": "stop", "reason": msg.reason}
+        doc = {"t": "stop", "reason": msg.reason, "lease": msg.lease}
     else:
-        doc = {"t": "ack"}
+        doc = {"t": "ack", "lease": msg.lease}
     return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
 
@@ -174,13 +239,26 @@ def decode(line: bytes) -> Message:
         if kind == "released":
             return Released(_str(doc["lease"]), _str(doc["token"]), _positions_in(doc["positions"]))
         if kind == "go":
-            return GoMsg(_positions_in(doc["positions"]))
+            return GoMsg(_positions_in(doc["positions"]), _lease_of(doc))
         if kind == "stop":
-            return StopMsg(_str(doc["reason"]))
+            return StopMsg(_str(doc["reason"]), _lease_of(doc))
         if kind == "ack":
-            return Ack()
+            return Ack(_lease_of(doc))
+        if kind == "host_hello":
+            return HostHello(_str(doc["host"]), _str(doc["token"]), _str(doc.get("executor", "")))
+        if kind == "start":
+            return StartLease(_str(doc["lease"]), base64.b64decode(_str(doc["work"]), validate=True))
+        if kind == "ended":
+            error = doc["error"]
+            return Ended(
+                _str(doc["lease"]), _str(doc["token"]), _bool(doc["granted"]),
+                None if error is None else _str(error), _bool(doc["halted"]),
+                {TopicPartition(_str(t), _int(p)): _int(v) for t, p, v in doc["positions"]},
+                {_str(k): _int(v) for k, v in doc["metrics"].items()},
+                (_int(doc["codec"][0]), _int(doc["codec"][1])), _times_in(doc["times"]),
+                tuple(_str(w) for w in doc["warnings"]), _float(doc["seconds"]), _str(doc["executor"]))
     except LeaseWireError:
         raise
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         raise LeaseWireError(f"not a lease message ({exc}): {bytes(line[:200])!r}") from None
     raise LeaseWireError(f"unknown lease message type {kind!r}")

@@ -2,9 +2,13 @@
 
 :class:`LeaseScheduler` turns each flow's task assignment into leases (see :mod:`.lease_table`):
 
-- a task with partitions and no lease gets one (a Spark job running :func:`.spark_lease.run_lease`);
+- a task with partitions and no lease gets one, placed on a mirror host (:mod:`.host_pool`: one
+  long-lived Spark job per executor running many leases in one process), or, with ``lease-jobs``,
+  run as a Spark job of its own (:func:`mm2py.runtime.spark.executor.lease.run_lease`);
 - a lease that has run ``lease_seconds`` gets a successor for the same partitions, started while
-  it still mirrors, so the hand-over costs one GO message rather than a Spark job start-up;
+  it still mirrors, so the hand-over costs one GO message rather than a Spark job start-up; on
+  hosts the successor goes to the lightest host, its predecessor's when no other is lighter, and
+  then the hand-over happens inside that host's process;
 - a task whose partitions changed (new topics, partition growth, a REST allow/deny change, a task
   that went away) gets a lease for its new partitions at once; older leases that hold any of those
   partitions are stopped by the table when it is ready, and a lease none of whose partitions is
@@ -19,8 +23,9 @@ Reports from running leases are folded into the driver's :class:`~.spark_flow.Sp
 arrive, so ``/metrics`` and ``status()`` show executor work (records, bytes, batches, lag, codec
 operations, rebuilt batches) while a lease runs, not only when it ends.
 
-Spark jobs of leases run in their own thread pool: each blocks one thread (``collect``) for the
-whole lease, and must not starve the default executor the controllers' blocking calls use.
+Spark jobs of leases (and of hosts) run in their own thread pool: each blocks one thread
+(``collect``) for the whole lease, and must not starve the default executor the controllers'
+blocking calls use.
 """
 
 from __future__ import annotations
@@ -35,14 +40,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mm2py.engine.latency import PartitionTimes
-from mm2py.engine.task_contract import RUN_COUNTERS, TaskSpec
+from mm2py.engine.task_contract import RUN_COUNTERS, TaskMetrics, TaskSpec
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner, SparkTask
+from mm2py.runtime.spark.driver.host_pool import HostPool
 from mm2py.runtime.spark.driver.lease_coordinator import LeaseCoordinator
 from mm2py.runtime.spark.driver.lease_table import Lease, LeaseState, LeaseTable
 from mm2py.runtime.spark.driver.session import job_error
+from mm2py.runtime.spark.executor.host import HostResult, HostWork
 from mm2py.runtime.spark.executor.lease import LeaseResult, LeaseWork
-from mm2py.runtime.spark.lease_messages import Report
+from mm2py.runtime.spark.lease_messages import Ended, Report
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +127,11 @@ class LeaseScheduler:
         self, flows: Mapping[str, SparkFlowRunner], collect: Callable[[LeaseWork], LeaseResult],
         settings: LeaseSettings, *, host: str = "127.0.0.1", max_jobs: int = 8,
         on_job_failed: Callable[[str], None] | None = None, halted: Mapping[str, str] | None = None,
+        collect_host: Callable[[HostWork], HostResult] | None = None,
+        wanted_hosts: Callable[[], int] = lambda: 1,
     ) -> None:
+        """``collect_host``: runs a mirror host as a Spark job; given, leases are placed on hosts
+        (``wanted_hosts`` of them) instead of each running as a Spark job through ``collect``."""
         self.flows = flows  # the worker's dict: REST adds, replaces and removes flows in it
         self.halted = halted if halted is not None else {}  # the worker's paused and stopped flows
         self.collect = collect  # runs one lease as a Spark job (blocking), returns its result
@@ -134,6 +145,14 @@ class LeaseScheduler:
         self._replaced: set[str] = set()  # flows whose old leases must end before new ones start
         self._books: dict[tuple[str, int], _Book] = {}
         self.on_job_failed = on_job_failed  # a lease's Spark job failed (not a reported failure)
+        #: the mirror hosts leases are placed on (None: a Spark job per lease)
+        self.hosts: HostPool | None = None
+        if collect_host is not None:
+            self.hosts = HostPool(self.coordinator, collect_host, self._pool, wanted_hosts,
+                                  self._lost_on_host)
+            self.coordinator.on_ended = self._on_ended
+        #: lease id -> its flow runner, task and work, while placed on a host and not ended
+        self._placed: dict[str, tuple[SparkFlowRunner, SparkTask, LeaseWork]] = {}
         self.started = 0
         self.steps = 0  # steps of the driver's loop so far
 
@@ -145,6 +164,8 @@ class LeaseScheduler:
         """Start or stop leases so every task is covered (each flow's topic refresh runs on its
         own scheduler, see runtime.flows)."""
         self.steps += 1
+        if self.hosts is not None:
+            self.hosts.keep(time.monotonic())
         for name in set(self.halted) - self.table.halted:
             self.halt(name)
         for name in self.table.halted - set(self.halted):
@@ -214,14 +235,22 @@ class LeaseScheduler:
         if not want or task.retry_at > now:
             return
         newest = current[-1] if current else None
+        if self.hosts is not None and self.hosts.pick() is None:
+            return  # no mirror host connected yet
         if newest is None or newest.partitions != want:
             if newest is not None and newest.state in (LeaseState.STARTING, LeaseState.WAITING):
                 self.coordinator.stop(newest.lease_id, "superseded before it was granted")
-            self._start(flow, task, want, now)
+            self._start(flow, task, want, now, newest.lease_id if newest is not None else None)
         elif newest.state is LeaseState.RUNNING and now - newest.started >= self.settings.lease_seconds:
-            self._start(flow, task, want, now)
+            self._start(flow, task, want, now, newest.lease_id)
 
-    def _start(self, flow: SparkFlowRunner, task: SparkTask, partitions: frozenset[Any], now: float) -> None:
+    def _start(self, flow: SparkFlowRunner, task: SparkTask, partitions: frozenset[Any], now: float,
+               succeeds: str | None = None) -> None:
+        host = None
+        if self.hosts is not None:
+            host = self.hosts.pick(succeeds)
+            if host is None:
+                return
         lease = self.table.start(flow.name, task.task_id, partitions, now)
         s = self.settings
         work = LeaseWork(
@@ -233,30 +262,67 @@ class LeaseScheduler:
         )
         self._runner_of[lease.lease_id] = flow
         self.started += 1
-        self._jobs[lease.lease_id] = asyncio.create_task(self._job(flow, task, work))
-        log.debug("%s task %d: lease %s started for %d partitions", flow.name, task.task_id,
-                  lease.lease_id, len(partitions))
+        if host is not None and self.hosts is not None:
+            self._placed[lease.lease_id] = (flow, task, work)
+            if not self.hosts.place(host, work):
+                self._lost_on_host(lease.lease_id, f"its mirror host {host.host_id} hung up")
+        else:
+            self._jobs[lease.lease_id] = asyncio.create_task(self._job(flow, task, work))
+        log.debug("%s task %d: lease %s started for %d partitions%s", flow.name, task.task_id,
+                  lease.lease_id, len(partitions), f" on {host.host_id}" if host is not None else "")
 
     async def _job(self, flow: SparkFlowRunner, task: SparkTask, work: LeaseWork) -> None:
         loop = asyncio.get_running_loop()
-        book = self._books.setdefault((flow.name, task.task_id), _Book())
         result: LeaseResult | None = None
+        error: str | None = None
         try:
             result = await loop.run_in_executor(self._pool, self.collect, work)
         except Exception as exc:
             error = job_error(exc)
+        finally:
+            self._jobs.pop(work.lease_id, None)
+            self._finish(flow, task, work.lease_id, result, error)
+
+    def _finish(self, flow: SparkFlowRunner, task: SparkTask, lease_id: str, result: LeaseResult | None,
+                error: str | None) -> None:
+        """A lease's run ended: with its ``result``, or lost with ``error`` (its Spark job failed,
+        its host went away) before it said how it ended."""
+        book = self._books.setdefault((flow.name, task.task_id), _Book())
+        if error is not None:
             log.error("%s task %d: lease %s failed in Spark: %s; its partitions resume from the "
-                      "committed progress", flow.name, task.task_id, work.lease_id, error)
+                      "committed progress", flow.name, task.task_id, lease_id, error)
             flow.fail_task(task.task_id, error, time.monotonic())
             if self.on_job_failed is not None:  # after the task is marked failed
                 self.on_job_failed(error)
-        finally:
-            book.end(work.lease_id, result)
-            book.fold(task)
-            self._jobs.pop(work.lease_id, None)
-            self.coordinator.job_done(work.lease_id)
+        book.end(lease_id, result)
+        book.fold(task)
+        self.coordinator.job_done(lease_id)
         if result is not None:
             flow.absorb_lease(result, time.monotonic())
+
+    def _on_ended(self, msg: Ended) -> None:
+        """A lease ended on its host (ENDED): what its own Spark job would have returned."""
+        if self.hosts is None or not self.hosts.ended(msg.lease):
+            return
+        placed = self._placed.pop(msg.lease, None)
+        if placed is None:
+            return
+        flow, task, work = placed
+        metrics = TaskMetrics()
+        for name in RUN_COUNTERS:
+            setattr(metrics, name, msg.metrics.get(name, 0))
+        metrics.times = dict(msg.times)
+        result = LeaseResult(work.flow, work.spec.task_id, work.lease_id, tuple(work.spec.partitions),
+                             granted=msg.granted, positions=dict(msg.positions), metrics=metrics,
+                             codec=msg.codec, error=msg.error, halted=msg.halted,
+                             warnings=list(msg.warnings), seconds=msg.seconds, executor=msg.executor)
+        self._finish(flow, task, work.lease_id, result, None)
+
+    def _lost_on_host(self, lease_id: str, why: str) -> None:
+        placed = self._placed.pop(lease_id, None)
+        if placed is not None:
+            flow, task, _work = placed
+            self._finish(flow, task, lease_id, None, why)
 
     def _on_report(self, lease: Lease, report: Report) -> None:
         flow = self._runner_of.get(lease.lease_id)
@@ -283,11 +349,18 @@ class LeaseScheduler:
         """Stop every lease (each commits and releases) and wait for their jobs, up to ``timeout``."""
         for lease in self._active():
             self.coordinator.stop(lease.lease_id, "the worker stops")
+        deadline = time.monotonic() + timeout
         jobs = list(self._jobs.values())
         if jobs:
             _done, pending = await asyncio.wait(jobs, timeout=timeout)
             if pending:
                 log.warning("%d leases did not end within %.0fs of the stop", len(pending), timeout)
+        if self.hosts is not None:
+            while self._placed and time.monotonic() < deadline:  # each says ENDED once committed
+                await asyncio.sleep(0.05)
+            if self._placed:
+                log.warning("%d leases did not end within %.0fs of the stop", len(self._placed), timeout)
+            await self.hosts.stop(max(1.0, deadline - time.monotonic()))
         await self.coordinator.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -295,5 +368,7 @@ class LeaseScheduler:
         """The Spark session is gone: jobs still awaited will not come back."""
         for job in self._jobs.values():
             job.cancel()
+        if self.hosts is not None:
+            self.hosts.abandon()
         with contextlib.suppress(Exception):
             self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,9 +1,12 @@
 """The Spark runtime's worker: the driver is every flow's controller, executors run the tasks.
 
 By default the executors run each task continuously as a lease (:mod:`.lease_scheduler`: the
-driver's lease loop; :mod:`mm2py.runtime.spark.executor.lease`: what an executor runs), handed
-over to a successor every ``--spark-lease-seconds``. With ``--spark-mode rounds`` they run bounded
-rounds instead.
+driver's lease loop; :mod:`mm2py.runtime.spark.executor.lease`: what a lease runs), handed over to
+a successor every ``--spark-lease-seconds``, and leases are placed on mirror hosts: one long-lived
+Spark job per executor (:mod:`.host_pool`, :mod:`mm2py.runtime.spark.executor.host`) running all
+of its leases in one process, with one fetch session per source broker. ``--spark-mode
+lease-jobs`` runs each lease as a Spark job of its own instead (a process, sessions and a Spark
+slot per lease, and one more per successor); ``--spark-mode rounds`` runs bounded rounds.
 
 The driver does what the in-process runtime's controller does — the same
 :class:`~mm2py.runtime.flows.FlowRunnerBase` (controller, internal topics, a topic refresh every
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -33,13 +37,17 @@ from mm2py.engine.scheduler import Scheduler, sleep_or_stop
 from mm2py.protocol.compression import CodecCounters
 from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
-from mm2py.runtime.spark.driver.session import default_master, job_error, spark_session
+from mm2py.runtime.spark.driver.session import default_master, is_local, job_error, spark_session
+from mm2py.runtime.spark.executor.host import HostResult, HostWork, run_host
 from mm2py.runtime.spark.executor.lease import LeaseResult, LeaseWork, run_lease
 from mm2py.runtime.spark.executor.round import RoundResult, RoundWork, run_round
 from mm2py.runtime.steering import FlowStateError
 from mm2py.runtime.worker_base import WorkerBase
 
-__all__ = ["SparkFlowRunner", "SparkTask", "SparkWorker", "run_spark"]
+__all__ = ["MODES", "SparkFlowRunner", "SparkTask", "SparkWorker", "run_spark"]
+
+#: ``leases`` (on mirror hosts), ``lease-jobs`` (a Spark job per lease), ``rounds``
+MODES = ("leases", "lease-jobs", "rounds")
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +71,19 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         state_file: str | None = None,
         mode: str = "leases",
         leases: LeaseSettings | None = None,
+        hosts: int | None = None,
     ) -> None:
-        if mode not in ("leases", "rounds"):
-            raise ConfigError(f"Spark mode must be 'leases' or 'rounds', not {mode!r}")
+        """``hosts``: how many mirror hosts carry the leases (None: one per Spark executor)."""
+        if mode not in MODES:
+            raise ConfigError(f"Spark mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if hosts is not None and hosts < 1:
+            raise ConfigError(f"the number of mirror hosts must be at least 1, not {hosts}")
         config = self._init_steering(config, state_file)
         self.mode = mode
         self.lease_settings = leases or LeaseSettings(commit_interval=commit_interval)
         self.leases: LeaseScheduler | None = None
+        self.hosts = hosts
+        self._executors = (1, -math.inf)  # executors Spark has, and when it was asked
         self.round_seconds = round_seconds
         self.commit_interval = commit_interval
         self.flows = self._initial_runners()
@@ -79,8 +93,9 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
 
             if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
                 tasks = sum(r.flow.tasks_max for r in self.flows.values())
-                # leases: a slot for each task's lease and one for its successor
-                master = default_master(2 * tasks if mode == "leases" else tasks)
+                # leases: a slot for the host (and one for a host that replaces it); lease-jobs: a
+                # slot for each task's lease and one for its successor; rounds: one per task
+                master = default_master({"leases": 2, "lease-jobs": 2 * tasks}.get(mode, tasks))
         self.master = master
         self.spark_conf = dict(spark_conf or {})
         self.spark = spark
@@ -133,13 +148,16 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
                     raise outcome
         else:
             await flows
-        if self.mode == "leases":
+        if self.mode != "rounds":
             host = self.spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
-            # each lease blocks a thread; flows added over REST need more: leave plenty of room
+            # each lease (or host) blocks a thread; flows added over REST need more: plenty of room
             jobs = max(64, 4 * sum(f.flow.tasks_max for f in self.flows.values()))
+            on_hosts = self.mode == "leases"
             self.leases = LeaseScheduler(self.flows, self._collect_lease, self.lease_settings,
                                          host=host, max_jobs=jobs, on_job_failed=self._job_failed,
-                                         halted=self.halted)
+                                         halted=self.halted,
+                                         collect_host=self._collect_host if on_hosts else None,
+                                         wanted_hosts=self._wanted_hosts)
             await self.leases.start()
 
     def _job_failed(self, error: str) -> None:
@@ -152,6 +170,28 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         sc.setJobGroup(work.lease_id, f"mm2py lease {work.lease_id}", interruptOnCancel=True)
         results: list[LeaseResult] = sc.parallelize([work], 1).map(run_lease).collect()
         return results[0]
+
+    def _collect_host(self, work: HostWork) -> HostResult:
+        """One mirror host as one Spark job with one Spark task (blocks while the host runs)."""
+        sc = self.spark.sparkContext
+        sc.setJobGroup(work.host_id, f"mm2py mirror host {work.host_id}", interruptOnCancel=True)
+        results: list[HostResult] = sc.parallelize([work], 1).map(run_host).collect()
+        return results[0]
+
+    def _wanted_hosts(self) -> int:
+        """One mirror host per Spark executor (``local[N]`` is one executor), or ``hosts``; the
+        executors are counted again every 10 s (executors join and leave a cluster)."""
+        if self.hosts is not None:
+            return self.hosts
+        sc = self.spark.sparkContext if self.spark is not None else None
+        if sc is None or is_local(sc.master):
+            return 1
+        count, when = self._executors
+        if time.monotonic() - when >= 10.0:
+            with contextlib.suppress(Exception):  # the driver's own entry is one of them
+                count = max(1, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)
+            self._executors = (count, time.monotonic())
+        return count
 
     async def run_round(self) -> list[RoundResult]:
         """Plan, run one Spark job and fold in its results (a halt waits for it)."""
@@ -274,7 +314,9 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
 
     def _status_suffix(self) -> str:
         if self.leases is not None:
-            return (f", {self.leases.leases_running()} Spark leases running "
+            hosts = self.leases.hosts
+            on = f" on {hosts.running()} mirror hosts" if hosts is not None else ""
+            return (f", {self.leases.leases_running()} Spark leases running{on} "
                     f"({self.leases.started} started, {self.failed_jobs} Spark jobs failed)")
         return f", {self.rounds} Spark rounds ({self.failed_jobs} failed)"
 
@@ -289,11 +331,12 @@ def run_spark(
     commit_interval: float = 1.0,
     mode: str = "leases",
     leases: LeaseSettings | None = None,
+    hosts: int | None = None,
 ) -> SparkWorker:
     """Run every enabled flow of ``config`` on Spark until ``stop`` is set; returns the stopped
     worker (its ``status_lines()`` tell how far it got). ``master=None``: embedded ``local[N]``
     (N = total ``tasks.max``), or spark-submit's master when launched by spark-submit."""
     worker = SparkWorker(config, master=master, spark_conf=spark_conf, round_seconds=round_seconds,
-                         commit_interval=commit_interval, mode=mode, leases=leases)
+                         commit_interval=commit_interval, mode=mode, leases=leases, hosts=hosts)
     worker.run_blocking(stop)
     return worker

@@ -27,7 +27,9 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import Any
 
 from mm2py.engine.losses import MirrorAlarmError
 from mm2py.engine.task import TaskRunner
@@ -91,16 +93,50 @@ class LeaseResult:
     executor: str = ""
 
 
-class _Link:
-    """The lease's connection to the driver: HELLO, reports, the driver's GO/STOP/acks."""
+class LeaseLink:
+    """A lease's channel to the driver: the driver's GO/STOP/acks in, its messages out. A lease
+    of its own has a connection of its own (:class:`_Link`); leases on a mirror host share the
+    host's (``executor/host.py``)."""
 
-    def __init__(self, work: LeaseWork, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, work: LeaseWork) -> None:
         self.work = work
-        self.reader, self.writer = reader, writer
         self.last_ack = time.monotonic()
         self.go: asyncio.Future[GoMsg | StopMsg] = asyncio.get_running_loop().create_future()
         self.stop = asyncio.Event()  # STOP came, or the driver can no longer be heard
         self.stop_reason = ""
+
+    async def send(self, msg: Ready | Report | Released) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    def deliver(self, msg: GoMsg | StopMsg | Ack) -> None:
+        """One message of the driver's for this lease."""
+        if isinstance(msg, GoMsg) and not self.go.done():
+            self.go.set_result(msg)
+        elif isinstance(msg, StopMsg):
+            self._halt(msg.reason)
+        elif isinstance(msg, Ack):
+            self.last_ack = time.monotonic()
+
+    def _halt(self, reason: str) -> None:
+        if not self.stop.is_set():
+            self.stop_reason = reason
+            self.stop.set()
+        if not self.go.done():
+            self.go.set_result(StopMsg(reason))
+
+    def fenced(self) -> bool:
+        return time.monotonic() - self.last_ack > self.work.fence_seconds
+
+
+class _Link(LeaseLink):
+    """A lease's own connection to the driver: HELLO, reports, the driver's GO/STOP/acks."""
+
+    def __init__(self, work: LeaseWork, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        super().__init__(work)
+        self.reader, self.writer = reader, writer
         self._listener = asyncio.create_task(self._listen())
 
     @classmethod
@@ -123,29 +159,15 @@ class _Link:
         self.writer.write(encode(msg))
         await self.writer.drain()
 
-    def _halt(self, reason: str) -> None:
-        if not self.stop.is_set():
-            self.stop_reason = reason
-            self.stop.set()
-        if not self.go.done():
-            self.go.set_result(StopMsg(reason))
-
     async def _listen(self) -> None:
         try:
             while line := await self.reader.readline():
                 msg = decode(line)
-                if isinstance(msg, GoMsg) and not self.go.done():
-                    self.go.set_result(msg)
-                elif isinstance(msg, StopMsg):
-                    self._halt(msg.reason)
-                elif isinstance(msg, Ack):
-                    self.last_ack = time.monotonic()
+                if isinstance(msg, GoMsg | StopMsg | Ack):
+                    self.deliver(msg)
             self._halt("the driver closed the lease connection")
         except Exception as exc:
             self._halt(f"the lease connection failed: {exc}")
-
-    def fenced(self) -> bool:
-        return time.monotonic() - self.last_ack > self.work.fence_seconds
 
     async def close(self) -> None:
         self._listener.cancel()
@@ -163,7 +185,7 @@ def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int]) -
                   (d - codec_start[0], c - codec_start[1]), dict(m.times))
 
 
-async def _hold(work: LeaseWork, runner: TaskRunner, link: _Link, codec_start: tuple[int, int]) -> None:
+async def _hold(work: LeaseWork, runner: TaskRunner, link: LeaseLink, codec_start: tuple[int, int]) -> None:
     """Mirror until STOP, the fence, or the lease's end; report meanwhile."""
     started = time.monotonic()
     running = asyncio.create_task(runner.run(link.stop))
@@ -181,20 +203,31 @@ async def _hold(work: LeaseWork, runner: TaskRunner, link: _Link, codec_start: t
 
 
 async def _lease(work: LeaseWork, result: LeaseResult) -> None:
+    """One lease on a connection of its own, its task on clients of its own."""
+    await hold_lease(work, result, _Link.open(work))
+
+
+async def hold_lease(work: LeaseWork, result: LeaseResult, opening: Awaitable[LeaseLink | StopMsg],
+                     clients: Any = None) -> None:
+    """The lease's life: HELLO (``opening``), build, READY, GO, mirror, commit, RELEASE. ``clients``:
+    the ``FlowClients`` the flow's leases on one mirror host share (None: the task's own, and the
+    process is this lease's: its start-up heap is frozen once the task is built)."""
     from mm2py.connectors.mirror_task import build_task  # runtime composes connectors
 
     codec_start = CodecCounters.snapshot()
-    opened = await _Link.open(work)  # who it is, before the seconds a task takes to build
+    opened = await opening  # who it is, before the seconds a task takes to build
     if isinstance(opened, StopMsg):
         log.info("lease %s: not started: %s", work.lease_id, opened.reason)
         return  # refused (e.g. Spark re-ran a lease already started): it builds and writes nothing
     link = opened
     try:
-        runner = await asyncio.wait_for(build_task(work.spec, commit_interval=work.commit_interval), 60)
+        runner = await asyncio.wait_for(
+            build_task(work.spec, commit_interval=work.commit_interval, clients=clients), 60)
     except BaseException:
         await link.close()
         raise
-    freeze_start_up_heap()  # the executor's start-up objects stay out of later collections
+    if clients is None:
+        freeze_start_up_heap()  # the executor's start-up objects stay out of later collections
     try:
         result.metrics = runner.metrics
         await link.send(Ready(work.lease_id, work.token))
@@ -219,18 +252,27 @@ async def _lease(work: LeaseWork, result: LeaseResult) -> None:
             await asyncio.wait_for(runner.close(), 30)
 
 
+def new_result(work: LeaseWork) -> LeaseResult:
+    return LeaseResult(work.flow, work.spec.task_id, work.lease_id, tuple(work.spec.partitions),
+                       executor=f"{socket.gethostname()}:{os.getpid()}")
+
+
+def failed(result: LeaseResult, exc: Exception) -> None:
+    """The lease ended on ``exc``: nothing of it counts as committed."""
+    result.error = f"{type(exc).__name__}: {exc}"
+    result.halted = isinstance(exc, MirrorAlarmError)
+    result.positions = {}
+
+
 def run_lease(work: LeaseWork) -> LeaseResult:
     """Run one lease of one task on this process (an executor); never raises."""
-    result = LeaseResult(work.flow, work.spec.task_id, work.lease_id, tuple(work.spec.partitions),
-                         executor=f"{socket.gethostname()}:{os.getpid()}")
+    result = new_result(work)
     started = time.monotonic()
     with capture_warnings() as warnings:
         try:
             asyncio.run(_lease(work, result))
         except Exception as exc:
-            result.error = f"{type(exc).__name__}: {exc}"
-            result.halted = isinstance(exc, MirrorAlarmError)
-            result.positions = {}
+            failed(result, exc)
     result.warnings = warnings
     result.seconds = time.monotonic() - started
     return result

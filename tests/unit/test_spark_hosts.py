@@ -1,0 +1,163 @@
+"""The Spark driver's mirror hosts: leases placed on long-lived hosts, renewed inside one host,
+reported by ENDED, and moved when a host is lost. The hosts here speak the lease protocol over a
+real loopback socket from a thread, as a host's Spark job would; no Spark, no broker (the real
+host runs on Spark executors in tests/integration/test_spark_*.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from typing import Any
+
+from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.types import TopicPartition
+from mm2py.runtime.spark.driver.flow_runner import SparkTask
+from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
+from mm2py.runtime.spark.driver.lease_table import LeaseState
+from mm2py.runtime.spark.executor.host import HostResult, HostWork
+from mm2py.runtime.spark.executor.lease import LeaseResult, LeaseWork
+from mm2py.runtime.spark.lease_messages import (
+    Ack,
+    Ended,
+    GoMsg,
+    Hello,
+    HostHello,
+    Message,
+    Ready,
+    Released,
+    StartLease,
+    StopMsg,
+    decode,
+    encode,
+)
+
+A, B, C = (TopicPartition("orders", p) for p in range(3))
+
+
+class FlowSettings:
+    """A flow's configuration as far as a lease's work carries it (pickled to the host)."""
+
+    name = "f"
+
+
+class FakeFlow:
+    """The parts of a SparkFlowRunner the scheduler uses."""
+
+    def __init__(self, tasks: dict[int, tuple[TopicPartition, ...]]) -> None:
+        self.name = "f"
+        self.flow: Any = FlowSettings()
+        self.state = "RUNNING"
+        self.tasks = {i: SparkTask(i, parts) for i, parts in tasks.items()}
+        self.absorbed: list[LeaseResult] = []
+        self.failed: list[str] = []
+
+    def absorb_lease(self, result: LeaseResult, now: float) -> None:
+        self.absorbed.append(result)
+
+    def fail_task(self, task_id: int, error: str, now: float) -> None:
+        self.failed.append(error)
+        self.tasks[task_id].fail(error, now)
+
+    def report_lease(self, task_id: int, lag: Any, fold: Any) -> None:
+        fold(self.tasks[task_id])
+
+
+class FakeHosts:
+    """Hosts as Spark would run them: each a blocking call that lives until stopped or killed."""
+
+    def __init__(self) -> None:
+        self.placed: dict[str, list[str]] = {}  # host id -> the leases placed on it, in order
+        self.killed: set[str] = set()  # hosts killed: their socket closed, their job failed
+        self.socks: dict[str, socket.socket] = {}
+        self.lock = threading.Lock()
+
+    def kill(self, host_id: str) -> None:
+        self.killed.add(host_id)
+        self.socks[host_id].shutdown(socket.SHUT_RDWR)
+
+    def collect(self, work: HostWork) -> HostResult:
+        with socket.create_connection(work.coordinator) as sock, sock.makefile("rwb") as f:
+            def send(msg: Message) -> None:
+                f.write(encode(msg))
+                f.flush()
+
+            send(HostHello(work.host_id, work.token, "fake-executor"))
+            assert decode(f.readline()) == Ack()
+            with self.lock:
+                self.placed[work.host_id] = []
+                self.socks[work.host_id] = sock
+            while True:
+                line = f.readline()
+                if work.host_id in self.killed:
+                    raise RuntimeError("executor lost")
+                if not line:
+                    return HostResult(work.host_id, "fake", reason="the driver hung up")
+                msg = decode(line)
+                if isinstance(msg, StartLease):
+                    with self.lock:
+                        self.placed[work.host_id].append(msg.lease)
+                    send(Hello(msg.lease, work.token))
+                elif isinstance(msg, Ack) and msg.lease:  # HELLO accepted: the task is built
+                    send(Ready(msg.lease, work.token))
+                elif isinstance(msg, StopMsg) and not msg.lease:
+                    return HostResult(work.host_id, "fake", reason=msg.reason)
+                elif isinstance(msg, StopMsg):  # commit, release, end
+                    send(Released(msg.lease, work.token, {A: Position(7, 7)}))
+                    send(Ended(msg.lease, work.token, granted=True, positions={A: 7}, metrics={"records": 3}))
+                elif isinstance(msg, GoMsg):
+                    pass
+
+
+async def _until(check: Any, sched: LeaseScheduler, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await sched.step()
+        await asyncio.sleep(0.02)
+
+
+async def test_leases_go_to_the_lightest_host_renew_inside_it_and_move_when_it_is_lost() -> None:
+    hosts = FakeHosts()
+
+    def no_job(work: LeaseWork) -> LeaseResult:  # pragma: no cover - hosts carry every lease
+        raise AssertionError("a lease ran as a Spark job of its own")
+
+    flow = FakeFlow({0: (A,), 1: (B, C)})
+    sched = LeaseScheduler({"f": flow}, no_job, LeaseSettings(lease_seconds=0.3, fence_seconds=0.2),  # type: ignore[dict-item]
+                           collect_host=hosts.collect, wanted_hosts=lambda: 2)
+    assert sched.hosts is not None
+    pool = sched.hosts
+    await sched.start()
+    try:
+        # two hosts, one lease each (PLACE_LIGHTEST), both granted
+        await _until(lambda: sched.leases_running() == 2, sched, "two leases running")
+        assert pool.started == 2
+        first = {h: list(v) for h, v in hosts.placed.items()}
+        assert sorted(len(v) for v in first.values()) == [1, 1]
+
+        # renewal: each successor goes to its predecessor's host (no lighter host), its
+        # hand-over carries the released position, and the ended lease's figures come back
+        await _until(lambda: sched.table.carried_over >= 2, sched, "two renewals")
+        for host_id, leases in hosts.placed.items():
+            tasks = {sched.table.leases[lease].task_id for lease in leases if lease in sched.table.leases}
+            assert len(tasks) == 1, f"{host_id} ran leases of several tasks: {leases}"
+        assert flow.absorbed and flow.absorbed[0].metrics.records == 3 and flow.absorbed[0].granted
+        assert pool.started == 2  # renewals start no Spark job
+
+        # a host is lost: its leases are lost once, their task is leased again on the other host,
+        # and a new host is submitted in its place
+        victim = next(h for h, leases in hosts.placed.items() if any(
+            sched.table.leases[x].task_id == 1 for x in leases if x in sched.table.leases))
+        hosts.kill(victim)
+        await _until(lambda: flow.failed, sched, "the lost host's lease reported lost")
+        assert "mirror host" in flow.failed[0] and victim in flow.failed[0]
+        await _until(lambda: any(x.task_id == 1 and x.state is LeaseState.RUNNING
+                                 and pool.host_of(x.lease_id) is not None
+                                 and pool.host_of(x.lease_id).host_id != victim  # type: ignore[union-attr]
+                                 for x in sched.table.leases.values()), sched, "task 1 on another host")
+        await _until(lambda: pool.started == 3, sched, "a host in the lost one's place")
+    finally:
+        await sched.stop(timeout=5)
+    assert pool.running() == 0 or all(not h.live for h in pool.hosts.values())
