@@ -161,3 +161,32 @@ async def test_leases_go_to_the_lightest_host_renew_inside_it_and_move_when_it_i
     finally:
         await sched.stop(timeout=5)
     assert pool.running() == 0 or all(not h.live for h in pool.hosts.values())
+
+
+async def test_a_host_that_joins_takes_a_lease_at_once_and_the_hosts_even_out() -> None:
+    """With one host both tasks' leases run there; a second host joins (an executor was added):
+    one lease moves to it now, not at its renewal (a minute away), and the other stays."""
+    hosts = FakeHosts()
+    wanted = [1]
+
+    def no_job(work: LeaseWork) -> LeaseResult:  # pragma: no cover - hosts carry every lease
+        raise AssertionError("a lease ran as a Spark job of its own")
+
+    flow = FakeFlow({0: (A,), 1: (B,)})
+    sched = LeaseScheduler({"f": flow}, no_job, LeaseSettings(lease_seconds=600),  # type: ignore[dict-item]
+                           collect_host=hosts.collect, wanted_hosts=lambda: wanted[0])
+    assert sched.hosts is not None
+    pool = sched.hosts
+    await sched.start()
+    try:
+        await _until(lambda: sched.leases_running() == 2, sched, "two leases running")
+        assert [len(v) for v in hosts.placed.values()] == [2]  # one host carries both
+        wanted[0] = 2
+        await _until(lambda: len(hosts.placed) == 2 and sched.leases_running() == 2
+                     and all(h.load == 1 for h in pool.hosts.values()), sched, "one lease on each host")
+        for _ in range(20):  # and it stays even: no lease moves back and forth
+            await sched.step()
+            await asyncio.sleep(0.01)
+        assert sched.started == 3 and sorted(len(v) for v in hosts.placed.values()) == [1, 2]
+    finally:
+        await sched.stop(timeout=5)

@@ -9,7 +9,8 @@ host, and picks a host for a new lease:
 - **PLACE_LIGHTEST**: a lease goes to the connected host carrying the fewest partitions, counting
   neither the lease it succeeds nor its own; between equals, the host of the lease it succeeds
   (a renewal stays where it is, so its hand-over happens inside one process: no Spark job, no new
-  process, no new fetch session), then the oldest.
+  process, no new fetch session), then the oldest. A running lease for which another host is
+  strictly lighter moves there at once (the scheduler starts its successor there).
 - **HOST_LOST**: a host whose Spark job ended, or whose connection closed, takes no more leases;
   each lease on it that did not say ENDED is reported lost once (``on_lost``: its task fails and
   is leased again from its committed progress; the lease table fences it first).

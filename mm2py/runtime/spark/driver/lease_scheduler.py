@@ -241,8 +241,18 @@ class LeaseScheduler:
             if newest is not None and newest.state in (LeaseState.STARTING, LeaseState.WAITING):
                 self.coordinator.stop(newest.lease_id, "superseded before it was granted")
             self._start(flow, task, want, now, newest.lease_id if newest is not None else None)
-        elif newest.state is LeaseState.RUNNING and now - newest.started >= self.settings.lease_seconds:
+        elif newest.state is LeaseState.RUNNING and (now - newest.started >= self.settings.lease_seconds
+                                                     or self._lighter_host_for(newest.lease_id)):
             self._start(flow, task, want, now, newest.lease_id)
+
+    def _lighter_host_for(self, lease_id: str) -> bool:
+        """A host carries less than the lease's own would without it (PLACE_LIGHTEST: a host that
+        joined, or one whose leases ended): the lease moves there now, not at its renewal. Each
+        such move lowers the sum of the squared loads, so moves stop once the hosts are even."""
+        if self.hosts is None:
+            return False
+        host = self.hosts.host_of(lease_id)
+        return host is not None and self.hosts.pick(lease_id) is not host
 
     def _start(self, flow: SparkFlowRunner, task: SparkTask, partitions: frozenset[Any], now: float,
                succeeds: str | None = None) -> None:
