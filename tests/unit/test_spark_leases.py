@@ -25,11 +25,11 @@ A, B, C = (TopicPartition("orders", p) for p in range(3))
 def test_a_tasks_figures_are_its_ended_leases_plus_the_running_ones_latest_reports() -> None:
     task = SparkTask(0, (A,))
     book = _Book()
-    book.live["l1"] = Report("l1", "t", {"records": 10, "bytes": 100}, {}, (1, 0))
+    book.report(Report("l1", "t", {"records": 10, "bytes": 100}, {}, (1, 0)))
     book.fold(task)
     assert (task.metrics.records, task.metrics.bytes) == (10, 100)
-    book.live["l1"] = Report("l1", "t", {"records": 25, "bytes": 250}, {}, (2, 0))  # cumulative
-    book.live["l2"] = Report("l2", "t", {"records": 1, "bytes": 10}, {}, (0, 1))  # its successor
+    book.report(Report("l1", "t", {"records": 25, "bytes": 250}, {}, (2, 0)))  # cumulative
+    book.report(Report("l2", "t", {"records": 1, "bytes": 10}, {}, (0, 1)))  # its successor
     book.fold(task)
     assert task.metrics.records == 26 and book.codec() == (2, 1)
     final = LeaseResult("f", 0, "l1", (A,), granted=True, metrics=TaskMetrics(records=30, bytes=300),
@@ -46,12 +46,35 @@ def test_a_lost_lease_whose_refused_rerun_ends_its_job_keeps_its_counts() -> Non
     (never granted, nothing counted) ends the job: the lost lease's last report stands."""
     task = SparkTask(0, (A,))
     book = _Book()
-    book.live["l1"] = Report("l1", "t", {"records": 24_466, "bytes": 9}, {}, (4, 0))
+    book.report(Report("l1", "t", {"records": 24_466, "bytes": 9}, {}, (4, 0)))
     book.fold(task)
     seen = task.metrics.records
     book.end("l1", LeaseResult("f", 0, "l1", (A,), granted=False))
     book.fold(task)
     assert task.metrics.records == seen == 24_466 and book.codec() == (4, 0)
+
+
+def test_a_report_carries_the_partitions_whose_times_changed_and_the_book_keeps_the_rest() -> None:
+    """A lease of thousands of partitions reports only the times that moved; the driver keeps
+    every partition's latest, so the task's figures still cover all of them."""
+    from mm2py.engine.latency import PartitionTimes
+
+    def times(n: int, lag: float) -> PartitionTimes:
+        t = PartitionTimes(lag_seconds=lag)
+        for _ in range(n):
+            t.replication.observe(0.01)
+        return t
+
+    task = SparkTask(0, (A, B))
+    book = _Book()
+    book.report(Report("l1", "t", {"records": 3}, {}, (0, 0), {A: times(2, 1.0), B: times(1, 0.0)}))
+    book.report(Report("l1", "t", {"records": 4}, {}, (0, 0), {A: times(3, 0.0)}))  # B unchanged
+    book.fold(task)
+    assert sum(task.metrics.times[A].replication.counts) == 3  # the latest, not both added
+    assert sum(task.metrics.times[B].replication.counts) == 1  # kept from the first report
+    book.end("l1", None)  # its job failed: what it reported stands, every partition of it
+    book.fold(task)
+    assert set(task.metrics.times) == {A, B} and sum(task.metrics.times[A].replication.counts) == 3
 
 
 class FakeFlow:
@@ -195,3 +218,20 @@ async def test_a_report_after_the_flow_was_halted_leaves_its_task_stopped() -> N
     runner.state = TaskState.PAUSED  # as the worker marks a paused flow
     runner.report_lease(0, {A: 0}, lambda task: None)
     assert runner.tasks[0].state is TaskState.STOPPED
+
+
+def test_a_leases_report_names_only_the_partitions_whose_times_moved() -> None:
+    from mm2py.engine.latency import PartitionTimes
+    from mm2py.runtime.spark.executor.lease import _report
+
+    metrics = TaskMetrics()
+    metrics.times = {A: PartitionTimes(), B: PartitionTimes()}
+    runner = SimpleNamespace(metrics=metrics)
+    work = SimpleNamespace(lease_id="l1", token="t")
+    sent: dict[Any, Any] = {}
+    assert set(_report(work, runner, (0, 0), sent).times) == {A, B}  # type: ignore[arg-type]
+    assert _report(work, runner, (0, 0), sent).times == {}  # type: ignore[arg-type]
+    metrics.times[B].replication.observe(0.02)
+    assert set(_report(work, runner, (0, 0), sent).times) == {B}  # type: ignore[arg-type]
+    metrics.times[A].lag_seconds = 3.0
+    assert set(_report(work, runner, (0, 0), sent).times) == {A}  # type: ignore[arg-type]

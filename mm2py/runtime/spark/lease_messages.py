@@ -65,7 +65,8 @@ class Report:
     metrics: Mapping[str, int] = field(default_factory=dict)
     lag: Mapping[TopicPartition, int] = field(default_factory=dict)
     codec: tuple[int, int] = (0, 0)  # decompressions, compressions during the lease
-    times: Mapping[TopicPartition, PartitionTimes] = field(default_factory=dict)  # during the lease
+    #: during the lease, of the partitions whose times changed since the lease's last report
+    times: Mapping[TopicPartition, PartitionTimes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,8 @@ class SparkTask:
         self.last_round_seconds = result.seconds
         for name in RUN_COUNTERS:
             setattr(self.metrics, name, getattr(self.metrics, name) + getattr(result.metrics, name))
-        self.metrics.lag.update({tp: lag for tp, lag in result.metrics.lag.items() if tp in self.partitions})
+        mine = set(self.partitions)
+        self.metrics.lag.update({tp: lag for tp, lag in result.metrics.lag.items() if tp in mine})
         if result.error is None:
             self.state, self.trace, self.consecutive_failures = TaskState.RUNNING, None, 0
             return
@@ -151,7 +152,8 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
             if task is None:
                 return
             fold(task)
-            task.metrics.lag.update({tp: v for tp, v in lag.items() if tp in task.partitions})
+            mine = set(task.partitions)  # a tuple of thousands: ``in`` on it would scan it each time
+            task.metrics.lag.update({tp: v for tp, v in lag.items() if tp in mine})
             if task.partitions and self.state not in HALTED_STATES:
                 task.state, task.trace = TaskState.RUNNING, None
         self.acknowledged(acknowledged_topics(task.metrics.times))

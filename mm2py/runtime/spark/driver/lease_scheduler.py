@@ -74,6 +74,12 @@ class _Book:
     done_codec: tuple[int, int] = (0, 0)
     done_times: dict[TopicPartition, PartitionTimes] = field(default_factory=dict)
     live: dict[str, Report] = field(default_factory=dict)
+    #: each running lease's times, every partition's latest (a report carries the changed ones)
+    live_times: dict[str, dict[TopicPartition, PartitionTimes]] = field(default_factory=dict)
+
+    def report(self, report: Report) -> None:
+        self.live[report.lease] = report
+        self.live_times.setdefault(report.lease, {}).update(report.times)
 
     def fold(self, task: SparkTask) -> None:
         for name in RUN_COUNTERS:
@@ -81,8 +87,8 @@ class _Book:
             setattr(task.metrics, name, value)
         times: dict[TopicPartition, PartitionTimes] = {}
         _add_times(times, self.done_times)
-        for report in self.live.values():
-            _add_times(times, report.times)  # a running lease knows the current lag
+        for lease_times in self.live_times.values():
+            _add_times(times, lease_times)  # a running lease knows the current lag
         task.metrics.times = times
 
     def codec(self) -> tuple[int, int]:
@@ -96,6 +102,7 @@ class _Book:
         never granted says nothing of the lease (a refused re-run of a lost one): its last
         report stands, so no counter goes down when a lease is lost."""
         live = self.live.pop(lease_id, None)
+        live_times = self.live_times.pop(lease_id, {})
         if result is not None and (result.granted or live is None):  # the executor's final figures
             for name in RUN_COUNTERS:
                 self.done[name] += int(getattr(result.metrics, name))
@@ -104,7 +111,7 @@ class _Book:
         elif live is not None:  # the job failed or was a refused re-run: its last report is all we know
             for name in RUN_COUNTERS:
                 self.done[name] += live.metrics.get(name, 0)
-            _add_times(self.done_times, live.times)
+            _add_times(self.done_times, live_times)
             codec = live.codec
         else:
             return
@@ -339,7 +346,7 @@ class LeaseScheduler:
         if flow is None:
             return
         book = self._books.setdefault((lease.flow, lease.task_id), _Book())
-        book.live[lease.lease_id] = report
+        book.report(report)
         flow.report_lease(lease.task_id, report.lag, book.fold)
 
     # -- figures ----------------------------------------------------------------------------------

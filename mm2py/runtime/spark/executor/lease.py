@@ -178,16 +178,27 @@ class _Link(LeaseLink):
             await self.writer.wait_closed()
 
 
-def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int]) -> Report:
+def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int],
+            sent: dict[TopicPartition, tuple[float, float, float]]) -> Report:
+    """The lease's figures; of its partitions' times only those that changed since the last
+    report (``sent``: what each partition's last report said), so a report of a lease of
+    thousands of partitions carries the few that moved, not all of them every half second."""
     m = runner.metrics
     d, c = CodecCounters.snapshot()
+    times = {}
+    for tp, t in m.times.items():
+        said = (t.replication.total, t.age.total, t.lag_seconds)
+        if sent.get(tp) != said:
+            sent[tp] = said
+            times[tp] = t
     return Report(work.lease_id, work.token, {n: int(getattr(m, n)) for n in RUN_COUNTERS}, dict(m.lag),
-                  (d - codec_start[0], c - codec_start[1]), dict(m.times))
+                  (d - codec_start[0], c - codec_start[1]), times)
 
 
 async def _hold(work: LeaseWork, runner: TaskRunner, link: LeaseLink, codec_start: tuple[int, int]) -> None:
     """Mirror until STOP, the fence, or the lease's end; report meanwhile."""
     started = time.monotonic()
+    sent: dict[TopicPartition, tuple[float, float, float]] = {}
     running = asyncio.create_task(runner.run(link.stop))
     while not running.done():
         await asyncio.wait({running}, timeout=work.report_interval)
@@ -198,7 +209,7 @@ async def _hold(work: LeaseWork, runner: TaskRunner, link: LeaseLink, codec_star
         elif time.monotonic() - started >= work.max_seconds:
             link._halt("the lease reached its longest time")
         with contextlib.suppress(Exception):
-            await link.send(_report(work, runner, codec_start))
+            await link.send(_report(work, runner, codec_start, sent))
     await running  # the task's own failure (e.g. a corrupt batch it refused to forward)
 
 
