@@ -57,7 +57,10 @@ class Controller:
         config_filter: ConfigPropertyFilter | None = None,
         replication_factor: int = -1,
         replicate_heartbeats: bool = True,
+        claimed_by: Callable[[str], str | None] | None = None,
     ) -> None:
+        """``claimed_by``: the older flow of the same pair that mirrors a topic, if any (several
+        flows per pair: a topic both would select stays the older one's; the worker knows them)."""
         self.source_alias = source_alias
         self.target_alias = target_alias
         self.source_admin = source_admin
@@ -69,9 +72,8 @@ class Controller:
         self.replication_factor = replication_factor
         self.replicate_heartbeats = replicate_heartbeats
         self._filter = topic_filter
-        #: the older flow of the same pair that mirrors a topic, if any (several flows per pair:
-        #: a topic both would select stays the older one's); set by the worker
-        self.claimed_by: Callable[[str], str | None] = _unclaimed
+        #: the older flow of the same pair that mirrors a topic, if any
+        self.claimed_by: Callable[[str], str | None] = claimed_by or _unclaimed
         self._lock = threading.Lock()
         self._assignment: dict[int, list[TopicPartition]] = {}
         self._synced_configs: dict[str, dict[str, str]] = {}

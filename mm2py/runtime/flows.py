@@ -34,6 +34,9 @@ from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import ClusterAdmin
 
+#: which older flow of a pair mirrors a topic (None: none does)
+Claims = Callable[[str], str | None]
+
 if TYPE_CHECKING:
     from mm2py.connectors.client_settings import RawClientSettings
 
@@ -46,8 +49,10 @@ __all__ = ["FIRST_PRUNE_DELAY", "FlowRunnerBase", "TaskView", "controller_for", 
 FIRST_PRUNE_DELAY = 30.0
 
 
-def controller_for(flow: FlowConfig, admins: tuple[ClusterAdmin, ClusterAdmin] | None = None) -> Controller:
-    """The flow's controller, with admin clients for both clusters (new ones unless given)."""
+def controller_for(flow: FlowConfig, admins: tuple[ClusterAdmin, ClusterAdmin] | None = None,
+                   claimed_by: Callable[[str], str | None] | None = None) -> Controller:
+    """The flow's controller, with admin clients for both clusters (new ones unless given);
+    ``claimed_by``: which older flow of the pair mirrors a topic (``Controller``)."""
     timeout = flow.admin_timeout_ms / 1000
     source, target = admins or (ClusterAdmin.for_cluster(flow, "source", timeout=timeout),
                                 ClusterAdmin.for_cluster(flow, "target", timeout=timeout))
@@ -60,6 +65,7 @@ def controller_for(flow: FlowConfig, admins: tuple[ClusterAdmin, ClusterAdmin] |
         config_filter=flow.config_property_filter(),
         replication_factor=flow.replication_factor,
         replicate_heartbeats=flow.heartbeats_replication_enabled,
+        claimed_by=claimed_by,
     )
 
 
@@ -128,13 +134,14 @@ class FlowRunnerBase(Generic[T]):
     checkpoints: CheckpointConnector | None
     acl_sync: TopicAclSync | None
 
-    def _init_flow(self, flow: FlowConfig) -> RawClientSettings:
+    def _init_flow(self, flow: FlowConfig, claims: Claims | None = None) -> RawClientSettings:
+        """``claims``: which older flow of the pair mirrors a topic (its controller leaves those)."""
         from mm2py.connectors.client_settings import raw_client_settings
 
         # a bad client override is a configuration error now, not a task failure later
         settings = raw_client_settings(flow, fetch_max_bytes=flow.fetch_max_bytes)
         self.flow = flow
-        self.controller = controller_for(flow)
+        self.controller = controller_for(flow, claimed_by=claims)
         self.tasks = {}
         self.last_plan = None
         self.state = TaskState.UNASSIGNED

@@ -23,7 +23,7 @@ from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_contract import TASK_COUNTERS, TaskSpec, TaskState
 from mm2py.runtime.active_topics import WatchedSink
-from mm2py.runtime.flows import FlowRunnerBase
+from mm2py.runtime.flows import Claims, FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,11 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
     """Runs one ``source->target`` flow in this process."""
 
     def __init__(
-        self, flow: FlowConfig, commit_interval: float = 1.0, builder: TaskBuilder | None = None
+        self, flow: FlowConfig, commit_interval: float = 1.0, builder: TaskBuilder | None = None,
+        claims: Claims | None = None,
     ) -> None:
-        self._init_flow(flow)
+        """``claims``: which older flow of the pair mirrors a topic (the worker knows its flows)."""
+        self._init_flow(flow, claims)
         self.commit_interval = commit_interval
         #: the tasks' acknowledged batches and offset syncs, for the live group offset sync
         self._acknowledged_view = AcknowledgedView()
@@ -209,8 +211,8 @@ class Worker(WorkerBase[FlowRunner]):
         await asyncio.gather(*(f.stop() for f in running), *self._beats.values(), return_exceptions=True)
         await self.state_file.written()  # active topics its tasks told while stopping
 
-    def _new_runner(self, flow: FlowConfig) -> FlowRunner:
-        return FlowRunner(flow, self.commit_interval)
+    def _new_runner(self, flow: FlowConfig, claims: Claims) -> FlowRunner:
+        return FlowRunner(flow, self.commit_interval, claims=claims)
 
     async def run(self, stop: asyncio.Event, status_interval: float = 30.0) -> None:
         await self.start()

@@ -19,7 +19,7 @@ from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import ActiveTopics
 from mm2py.runtime.flow_offsets import PartitionOffset, Reset, reset_offsets
-from mm2py.runtime.flows import FlowRunnerBase
+from mm2py.runtime.flows import Claims, FlowRunnerBase
 from mm2py.runtime.named_flows import NamedFlows, check_overlap, pair_config
 from mm2py.runtime.state_file import StateFile
 from mm2py.runtime.steering import (
@@ -82,7 +82,7 @@ class WorkerBase(WorkerStartup[R]):
                 self.flows[name].state = TaskState(state)
         return [r for name, r in self.flows.items() if name not in self.halted]
 
-    def _new_runner(self, flow: FlowConfig) -> R:
+    def _new_runner(self, flow: FlowConfig, claims: Claims) -> R:
         raise NotImplementedError
 
     def _initial_runners(self) -> dict[str, R]:
@@ -95,9 +95,8 @@ class WorkerBase(WorkerStartup[R]):
     def _runner(self, flow: FlowConfig) -> R:
         """A new runner of ``flow`` that records the topics it writes to in :attr:`active_topics`
         and leaves a topic an older flow of its pair mirrors to that flow."""
-        runner = self._new_runner(flow)
+        runner = self._new_runner(flow, self._claims(flow))
         runner.on_acknowledged = self.active_topics.record
-        runner.controller.claimed_by = self._claims(flow)
         return runner
 
     def _siblings(self, flow: FlowConfig) -> list[tuple[str, Any]]:

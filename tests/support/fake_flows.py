@@ -9,7 +9,7 @@ from typing import Any
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Controller
-from mm2py.runtime.flows import controller_for
+from mm2py.runtime.flows import Claims, controller_for
 from mm2py.runtime.worker_base import WorkerBase
 from mm2py.stores.admin import TopicInfo
 
@@ -28,9 +28,9 @@ class SourceTopics:
 SOURCE_TOPICS: set[str] = set()
 
 
-def fake_controller(flow: FlowConfig) -> Controller:
+def fake_controller(flow: FlowConfig, claims: Claims | None = None) -> Controller:
     admin: Any = SourceTopics(SOURCE_TOPICS)
-    return controller_for(flow, (admin, admin))
+    return controller_for(flow, (admin, admin), claims)
 
 
 BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstrap.servers": "w:1",
@@ -38,9 +38,9 @@ BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstr
 
 
 class FakeRunner:
-    def __init__(self, flow: FlowConfig) -> None:
+    def __init__(self, flow: FlowConfig, claims: Claims | None = None) -> None:
         self.flow = flow
-        self.controller = fake_controller(flow)
+        self.controller = fake_controller(flow, claims)
         self.state = "UNASSIGNED"
         self.calls: list[str] = []
         self.tasks: dict[int, Any] = {}  # none runs
@@ -79,8 +79,8 @@ class FakeWorker(WorkerBase[FakeRunner]):
         self.flows = self._initial_runners()
         self._init_heartbeats(self.config)
 
-    def _new_runner(self, flow: FlowConfig) -> FakeRunner:
-        return FakeRunner(flow)
+    def _new_runner(self, flow: FlowConfig, claims: Claims) -> FakeRunner:
+        return FakeRunner(flow, claims)
 
     async def start(self) -> None:
         self._started = True

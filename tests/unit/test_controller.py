@@ -132,3 +132,23 @@ def test_refresh_runs_the_steps_in_mm2s_order_and_reports_them() -> None:
     assert plan.created == ["east.a"] and plan.grown == {"east.b": 2}
     assert plan.topics == {"a": "east.a", "b": "east.b"} and len(plan.partitions) == 4
     assert ctl.refreshes == 1 and plan.task_count() == 2
+
+
+def test_no_module_sets_a_controllers_claims_from_outside() -> None:
+    """A controller's ``claimed_by`` is given to it when it is made (the runner passes the
+    worker's rule down), never assigned onto it afterwards: the state has one owner."""
+    import ast
+
+    from tests.support.rooms import product_modules
+
+    patched = []
+    for name, path in product_modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Attribute) and target.attr == "claimed_by" and not (
+                            name == "mm2py.engine.controller" and isinstance(target.value, ast.Name)
+                            and target.value.id == "self"):
+                        patched.append(f"{name}:{node.lineno}")
+    assert not patched, f"claimed_by set from outside its controller: {patched}"

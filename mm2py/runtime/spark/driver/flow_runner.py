@@ -22,7 +22,7 @@ from mm2py.engine.controller import Plan
 from mm2py.engine.task_contract import HALTED_STATES, RUN_COUNTERS, TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import acknowledged_topics
-from mm2py.runtime.flows import FlowRunnerBase
+from mm2py.runtime.flows import Claims, FlowRunnerBase
 from mm2py.runtime.spark.driver.round_plan import plan_round
 from mm2py.runtime.spark.executor.round import RoundResult, RoundWork
 
@@ -78,9 +78,10 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
     """One ``source->target`` flow run by the Spark driver (controller here, tasks on executors)."""
 
     def __init__(
-        self, flow: FlowConfig, *, round_seconds: float = 10.0, commit_interval: float = 1.0
+        self, flow: FlowConfig, *, round_seconds: float = 10.0, commit_interval: float = 1.0,
+        claims: Claims | None = None,
     ) -> None:
-        self.settings = self._init_flow(flow)
+        self.settings = self._init_flow(flow, claims)
         self.round_seconds = round_seconds
         self.commit_interval = commit_interval
         self.positions: dict[TopicPartition, int] = {}  # committed, as the last rounds reported

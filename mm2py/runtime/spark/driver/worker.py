@@ -35,6 +35,7 @@ from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.scheduler import Scheduler, sleep_or_stop
 from mm2py.protocol.compression import CodecCounters
+from mm2py.runtime.flows import Claims
 from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
 from mm2py.runtime.spark.driver.session import default_master, is_local, job_error, spark_session
@@ -127,8 +128,9 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
                 f"flow {name!r} is STOPPED but a lease of it still holds partitions (not yet "
                 "released or fenced); try again in a few seconds")
 
-    def _new_runner(self, flow: FlowConfig) -> SparkFlowRunner:
-        return SparkFlowRunner(flow, round_seconds=self.round_seconds, commit_interval=self.commit_interval)
+    def _new_runner(self, flow: FlowConfig, claims: Claims) -> SparkFlowRunner:
+        return SparkFlowRunner(flow, round_seconds=self.round_seconds, commit_interval=self.commit_interval,
+                               claims=claims)
 
     async def start(self) -> None:
         self._started = True
