@@ -106,17 +106,18 @@ def tree_cpu(pid: int) -> float | None:
 
 
 def _role(pid: int, root: int) -> str:
-    """What a process of a mirror's tree is: the mirror's own process, a JVM (the Spark driver's,
+    """What a process of a mirror's tree is: the mirror's own process (the Spark driver's Python
+    for a Spark peer), a JVM (the Spark driver's (with ``local[N]``'s executor in it),
     or an executor's: ``CoarseGrainedExecutorBackend``), or a Python process Spark started (its
     daemon and the workers forked from it: leases, mirror hosts)."""
     if pid == root:
-        return "main"
+        return "driver Python"
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return "other"
     if "java" in cmdline.split(" ", 1)[0]:
-        return "executor JVMs" if "executor" in cmdline.lower() else "driver JVM"
+        return "executor JVMs" if "CoarseGrainedExecutorBackend" in cmdline else "driver JVM"
     if "python" in cmdline.split(" ", 1)[0]:
         return "executor Python"
     return "other"

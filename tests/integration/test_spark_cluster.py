@@ -60,7 +60,8 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSta
 def cluster(spark_cluster: SparkStandaloneCluster) -> Iterator[SparkStandaloneCluster]:
     """The module's cluster with both workers alive and no application running."""
     spark_cluster.restore()
-    wait_until(lambda: not spark_cluster.active_apps(), 30, 0.2, "the previous test's application to end")
+    wait_until(lambda: not spark_cluster.active_apps(), spark_cluster.paced(30), 0.2,
+               "the previous test's application to end")
     yield spark_cluster
 
 
@@ -131,7 +132,8 @@ class Driver:
             apps[:] = [str(a["id"]) for a in cluster.active_apps() if a["id"] != before]
             return bool(apps)
 
-        wait_until(registered, 90, 0.2, f"the driver's application at {cluster.master_url} (log {self.log})")
+        wait_until(registered, cluster.paced(90), 0.2,
+                   f"the driver's application at {cluster.master_url} (log {self.log})")
         assert len(apps) == 1, f"one application expected at the master, not {apps}"
         return apps[0]
 
@@ -301,7 +303,8 @@ def test_a_worker_killed_mid_copy_loses_nothing_and_duplicates_nothing(
             return bool(copying)
 
         try:  # the executors' JVMs and Python daemons start first: a minute on a loaded 2-core host
-            wait_until(copying_on_a_worker, 180, 0.05, "both partitions copied, one by a task on a worker")
+            wait_until(copying_on_a_worker, cluster.paced(180), 0.05,
+                       "both partitions copied, one by a task on a worker")
         except AssertionError as exc:
             tasks = {w.name: _task_log(cluster, app, w.name) for w in cluster.workers}
             raise AssertionError(f"{exc}: Spark tasks (started, finished) {tasks}, target ends "
@@ -320,18 +323,20 @@ def test_a_worker_killed_mid_copy_loses_nothing_and_duplicates_nothing(
 
         # the lost leases are given up within two fence intervals of their last report (their
         # socket closed with the executor), and new leases started for their partitions at once
-        wait_until(lambda: _given_up(driver.log), 30, 0.1, "the lost leases given up")
+        wait_until(lambda: _given_up(driver.log), cluster.paced(30), 0.1, "the lost leases given up")
         late = max((at - killed_at).total_seconds() for at in _given_up(driver.log))
-        assert late < 2 * FENCE + 3, f"a lost lease was given up {late:.1f} s after the kill"
+        # the guarantee is 2 x fence after its last report; the slack is the driver's and this
+        # test's own polling, at this host's pace
+        assert late < 2 * FENCE + cluster.paced(3), f"a lost lease was given up {late:.1f} s after the kill"
         # moving again once Spark placed them: on a worker that never ran a Python task, its
         # Python daemon starts first (seconds; 20 s on a 2-core machine under a load of 15)
-        wait_until(every_partition_moving, 120, 0.1, "every partition moving after the kill")
+        wait_until(every_partition_moving, cluster.paced(120), 0.1, "every partition moving after the kill")
         assert len(killed) >= 4, f"worker, executor, Python daemon and worker expected: {killed}"
         assert not any(Path(f"/proc/{pid}").exists() and _not_zombie(pid) for pid in killed)
-        wait_until(lambda: cluster.alive_workers() == [survivor], 30, 0.2,
+        wait_until(lambda: cluster.alive_workers() == [survivor], cluster.paced(30), 0.2,
                    f"the master to see {victim} lost")
         # the work of the killed worker re-runs on the other, from the committed progress
-        _wait_mirrored(east, west, topic, 240, "the rest after the kill")  # a busy CI host
+        _wait_mirrored(east, west, topic, cluster.paced(240), "the rest after the kill")  # a busy CI host
         assert cluster.alive_workers() == [survivor]
         driver.stop()
     finally:
@@ -412,7 +417,8 @@ def test_flows_on_the_standalone_cluster_are_steered_over_rest_and_survive_drive
         batches.append(batch)
 
     def settled(counts: dict[int, int]) -> None:
-        wait_until(lambda: end_offsets(west.bootstrap, remote) == counts, 120, 0.3, f"{remote} at {counts}")
+        wait_until(lambda: end_offsets(west.bootstrap, remote) == counts, cluster.paced(120), 0.3,
+                   f"{remote} at {counts}")
 
     def live_mirrored() -> int:
         return sum(_target_ends(west, live_topic).values())
@@ -422,12 +428,12 @@ def test_flows_on_the_standalone_cluster_are_steered_over_rest_and_survive_drive
             produce(20, "a")
             first_app = app = drivers[0].start().wait_app(cluster)
             # the target has no aborted records nor markers: its partitions end at 1500
-            _wait_mirrored(east, west, topic, 90, "the backlog", {0: 1500, 1: 1500})
+            _wait_mirrored(east, west, topic, cluster.paced(90), "the backlog", {0: 1500, 1: 1500})
             settled({0: 20, 1: 20, 2: 20})
             # the group's offsets, translated, are checkpointed and committed to the target group
             want = _where_landed(east, west, topic, committed)
             assert want != committed, "source and target offsets should differ (the aborted transaction)"
-            wait_until(lambda: _target_group(west, group) == want, 60, 0.5,
+            wait_until(lambda: _target_group(west, group) == want, cluster.paced(60), 0.5,
                        f"the target group at the translated offsets {want}")
             latest = _latest_checkpoints(west, group)
             assert {tp.partition: (cp.upstream_offset, cp.downstream_offset)
@@ -470,7 +476,7 @@ def test_flows_on_the_standalone_cluster_are_steered_over_rest_and_survive_drive
             for kill, (dead, fresh) in enumerate(itertools.pairwise(drivers)):
                 # the second kill comes 1,000 records later into its driver's leases than the first
                 goal = at_start + 1000 * (kill + 1)
-                wait_until(lambda g=goal: live_mirrored() >= g, 90, 0.1, "mirroring under way")
+                wait_until(lambda g=goal: live_mirrored() >= g, cluster.paced(90), 0.1, "mirroring under way")
                 if kill == 0:
                     dead.kill_python()
                 else:
@@ -480,7 +486,7 @@ def test_flows_on_the_standalone_cluster_are_steered_over_rest_and_survive_drive
                     # with no driver running (its executors gone too: nothing of it commits behind
                     # the tool's back), ``mm2py flow-offsets`` reads what the leases committed and
                     # moves a position; the next driver's leases start there
-                    wait_until(lambda a=app: not cluster.app_processes(a), 60, 0.2,
+                    wait_until(lambda a=app: not cluster.app_processes(a), cluster.paced(60), 0.2,
                                f"the killed driver's executors ({app}) to be gone")
                     flow = ["-c", str(config), "--flow", f"{alias}->west"]
                     assert _cli(capsys, "flow-offsets", "get", *flow, "--json") == [
@@ -491,15 +497,15 @@ def test_flows_on_the_standalone_cluster_are_steered_over_rest_and_survive_drive
                 fresh.start()
                 # the master ends the dead driver's application and its workers kill its executors:
                 # nothing of it is left to write to the target behind the new driver's back
-                wait_until(lambda a=app: not cluster.app_processes(a), 60, 0.2,
+                wait_until(lambda a=app: not cluster.app_processes(a), cluster.paced(60), 0.2,
                            f"the killed driver's executors ({app}) to be gone")
                 app = fresh.wait_app(cluster, before=app)
                 at_start = at_kill
-            wait_until(lambda: live_mirrored() >= at_start + 1000, 90, 0.2,
+            wait_until(lambda: live_mirrored() >= at_start + 1000, cluster.paced(90), 0.2,
                        "the last driver to mirror live records")
             settled({0: 75, 1: 100, 2: 80})
             live_total = live.stop()
-        _wait_mirrored(east, west, live_topic, 90, "everything produced")
+        _wait_mirrored(east, west, live_topic, cluster.paced(90), "everything produced")
         drivers[-1].stop()
     finally:
         for driver in drivers:

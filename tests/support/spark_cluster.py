@@ -120,6 +120,7 @@ class SparkStandaloneCluster:
         self.java_options = java_options
         self._env: dict[str, str] = {}
         self._spark_class = ""
+        self.start_seconds = self.QUIET_START_SECONDS  # measured by start()
         self.ui_port = free_port()
         self.master = SparkDaemon("master", self.workdir / "master", free_port())
         self.workers = [
@@ -140,7 +141,10 @@ class SparkStandaloneCluster:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self, timeout: float = 90.0) -> SparkStandaloneCluster:
-        """Start the master, then the workers; return when every worker is ALIVE at the master."""
+        """Start the master, then the workers; return when every worker is ALIVE at the master.
+        How long that took is :attr:`start_seconds`: this host's pace for JVMs (tests size their
+        waits from it, :meth:`paced`)."""
+        started = time.monotonic()
         home = spark_home()
         if self.workdir.exists():
             shutil.rmtree(self.workdir)
@@ -177,7 +181,18 @@ class SparkStandaloneCluster:
         for worker in self.workers:
             self._launch_worker(worker)
         self.wait_workers(len(self.workers), timeout)
+        self.start_seconds = time.monotonic() - started
         return self
+
+    #: about what :meth:`start` takes on a quiet 2-core machine of the kind the suite runs on (JVMs
+    #: of a master and two workers, class-data archive mapped; 7.4-8.6 s measured under a load
+    #: average of 6-10): the unit :meth:`paced` scales by
+    QUIET_START_SECONDS = 5.0
+
+    def paced(self, seconds: float) -> float:
+        """A wait of ``seconds`` on a quiet machine, scaled by how much slower this cluster's own
+        start was than :data:`QUIET_START_SECONDS` (never less than ``seconds``)."""
+        return seconds * max(1.0, self.start_seconds / self.QUIET_START_SECONDS)
 
     def _launch_worker(self, worker: SparkDaemon) -> None:
         self._launch(worker, [
@@ -259,8 +274,10 @@ class SparkStandaloneCluster:
         self._launch_worker(worker)
         self._wait(lambda: name in self.alive_workers(), timeout, f"{name} to register again")
 
-    def restore(self, timeout: float = 60.0) -> None:
-        """Restart every worker that is not running; return once all are ALIVE at the master."""
+    def restore(self, timeout: float | None = None) -> None:
+        """Restart every worker that is not running; return once all are ALIVE at the master
+        (within ``timeout``, by default a minute at this cluster's pace)."""
+        timeout = self.paced(60.0) if timeout is None else timeout
         for worker in self.workers:
             if not worker.is_alive():
                 self.restart_worker(worker.name, timeout)
