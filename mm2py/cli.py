@@ -54,6 +54,7 @@ def _run(args: argparse.Namespace) -> int:
 
     import asyncio
     import logging
+    import os
 
     from mm2py.config.models import load_config
     from mm2py.runtime import log_throttle
@@ -69,7 +70,12 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("mm2py").warning("%s", why)
     log_throttle.install(args.log_repeat_seconds)  # a repeated warning: once, then once a minute
     config = load_config(args.config)
-    if not config.enabled_flows() and not args.rest_port and not args.state_file:
+    from mm2py.rest_api.security.settings import rest_settings
+
+    args.rest = rest_settings(config.source_keys, rest_host=args.rest_host, rest_port=args.rest_port,
+                              jaas_config=args.rest_jaas_config, kafka_opts=os.environ.get("KAFKA_OPTS"),
+                              read_only=args.rest_read_only)
+    if not config.enabled_flows() and args.rest is None and not args.state_file:
         print(f"mm2py: error: {args.config} enables no flow (set e.g. 'east->west.enabled = true', "
               "or add flows over HTTP with --rest-port)", file=sys.stderr)
         return 2
@@ -162,10 +168,10 @@ async def _serve_worker(
     _stop_on_signals(stop, early)
     worker = _worker(args, config, spark_conf)
     rest = None
-    if args.rest_port:
+    if args.rest is not None:
         from mm2py.rest_api.server import RestServer
 
-        rest = RestServer(worker, args.rest_host, args.rest_port, read_only=args.rest_read_only)
+        rest = RestServer(worker, settings=args.rest)
     from mm2py.runtime.loop_watch import LoopWatch, freeze_start_up_heap
 
     watch = LoopWatch()  # a stalled event loop delays every partition at once: say when, and where
@@ -173,7 +179,8 @@ async def _serve_worker(
         _serve_metrics(args, worker, watch)
     if rest is not None:
         await rest.start()
-        print(f"REST API: {rest.url} (try {rest.url}/flows; the operator page: {rest.url}/ui)", flush=True)
+        for url in rest.urls:
+            print(f"REST API: {url} (try {url}/flows; the operator page: {url}/ui)", flush=True)
     print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
     freeze_start_up_heap()
     watch.start()
@@ -221,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rest-port", type=int, default=0,
                      help="serve the REST API (create/change/remove flows) on this port (default: off)")
     run.add_argument("--rest-host", default="127.0.0.1", help="address for --rest-port")
+    run.add_argument("--rest-jaas-config", default=None, metavar="FILE",
+                     help="the JAAS file of Kafka Connect's Basic authentication (with rest.extension."
+                          "classes=...BasicAuthSecurityRestExtension; default: -Djava.security.auth."
+                          "login.config in KAFKA_OPTS)")
     run.add_argument("--rest-read-only", action="store_true",
                      help="the REST API refuses every change (403) and its page at /ui shows no actions")
     run.add_argument("--state-file", default=None,

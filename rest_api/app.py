@@ -21,6 +21,10 @@ from mm2py.rest_api.flows.control import flow_control_router
 from mm2py.rest_api.flows.paths import PairPaths
 from mm2py.rest_api.flows.routes import ERROR_RESPONSES, flow_errors, flow_routes, group_offset_routes
 from mm2py.rest_api.flows.translate import translate_router
+from mm2py.rest_api.security.basic import BasicAuth
+from mm2py.rest_api.security.guard import Guard
+from mm2py.rest_api.security.settings import RestSettings
+from mm2py.rest_api.security.tokens import JwksTokens
 from mm2py.rest_api.shared import AnyWorker
 from mm2py.rest_api.ui.page import page_address, ui_router
 from mm2py.rest_api.ui.sampler import Sampler
@@ -33,10 +37,12 @@ __all__ = ["create_app", "read_only_guard"]
 _READ_ONLY_EXEMPT = ("/config/validate",)
 
 
-def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds: float = 5.0) -> FastAPI:
+def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds: float = 5.0,
+               security: RestSettings | None = None) -> FastAPI:
     """The worker's API. ``read_only``: every change is refused (403) and the page at ``/ui`` shows
     no actions; ``app.state.ui_sampler`` keeps the page's 15 minutes of figures once started
-    (:class:`mm2py.rest_api.server.RestServer` starts and stops it with the server)."""
+    (:class:`mm2py.rest_api.server.RestServer` starts and stops it with the server). ``security``:
+    authentication, read-only callers and the audit line of every change (:mod:`.security.guard`)."""
     app = FastAPI(
         title="mm2py",
         summary="Raw-batch Kafka mirroring: steer the mirror flows of a running worker",
@@ -60,6 +66,11 @@ def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds:
     page_address(app)
     if read_only:
         read_only_guard(app)
+    if security is not None:
+        basic = BasicAuth(security.jaas_file) if security.jaas_file is not None else None
+        tokens = JwksTokens(security.jwt) if security.jwt is not None else None
+        app.add_middleware(Guard, settings=security, in_connect=connect_errors.in_facade, basic=basic,
+                           tokens=tokens)
     return app
 
 

@@ -1,0 +1,303 @@
+"""The REST API served over real TLS with Kafka Connect's keys, certificates made in each test:
+Connect's JAAS and users files unchanged, read-only callers, mutual TLS, bearer tokens from a local
+JWKS, a certificate replaced while the server runs, the audit line of every change, and no password
+or token in any log line. The worker's runners are faked (no broker is needed to serve the API)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mm2py.config.errors import ConfigError
+from mm2py.kafka_local.security import _ca, _leaf, _pem, _pkcs8
+from mm2py.rest_api.security.settings import BASIC_AUTH_EXTENSION, rest_settings
+from mm2py.rest_api.server import RestServer
+from tests.support.fake_flows import FakeWorker
+from tests.support.oidc_provider import LocalIdentityProvider
+
+pytestmark = pytest.mark.timeout(120)
+
+PASSWORDS = {"admin": "admin-pw-7f3a", "viewer": "viewer-pw-91c2"}
+#: Connect's own files, as its documentation writes them
+JAAS = """KafkaConnect {
+  org.apache.kafka.connect.rest.basic.auth.extension.PropertyFileLoginModule required
+  file="%s";
+};
+"""
+
+
+@dataclass
+class Pki:
+    """A CA, a server certificate for 127.0.0.1, client certificates, and a CA that signed nothing."""
+
+    dir: Path
+
+    def __post_init__(self) -> None:
+        now = datetime.datetime.now(datetime.UTC)
+        self.ca_key, self.ca_cert = _ca("rest test CA", now)
+        self.ca = self.dir / "ca.pem"
+        self.ca.write_bytes(_pem(self.ca_cert))
+        self.other_ca = self.dir / "other-ca.pem"
+        self.other_ca.write_bytes(_pem(_ca("unrelated CA", now)[1]))
+        self.server = self.dir / "server.pem"
+        self.write_server_cert(self.server, "rest-server-1")
+
+    def write_server_cert(self, path: Path, cn: str) -> None:
+        key, cert = _leaf(cn, self.ca_key, self.ca_cert, datetime.datetime.now(datetime.UTC), server=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(_pkcs8(key) + _pem(cert))
+        os.replace(tmp, path)  # as a certificate manager replaces it
+
+    def client(self, cn: str, ca_key: Any = None, ca_cert: Any = None) -> tuple[Path, Path]:
+        now = datetime.datetime.now(datetime.UTC)
+        key, cert = _leaf(cn, ca_key or self.ca_key, ca_cert or self.ca_cert, now, server=False)
+        cert_file, key_file = self.dir / f"{cn}.pem", self.dir / f"{cn}.key"
+        cert_file.write_bytes(_pem(cert))
+        key_file.write_bytes(_pkcs8(key))
+        return cert_file, key_file
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return Pki(tmp_path)
+
+
+def _client_context(ca: Path, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        ctx.load_cert_chain(*cert)
+    return ctx
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Any]:
+    """``await serve(keys, **flags)``: a RestServer on a worker with one (faked) flow, its settings
+    read from the worker configuration's ``keys`` as ``mm2py run`` reads them."""
+    servers: list[RestServer] = []
+
+    async def start(keys: Mapping[str, str], **flags: Any) -> RestServer:
+        settings = rest_settings(keys, **flags)
+        assert settings is not None
+        worker = FakeWorker(**{"east->west.enabled": "true"})
+        await worker.start()
+        server = RestServer(worker, settings=settings)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+def _https_keys(pki: Pki, **more: str) -> dict[str, str]:
+    return {"listeners": "https://127.0.0.1:0", "listeners.https.ssl.keystore.type": "PEM",
+            "listeners.https.ssl.keystore.location": str(pki.server), **more}
+
+
+def _no_secret_logged(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str],
+                      *secrets: str) -> None:
+    out, err = capfd.readouterr()
+    text = "\n".join(r.getMessage() for r in caplog.records) + out + err
+    assert caplog.records, "the test captured no log line to check"
+    for secret in secrets:
+        assert secret not in text
+
+
+async def test_connect_basic_auth_files_unchanged_with_a_read_only_user(
+    pki: Pki, tmp_path: Path, serve: Any, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Connect's JAAS file (found in KAFKA_OPTS) and users file: the read-only user reads (200) but
+    gets 403 on a PATCH, the admin changes (200); no credentials, a wrong password and a malformed
+    header get 401 with WWW-Authenticate, in Connect's body on Connect's routes. A client that does
+    not trust the CA fails the handshake, plain HTTP to the HTTPS port gets nothing, and the server
+    goes on. Each change writes one audit line; no password is logged."""
+    caplog.set_level(logging.INFO)
+    users = tmp_path / "users.properties"
+    users.write_text("".join(f"{name}: {password}\n" for name, password in PASSWORDS.items()))
+    jaas = tmp_path / "rest-jaas.conf"
+    jaas.write_text(JAAS % users)
+    server = await serve(_https_keys(pki, **{"rest.extension.classes": BASIC_AUTH_EXTENSION,
+                                             "mm2py.rest.read.only.users": "viewer"}),
+                         kafka_opts=f"-Xmx1g -Djava.security.auth.login.config={jaas}")
+    admin, viewer = (httpx.BasicAuth(name, PASSWORDS[name]) for name in ("admin", "viewer"))
+    change = {"settings": {"tasks.max": 3}}
+    async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.ca)) as http:
+        for path in ("/flows", "/connectors", "/flows/east->west"):
+            assert (await http.get(path, auth=viewer)).status_code == 200, path
+        refused = await http.patch("/flows/east->west", json=change, auth=viewer)
+        assert refused.status_code == 403 and "viewer may read but not change" in refused.json()["error"]
+        connect_refused = await http.put("/connectors/x/pause", auth=viewer)
+        assert connect_refused.status_code == 403 and connect_refused.json()["error_code"] == 403
+        assert (await http.patch("/flows/east->west", json=change, auth=admin)).status_code == 200
+        assert server.worker.flows["east->west"].flow.tasks_max == 3
+        for path, auth, headers in (("/connectors", None, {}),
+                                    ("/connectors", httpx.BasicAuth("admin", "nope"), {}),
+                                    ("/flows", httpx.BasicAuth("ghost", "x"), {}),
+                                    ("/connectors", None, {"authorization": "Basic %%%"})):
+            answer = await http.get(path, auth=auth, headers=headers)
+            assert answer.status_code == 401, (path, answer.text)
+            assert answer.headers["www-authenticate"].startswith('Basic realm="KafkaConnect"')
+            assert set(answer.json()) == ({"error_code", "message"} if path == "/connectors" else {"error"})
+    with pytest.raises(httpx.ConnectError):  # the client does not trust the server's CA
+        async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.other_ca)) as http:
+            await http.get("/flows", auth=admin)
+    with pytest.raises(httpx.HTTPError):  # plain HTTP to the HTTPS port
+        async with httpx.AsyncClient(base_url=server.url.replace("https", "http"), timeout=10) as http:
+            await http.get("/flows", auth=admin)
+    async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.ca)) as http:
+        assert (await http.get("/connectors", auth=admin)).status_code == 200  # still serving
+    audit = [r.getMessage() for r in caplog.records if r.name == "mm2py.rest.audit"]
+    assert audit == [
+        'REST change: caller="viewer" method=PATCH path=/flows/east->west status=403 client=127.0.0.1',
+        'REST change: caller="viewer" method=PUT path=/connectors/x/pause status=403 client=127.0.0.1',
+        'REST change: caller="admin" method=PATCH path=/flows/east->west status=200 client=127.0.0.1',
+    ]
+    _no_secret_logged(caplog, capfd, *PASSWORDS.values(), "nope")
+
+
+async def test_mutual_tls_required_names_the_caller_by_its_certificate(
+    pki: Pki, serve: Any, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``ssl.client.auth=required`` (the worker's ``ssl.*`` keys, no ``listeners.https.`` key): a
+    client with no certificate, or one from another CA, fails the handshake; a certificate's
+    subject is the caller, ``CN=viewer`` read-only."""
+    caplog.set_level(logging.INFO)
+    keys = {"listeners": "https://127.0.0.1:0", "ssl.keystore.location": str(pki.server),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
+            "ssl.client.auth": "required",
+            "mm2py.rest.read.only.users": "CN=viewer"}
+    server = await serve(keys)
+    assert server.settings.authenticates
+    change = {"settings": {"tasks.max": 4}}
+    viewer, admin = (_client_context(pki.ca, pki.client(cn)) for cn in ("viewer", "admin"))
+    async with httpx.AsyncClient(base_url=server.url, verify=viewer) as http:
+        assert (await http.get("/flows")).status_code == 200
+        assert (await http.patch("/flows/east->west", json=change)).status_code == 403
+    async with httpx.AsyncClient(base_url=server.url, verify=admin) as http:
+        assert (await http.patch("/flows/east->west", json=change)).status_code == 200
+    other_key, other_cert = _ca("foreign CA", datetime.datetime.now(datetime.UTC))
+    for cert in (None, pki.client("intruder", other_key, other_cert)):
+        with pytest.raises(httpx.HTTPError):
+            async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.ca, cert)) as http:
+                await http.get("/flows")
+    audit = [r.getMessage() for r in caplog.records if r.name == "mm2py.rest.audit"]
+    assert [line.split(" client=")[0] for line in audit] == [
+        'REST change: caller="CN=viewer" method=PATCH path=/flows/east->west status=403',
+        'REST change: caller="CN=admin" method=PATCH path=/flows/east->west status=200',
+    ]
+
+
+async def test_a_replaced_certificate_file_is_served_to_new_connections(pki: Pki, serve: Any) -> None:
+    """The keystore file replaced while the server runs: the next connection gets the new
+    certificate, with no restart."""
+    server = await serve(_https_keys(pki))
+
+    async def served_cn() -> str:
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=_client_context(pki.ca))
+        cert = writer.get_extra_info("ssl_object").getpeercert()
+        writer.close()
+        return dict(pair[0] for pair in cert["subject"])["commonName"]
+
+    assert await served_cn() == "rest-server-1"
+    pki.write_server_cert(pki.server, "rest-server-2")
+    assert await served_cn() == "rest-server-2"
+    assert server.tls is not None and server.tls.reloads == 1
+
+
+async def test_bearer_tokens_from_a_local_jwks(
+    pki: Pki, tmp_path: Path, serve: Any, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A JWT signed by the issuer's key is accepted; expired, wrong audience, forged and
+    unsigned ones get 401; the read-only claim gets 403 on a change. No token is logged."""
+    caplog.set_level(logging.INFO)
+    idp = LocalIdentityProvider(tmp_path / "idp", {"ops": "ops-secret"})
+    idp.start()
+    try:
+        server = await serve(_https_keys(pki, **{
+            "mm2py.rest.jwt.jwks.url": idp.jwks_url(), "mm2py.rest.jwt.issuer": idp.issuer,
+            "mm2py.rest.jwt.audience": "mm2py"}))
+        now = int(time.time())
+        claims = {"sub": "ops", "iss": idp.issuer, "aud": "mm2py", "iat": now, "exp": now + 600}
+        good, expired = idp.sign(claims), idp.sign({**claims, "exp": now - 60})
+        reader = idp.sign({**claims, "sub": "auditor", "mm2py_read_only": True})
+        wrong_audience = idp.sign({**claims, "aud": "someone-else"})
+        forged = good[:-8] + ("AAAAAAAA" if not good.endswith("AAAAAAAA") else "BBBBBBBB")
+        change = {"settings": {"tasks.max": 5}}
+        async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.ca)) as http:
+            def bearer(token: str) -> dict[str, str]:
+                return {"authorization": f"Bearer {token}"}
+
+            path = "/flows/east->west"
+            assert (await http.patch(path, json=change, headers=bearer(good))).status_code == 200
+            assert (await http.get("/connectors", headers=bearer(reader))).status_code == 200
+            assert (await http.patch(path, json=change, headers=bearer(reader))).status_code == 403
+            for token in (expired, wrong_audience, forged, "not.a.jwt"):
+                answer = await http.get("/connectors", headers=bearer(token))
+                assert answer.status_code == 401 and answer.json()["error_code"] == 401, answer.text
+                assert answer.headers["www-authenticate"].startswith("Bearer")
+            assert (await http.get("/flows")).status_code == 401
+    finally:
+        idp.stop()
+    audit = [r.getMessage().split(" client=")[0] for r in caplog.records if r.name == "mm2py.rest.audit"]
+    assert audit == ['REST change: caller="ops" method=PATCH path=/flows/east->west status=200',
+                     'REST change: caller="auditor" method=PATCH path=/flows/east->west status=403']
+    _no_secret_logged(caplog, capfd, good, reader, expired, good.split(".")[1])
+
+
+async def test_a_listener_beyond_loopback_without_authentication_is_warned_about(
+    serve: Any, caplog: pytest.LogCaptureFixture,
+) -> None:
+    await serve({"listeners": "http://:0"})
+    warned = "reachable beyond this machine with no authentication"
+    assert any(warned in r.getMessage() for r in caplog.records)
+
+
+def test_keystores_pkcs12_served_and_jks_refused_with_the_keytool_command(pki: Pki, tmp_path: Path) -> None:
+    """A PKCS12 keystore (the type Kafka's tools write) loads; a JKS store is refused naming the
+    ``keytool`` command that converts it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import (
+        BestAvailableEncryption,
+        load_pem_private_key,
+        pkcs12,
+    )
+
+    from mm2py.rest_api.security.tls import server_context
+
+    data = pki.server.read_bytes()
+    key = load_pem_private_key(data, None)
+    cert = x509.load_pem_x509_certificates(data)[0]
+    store = tmp_path / "server.p12"
+    store.write_bytes(pkcs12.serialize_key_and_certificates(b"rest", key, cert, [pki.ca_cert],  # type: ignore[arg-type]
+                                                            BestAvailableEncryption(b"store-pw")))
+    keys = {"listeners": "https://127.0.0.1:0", "listeners.https.ssl.keystore.type": "PKCS12",
+            "listeners.https.ssl.keystore.location": str(store),
+            "listeners.https.ssl.keystore.password": "store-pw"}
+    settings = rest_settings(keys)
+    assert settings is not None and settings.tls is not None
+    assert server_context(settings.tls).minimum_version == ssl.TLSVersion.TLSv1_2
+    wrong = rest_settings({**keys, "listeners.https.ssl.keystore.password": "guess"})
+    assert wrong is not None and wrong.tls is not None
+    with pytest.raises(ConfigError, match="cannot open the PKCS12 store") as failed:
+        server_context(wrong.tls)
+    assert "guess" not in str(failed.value)
+    jks = tmp_path / "server.jks"
+    jks.write_bytes(b"\xfe\xed\xfe\xed" + bytes(64))
+    jks_settings = rest_settings({**keys, "listeners.https.ssl.keystore.type": "JKS",
+                                  "listeners.https.ssl.keystore.location": str(jks)})
+    assert jks_settings is not None and jks_settings.tls is not None
+    keytool = r"keytool -importkeystore -srckeystore \S*server\.jks -srcstoretype JKS"
+    with pytest.raises(ConfigError, match=keytool):
+        server_context(jks_settings.tls)
