@@ -37,7 +37,9 @@ def _bind(listener: Listener) -> socket.socket:
         sock.bind((listener.host, listener.port))
     except OSError as exc:
         sock.close()
-        raise OSError(exc.errno, f"REST API cannot listen on {listener.url()}: {exc.strerror}") from None
+        where = f"[{listener.host}]" if ":" in listener.host else listener.host
+        raise OSError(exc.errno, f"REST API cannot listen on {where}:{listener.port} ({listener.scheme}): "
+                                 f"{exc.strerror}") from None
     return sock
 
 
