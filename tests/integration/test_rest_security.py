@@ -301,3 +301,43 @@ def test_keystores_pkcs12_served_and_jks_refused_with_the_keytool_command(pki: P
     keytool = r"keytool -importkeystore -srckeystore \S*server\.jks -srcstoretype JKS"
     with pytest.raises(ConfigError, match=keytool):
         server_context(jks_settings.tls)
+
+
+async def test_every_operation_asks_for_credentials_and_every_change_is_refused_to_a_reader(
+    pki: Pki, tmp_path: Path, serve: Any, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Each operation of the OpenAPI document, the operator page's routes and ``/docs`` itself:
+    401 with no credentials and with malformed ones (never a server error); the read-only user
+    gets 403 on every change (Connect's ``config/validate``, which changes nothing, aside)."""
+    caplog.set_level(logging.INFO)
+    users = tmp_path / "users.properties"
+    users.write_text("".join(f"{name}: {password}\n" for name, password in PASSWORDS.items()))
+    jaas = tmp_path / "jaas.conf"
+    jaas.write_text(JAAS % users)
+    server = await serve(_https_keys(pki, **{"rest.extension.classes": BASIC_AUTH_EXTENSION,
+                                             "mm2py.rest.read.only.users": "viewer"}),
+                         jaas_config=str(jaas))
+    operations = [(method.upper(), path) for path, item in server.app.openapi()["paths"].items()
+                  for method in item]
+    operations += [("GET", p) for p in ("/ui", "/ui/state", "/ui/app.js", "/docs", "/openapi.json")]
+    assert len(operations) > 40
+    malformed = [{"authorization": "Basic"}, {"authorization": "Basic !!!"},
+                 {"authorization": "Basic " + "QQ==" * 2000}, {"authorization": "Bearer x.y.z"},
+                 {"authorization": "Digest username=admin"}, {"authorization": "Basic w6k6w6k="}]
+    viewer = httpx.BasicAuth("viewer", PASSWORDS["viewer"])
+    async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.ca), timeout=30) as http:
+        async def check(index: int, method: str, template: str) -> None:
+            path = template.replace("{name}", "east->west").replace("{source}", "east").replace(
+                "{target}", "west")
+            path = path.replace("{", "").replace("}", "")
+            for headers in ({}, malformed[index % len(malformed)]):  # each kind on several routes
+                answer = await http.request(method, path, headers=headers)
+                assert answer.status_code == 401, (method, path, headers, answer.text)
+                assert "www-authenticate" in answer.headers
+            if method not in ("GET", "HEAD", "OPTIONS"):
+                answer = await http.request(method, path, auth=viewer, json={})
+                expected = 403 if not path.endswith("/config/validate") else answer.status_code
+                assert answer.status_code == expected < 500, (method, path, answer.text)
+
+        await asyncio.gather(*(check(i, method, path) for i, (method, path) in enumerate(operations)))
+    _no_secret_logged(caplog, capfd, *PASSWORDS.values())
