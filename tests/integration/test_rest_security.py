@@ -8,11 +8,9 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,64 +18,21 @@ import httpx
 import pytest
 
 from mm2py.config.errors import ConfigError
-from mm2py.kafka_local.security import _ca, _leaf, _pem, _pkcs8
+from mm2py.kafka_local.security import _ca
 from mm2py.rest_api.security.settings import BASIC_AUTH_EXTENSION, rest_settings
 from mm2py.rest_api.server import RestServer
 from tests.support.fake_flows import FakeWorker
 from tests.support.oidc_provider import LocalIdentityProvider
+from tests.support.rest_security import Pki, client_context, connect_basic_auth_files
 
 pytestmark = pytest.mark.timeout(120)
 
 PASSWORDS = {"admin": "admin-pw-7f3a", "viewer": "viewer-pw-91c2"}
-#: Connect's own files, as its documentation writes them
-JAAS = """KafkaConnect {
-  org.apache.kafka.connect.rest.basic.auth.extension.PropertyFileLoginModule required
-  file="%s";
-};
-"""
-
-
-@dataclass
-class Pki:
-    """A CA, a server certificate for 127.0.0.1, client certificates, and a CA that signed nothing."""
-
-    dir: Path
-
-    def __post_init__(self) -> None:
-        now = datetime.datetime.now(datetime.UTC)
-        self.ca_key, self.ca_cert = _ca("rest test CA", now)
-        self.ca = self.dir / "ca.pem"
-        self.ca.write_bytes(_pem(self.ca_cert))
-        self.other_ca = self.dir / "other-ca.pem"
-        self.other_ca.write_bytes(_pem(_ca("unrelated CA", now)[1]))
-        self.server = self.dir / "server.pem"
-        self.write_server_cert(self.server, "rest-server-1")
-
-    def write_server_cert(self, path: Path, cn: str) -> None:
-        key, cert = _leaf(cn, self.ca_key, self.ca_cert, datetime.datetime.now(datetime.UTC), server=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(_pkcs8(key) + _pem(cert))
-        os.replace(tmp, path)  # as a certificate manager replaces it
-
-    def client(self, cn: str, ca_key: Any = None, ca_cert: Any = None) -> tuple[Path, Path]:
-        now = datetime.datetime.now(datetime.UTC)
-        key, cert = _leaf(cn, ca_key or self.ca_key, ca_cert or self.ca_cert, now, server=False)
-        cert_file, key_file = self.dir / f"{cn}.pem", self.dir / f"{cn}.key"
-        cert_file.write_bytes(_pem(cert))
-        key_file.write_bytes(_pkcs8(key))
-        return cert_file, key_file
 
 
 @pytest.fixture
 def pki(tmp_path: Path) -> Pki:
     return Pki(tmp_path)
-
-
-def _client_context(ca: Path, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(ca))
-    if cert is not None:
-        ctx.load_cert_chain(*cert)
-    return ctx
 
 
 @pytest.fixture
@@ -101,11 +56,6 @@ async def serve() -> AsyncIterator[Any]:
         await server.stop()
 
 
-def _https_keys(pki: Pki, **more: str) -> dict[str, str]:
-    return {"listeners": "https://127.0.0.1:0", "listeners.https.ssl.keystore.type": "PEM",
-            "listeners.https.ssl.keystore.location": str(pki.server), **more}
-
-
 def _no_secret_logged(caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str],
                       *secrets: str) -> None:
     out, err = capfd.readouterr()
@@ -124,16 +74,13 @@ async def test_connect_basic_auth_files_unchanged_with_a_read_only_user(
     not trust the CA fails the handshake, plain HTTP to the HTTPS port gets nothing, and the server
     goes on. Each change writes one audit line; no password is logged."""
     caplog.set_level(logging.INFO)
-    users = tmp_path / "users.properties"
-    users.write_text("".join(f"{name}: {password}\n" for name, password in PASSWORDS.items()))
-    jaas = tmp_path / "rest-jaas.conf"
-    jaas.write_text(JAAS % users)
-    server = await serve(_https_keys(pki, **{"rest.extension.classes": BASIC_AUTH_EXTENSION,
+    jaas = connect_basic_auth_files(tmp_path, PASSWORDS)
+    server = await serve(pki.https_keys(**{"rest.extension.classes": BASIC_AUTH_EXTENSION,
                                              "mm2py.rest.read.only.users": "viewer"}),
                          kafka_opts=f"-Xmx1g -Djava.security.auth.login.config={jaas}")
     admin, viewer = (httpx.BasicAuth(name, PASSWORDS[name]) for name in ("admin", "viewer"))
     change = {"settings": {"tasks.max": 3}}
-    async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.ca)) as http:
+    async with httpx.AsyncClient(base_url=server.url, verify=client_context(pki.ca)) as http:
         for path in ("/flows", "/connectors", "/flows/east->west"):
             assert (await http.get(path, auth=viewer)).status_code == 200, path
         refused = await http.patch("/flows/east->west", json=change, auth=viewer)
@@ -151,12 +98,12 @@ async def test_connect_basic_auth_files_unchanged_with_a_read_only_user(
             assert answer.headers["www-authenticate"].startswith('Basic realm="KafkaConnect"')
             assert set(answer.json()) == ({"error_code", "message"} if path == "/connectors" else {"error"})
     with pytest.raises(httpx.ConnectError):  # the client does not trust the server's CA
-        async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.other_ca)) as http:
+        async with httpx.AsyncClient(base_url=server.url, verify=client_context(pki.other_ca)) as http:
             await http.get("/flows", auth=admin)
     with pytest.raises(httpx.HTTPError):  # plain HTTP to the HTTPS port
         async with httpx.AsyncClient(base_url=server.url.replace("https", "http"), timeout=10) as http:
             await http.get("/flows", auth=admin)
-    async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.ca)) as http:
+    async with httpx.AsyncClient(base_url=server.url, verify=client_context(pki.ca)) as http:
         assert (await http.get("/connectors", auth=admin)).status_code == 200  # still serving
     audit = [r.getMessage() for r in caplog.records if r.name == "mm2py.rest.audit"]
     assert audit == [
@@ -181,7 +128,7 @@ async def test_mutual_tls_required_names_the_caller_by_its_certificate(
     server = await serve(keys)
     assert server.settings.authenticates
     change = {"settings": {"tasks.max": 4}}
-    viewer, admin = (_client_context(pki.ca, pki.client(cn)) for cn in ("viewer", "admin"))
+    viewer, admin = (client_context(pki.ca, pki.client(cn)) for cn in ("viewer", "admin"))
     async with httpx.AsyncClient(base_url=server.url, verify=viewer) as http:
         assert (await http.get("/flows")).status_code == 200
         assert (await http.patch("/flows/east->west", json=change)).status_code == 403
@@ -190,7 +137,7 @@ async def test_mutual_tls_required_names_the_caller_by_its_certificate(
     other_key, other_cert = _ca("foreign CA", datetime.datetime.now(datetime.UTC))
     for cert in (None, pki.client("intruder", other_key, other_cert)):
         with pytest.raises(httpx.HTTPError):
-            async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.ca, cert)) as http:
+            async with httpx.AsyncClient(base_url=server.url, verify=client_context(pki.ca, cert)) as http:
                 await http.get("/flows")
     audit = [r.getMessage() for r in caplog.records if r.name == "mm2py.rest.audit"]
     assert [line.split(" client=")[0] for line in audit] == [
@@ -202,10 +149,10 @@ async def test_mutual_tls_required_names_the_caller_by_its_certificate(
 async def test_a_replaced_certificate_file_is_served_to_new_connections(pki: Pki, serve: Any) -> None:
     """The keystore file replaced while the server runs: the next connection gets the new
     certificate, with no restart."""
-    server = await serve(_https_keys(pki))
+    server = await serve(pki.https_keys())
 
     async def served_cn() -> str:
-        _, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=_client_context(pki.ca))
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=client_context(pki.ca))
         cert = writer.get_extra_info("ssl_object").getpeercert()
         writer.close()
         return dict(pair[0] for pair in cert["subject"])["commonName"]
@@ -225,7 +172,7 @@ async def test_bearer_tokens_from_a_local_jwks(
     idp = LocalIdentityProvider(tmp_path / "idp", {"ops": "ops-secret"})
     idp.start()
     try:
-        server = await serve(_https_keys(pki, **{
+        server = await serve(pki.https_keys(**{
             "mm2py.rest.jwt.jwks.url": idp.jwks_url(), "mm2py.rest.jwt.issuer": idp.issuer,
             "mm2py.rest.jwt.audience": "mm2py"}))
         now = int(time.time())
@@ -235,7 +182,7 @@ async def test_bearer_tokens_from_a_local_jwks(
         wrong_audience = idp.sign({**claims, "aud": "someone-else"})
         forged = good[:-8] + ("AAAAAAAA" if not good.endswith("AAAAAAAA") else "BBBBBBBB")
         change = {"settings": {"tasks.max": 5}}
-        async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.ca)) as http:
+        async with httpx.AsyncClient(base_url=server.url, verify=client_context(pki.ca)) as http:
             def bearer(token: str) -> dict[str, str]:
                 return {"authorization": f"Bearer {token}"}
 
@@ -310,11 +257,8 @@ async def test_every_operation_asks_for_credentials_and_every_change_is_refused_
     401 with no credentials and with malformed ones (never a server error); the read-only user
     gets 403 on every change (Connect's ``config/validate``, which changes nothing, aside)."""
     caplog.set_level(logging.INFO)
-    users = tmp_path / "users.properties"
-    users.write_text("".join(f"{name}: {password}\n" for name, password in PASSWORDS.items()))
-    jaas = tmp_path / "jaas.conf"
-    jaas.write_text(JAAS % users)
-    server = await serve(_https_keys(pki, **{"rest.extension.classes": BASIC_AUTH_EXTENSION,
+    jaas = connect_basic_auth_files(tmp_path, PASSWORDS)
+    server = await serve(pki.https_keys(**{"rest.extension.classes": BASIC_AUTH_EXTENSION,
                                              "mm2py.rest.read.only.users": "viewer"}),
                          jaas_config=str(jaas))
     operations = [(method.upper(), path) for path, item in server.app.openapi()["paths"].items()
@@ -325,7 +269,7 @@ async def test_every_operation_asks_for_credentials_and_every_change_is_refused_
                  {"authorization": "Basic " + "QQ==" * 2000}, {"authorization": "Bearer x.y.z"},
                  {"authorization": "Digest username=admin"}, {"authorization": "Basic w6k6w6k="}]
     viewer = httpx.BasicAuth("viewer", PASSWORDS["viewer"])
-    async with httpx.AsyncClient(base_url=server.url, verify=_client_context(pki.ca), timeout=30) as http:
+    async with httpx.AsyncClient(base_url=server.url, verify=client_context(pki.ca), timeout=30) as http:
         async def check(index: int, method: str, template: str) -> None:
             path = template.replace("{name}", "east->west").replace("{source}", "east").replace(
                 "{target}", "west")

@@ -438,12 +438,9 @@ def test_the_page_works_behind_connects_basic_authentication(browser: Any, tmp_p
     from mm2py.rest_api.security.settings import BASIC_AUTH_EXTENSION, rest_settings
     from mm2py.rest_api.server import RestServer
     from tests.support.fake_flows import FakeWorker
+    from tests.support.rest_security import connect_basic_auth_files
 
-    users = tmp_path / "users.properties"
-    users.write_text("admin: page-pw-5d1e\n")
-    jaas = tmp_path / "jaas.conf"
-    jaas.write_text("KafkaConnect {\n  org.apache.kafka.connect.rest.basic.auth.extension."
-                    f'PropertyFileLoginModule required\n  file="{users}";\n}};\n')
+    jaas = connect_basic_auth_files(tmp_path, {"admin": "page-pw-5d1e"})
     keys = {"listeners": "http://127.0.0.1:0", "rest.extension.classes": BASIC_AUTH_EXTENSION}
     settings = rest_settings(keys, jaas_config=str(jaas))
     loop = asyncio.new_event_loop()
