@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -285,3 +286,51 @@ async def test_every_operation_asks_for_credentials_and_every_change_is_refused_
 
         await asyncio.gather(*(check(i, method, path) for i, (method, path) in enumerate(operations)))
     _no_secret_logged(caplog, capfd, *PASSWORDS.values())
+
+
+@pytest.mark.cli_process
+def test_mm2py_run_reads_connects_keys_and_kafka_opts_and_secures_the_metrics_port(
+    pki: Pki, tmp_path: Path,
+) -> None:
+    """``mm2py run`` as a Connect worker is started: the HTTPS listener and the Basic extension from
+    the configuration file, the JAAS file from ``KAFKA_OPTS``; ``--metrics-secured`` serves the
+    metrics port over the same TLS and behind the same login. No broker is needed (no flow)."""
+    import signal
+    import subprocess
+    import sys
+
+    from mm2py.kafka_local.cluster import free_port
+
+    jaas = connect_basic_auth_files(tmp_path, PASSWORDS)
+    keys = {"clusters": "east, west", "east.bootstrap.servers": "127.0.0.1:1",
+            "west.bootstrap.servers": "127.0.0.1:2", "emit.heartbeats.enabled": "false",
+            **pki.https_keys(**{"rest.extension.classes": BASIC_AUTH_EXTENSION})}
+    config = tmp_path / "worker.properties"
+    config.write_text("".join(f"{key} = {value}\n" for key, value in keys.items()))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mm2py.cli", "run", "--config", str(config),
+         "--metrics-port", str(free_port()), "--metrics-secured"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1",
+             "KAFKA_OPTS": f"-Xmx256m -Djava.security.auth.login.config={jaas}"})
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        metrics_url = lines[0].split()[-1]
+        rest_url = lines[1].split()[2]
+        assert metrics_url.startswith("https://127.0.0.1:"), lines
+        assert rest_url.startswith("https://127.0.0.1:"), lines
+        admin = httpx.BasicAuth("admin", PASSWORDS["admin"])
+        with httpx.Client(verify=client_context(pki.ca), timeout=30) as http:
+            assert http.get(rest_url + "/flows").status_code == 401
+            assert http.get(rest_url + "/flows", auth=admin).json() == {"flows": []}
+            assert http.get(metrics_url).status_code == 401
+            scraped = http.get(metrics_url, auth=admin)
+            assert scraped.status_code == 200 and "mm2py_" in scraped.text
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out
+        assert not any(password in "".join(lines) + out for password in PASSWORDS.values())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
