@@ -84,7 +84,7 @@ class Guard:
             try:
                 caller = await self._caller(scope)
             except UnauthenticatedError as refused:
-                await self._answer(sent, path, 401, str(refused), self.challenges)
+                await self._answer(sent, path, 401, str(refused), self._challenges(scope))
                 return
             caller_name = caller.name
             if method not in _READS and self._read_only(caller) and not path.rstrip("/").endswith(_EXEMPT):
@@ -115,6 +115,14 @@ class Guard:
             return await self.tokens.caller(credentials.strip())
         raise UnauthenticatedError(f"an Authorization header this REST API does not take: use "
                                    f"{self._schemes()}")
+
+    def _challenges(self, scope: Scope) -> list[tuple[bytes, bytes]]:
+        """``WWW-Authenticate`` of a 401: each scheme taken; a refused token says so (RFC 6750)."""
+        header = (_header(scope, b"authorization") or "").strip().lower()
+        if self.tokens is None or not header.startswith("bearer "):
+            return self.challenges
+        return [c for c in self.challenges if not c[1].startswith(b"Bearer")] + [
+            (b"www-authenticate", b'Bearer realm="mm2py", error="invalid_token"')]
 
     def _schemes(self) -> str:
         return " or ".join(name for name, on in (("HTTP Basic", self.basic), ("a Bearer token", self.tokens))

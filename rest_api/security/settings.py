@@ -104,6 +104,10 @@ class JwtSettings(BaseModel):
     ca_location: str | None = Field(None, alias="mm2py.rest.jwt.jwks.ca.location")
     #: seconds the keys are kept before they are read again (an unknown key id reads them at once)
     jwks_cache_seconds: int = Field(300, alias="mm2py.rest.jwt.jwks.cache.seconds", ge=1)
+    #: an unknown key id reads the keys again at most this often (a flood of forged key ids does not
+    #: become a flood of requests to the issuer)
+    jwks_refresh_cooldown_seconds: float = Field(
+        30, alias="mm2py.rest.jwt.jwks.refresh.cooldown.seconds", ge=0)
 
 
 class RestSettings(BaseModel):

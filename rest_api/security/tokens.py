@@ -1,7 +1,8 @@
 """Bearer tokens (JWT) checked against an OIDC issuer's JSON Web Key Set (mm2py's addition; Kafka
 Connect has no token login). PyJWT's JWKS client keeps the keys for
-``mm2py.rest.jwt.jwks.cache.seconds`` and reads them again at once for a key id it does not know
-(the issuer rotated its keys); it reads them in a thread, never on the event loop.
+``mm2py.rest.jwt.jwks.cache.seconds`` and reads them again for a key id it does not know (the
+issuer rotated its keys), at most every ``mm2py.rest.jwt.jwks.refresh.cooldown.seconds``; it reads
+them in a thread, never on the event loop.
 
 A token is valid when an asymmetric algorithm signed it with one of the issuer's keys, it has not
 expired, and its ``iss`` and ``aud`` are those set (when set). The caller is the token's
@@ -35,7 +36,8 @@ class JwksTokens:
         self.settings = settings
         context = ssl.create_default_context(cafile=settings.ca_location) if settings.ca_location else None
         self._jwks = jwt.PyJWKClient(settings.jwks_url, cache_jwk_set=True,
-                                     lifespan=settings.jwks_cache_seconds, timeout=10, ssl_context=context)
+                                     lifespan=settings.jwks_cache_seconds, timeout=10, ssl_context=context,
+                                     cooldown_duration=settings.jwks_refresh_cooldown_seconds)
 
     async def caller(self, token: str) -> Caller:
         import jwt

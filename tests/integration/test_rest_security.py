@@ -168,14 +168,15 @@ async def test_bearer_tokens_from_a_local_jwks(
     pki: Pki, tmp_path: Path, serve: Any, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str],
 ) -> None:
     """A JWT signed by the issuer's key is accepted; expired, wrong audience, forged and
-    unsigned ones get 401; the read-only claim gets 403 on a change. No token is logged."""
+    unsigned ones get 401; the read-only claim gets 403 on a change; a token of a rotated key is
+    accepted (the keys read again), one of the key it replaced no longer. No token is logged."""
     caplog.set_level(logging.INFO)
     idp = LocalIdentityProvider(tmp_path / "idp", {"ops": "ops-secret"})
     idp.start()
     try:
         server = await serve(pki.https_keys(**{
             "mm2py.rest.jwt.jwks.url": idp.jwks_url(), "mm2py.rest.jwt.issuer": idp.issuer,
-            "mm2py.rest.jwt.audience": "mm2py"}))
+            "mm2py.rest.jwt.audience": "mm2py", "mm2py.rest.jwt.jwks.refresh.cooldown.seconds": "0"}))
         now = int(time.time())
         claims = {"sub": "ops", "iss": idp.issuer, "aud": "mm2py", "iat": now, "exp": now + 600}
         good, expired = idp.sign(claims), idp.sign({**claims, "exp": now - 60})
@@ -196,6 +197,13 @@ async def test_bearer_tokens_from_a_local_jwks(
                 assert answer.status_code == 401 and answer.json()["error_code"] == 401, answer.text
                 assert answer.headers["www-authenticate"].startswith("Bearer")
             assert (await http.get("/flows")).status_code == 401
+            # the issuer rotates its key: a token of the new key id makes the keys be read again
+            from cryptography.hazmat.primitives.asymmetric import rsa
+
+            idp._key, idp.kid = rsa.generate_private_key(public_exponent=65537, key_size=2048), "rotated"
+            rotated = await http.get("/flows", headers=bearer(idp.sign(claims)))
+            assert rotated.status_code == 200, rotated.text
+            assert (await http.get("/flows", headers=bearer(good))).status_code == 401  # the old key is gone
     finally:
         idp.stop()
     audit = [r.getMessage().split(" client=")[0] for r in caplog.records if r.name == "mm2py.rest.audit"]
