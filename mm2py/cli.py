@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from mm2py.config.models import MirrorMakerConfig
+    from mm2py.rest_api.server import MetricsServer
     from mm2py.runtime.inprocess import Worker
     from mm2py.runtime.loop_watch import LoopWatch
     from mm2py.runtime.spark.driver.worker import SparkWorker
@@ -54,6 +55,7 @@ def _run(args: argparse.Namespace) -> int:
 
     import asyncio
     import logging
+    import os
 
     from mm2py.config.models import load_config
     from mm2py.runtime import log_throttle
@@ -69,7 +71,17 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("mm2py").warning("%s", why)
     log_throttle.install(args.log_repeat_seconds)  # a repeated warning: once, then once a minute
     config = load_config(args.config)
-    if not config.enabled_flows() and not args.rest_port and not args.state_file:
+    from mm2py.rest_api.security.settings import rest_settings
+
+    args.rest = rest_settings(config.source_keys, rest_host=args.rest_host, rest_port=args.rest_port,
+                              jaas_config=args.rest_jaas_config, kafka_opts=os.environ.get("KAFKA_OPTS"),
+                              read_only=args.rest_read_only)
+    if args.metrics_secured and (args.rest is None or not args.metrics_port):
+        print("mm2py: error: --metrics-secured takes the REST API's TLS and authentication: it needs "
+              "--metrics-port and the REST API's listeners (listeners=https://... or --rest-port)",
+              file=sys.stderr)
+        return 2
+    if not config.enabled_flows() and args.rest is None and not args.state_file:
         print(f"mm2py: error: {args.config} enables no flow (set e.g. 'east->west.enabled = true', "
               "or add flows over HTTP with --rest-port)", file=sys.stderr)
         return 2
@@ -139,7 +151,11 @@ def _stop_on_signals(stop: asyncio.Event, early: Sequence[int]) -> None:
         on_signal()
 
 
-def _serve_metrics(args: argparse.Namespace, worker: Runnable, watch: LoopWatch) -> None:
+async def _serve_metrics(
+    args: argparse.Namespace, worker: Runnable, watch: LoopWatch
+) -> MetricsServer | None:
+    """The ``--metrics-port`` page: plain from a thread, or with ``--metrics-secured`` over the REST
+    API's TLS and behind its authentication (the server returned, to stop)."""
     from prometheus_client import REGISTRY
 
     from mm2py.runtime.metrics import LoopWatchCollector, WorkerCollector
@@ -147,8 +163,17 @@ def _serve_metrics(args: argparse.Namespace, worker: Runnable, watch: LoopWatch)
 
     REGISTRY.register(WorkerCollector(worker, partition_times=False))
     REGISTRY.register(LoopWatchCollector(watch))
+    if args.metrics_secured:
+        from mm2py.rest_api.server import MetricsServer
+
+        server = MetricsServer(REGISTRY, PartitionTimesPage(worker), args.rest, args.metrics_host,
+                               args.metrics_port)
+        await server.start()
+        print(f"metrics: {server.url}/metrics", flush=True)
+        return server
     serve_metrics(args.metrics_host, args.metrics_port, REGISTRY, PartitionTimesPage(worker))
     print(f"metrics: http://{args.metrics_host}:{args.metrics_port}/metrics", flush=True)
+    return None
 
 
 async def _serve_worker(
@@ -163,18 +188,18 @@ async def _serve_worker(
     _stop_on_signals(stop, early)
     worker = _worker(args, config, spark_conf)
     rest = None
-    if args.rest_port:
+    if args.rest is not None:
         from mm2py.rest_api.server import RestServer
 
-        rest = RestServer(worker, args.rest_host, args.rest_port, read_only=args.rest_read_only)
+        rest = RestServer(worker, settings=args.rest)
     from mm2py.runtime.loop_watch import LoopWatch, freeze_start_up_heap
 
     watch = LoopWatch()  # a stalled event loop delays every partition at once: say when, and where
-    if args.metrics_port:
-        _serve_metrics(args, worker, watch)
+    metrics = await _serve_metrics(args, worker, watch) if args.metrics_port else None
     if rest is not None:
         await rest.start()
-        print(f"REST API: {rest.url} (try {rest.url}/flows; the operator page: {rest.url}/ui)", flush=True)
+        for url in rest.urls:
+            print(f"REST API: {url} (try {url}/flows; the operator page: {url}/ui)", flush=True)
     print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
     freeze_start_up_heap()
     watch.start()
@@ -189,6 +214,8 @@ async def _serve_worker(
         watch.stop()
         if rest is not None:
             await rest.stop()
+        if metrics is not None:
+            await metrics.stop()
     print("stopped; progress committed", flush=True)
 
 
@@ -200,6 +227,26 @@ def _positive_seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
+
+
+def _add_http_arguments(run: argparse.ArgumentParser) -> None:
+    """``mm2py run``'s metrics port and REST API (its listeners and security are in the config file)."""
+    run.add_argument("--metrics-port", type=int, default=0,
+                     help="serve Prometheus metrics on this port (default: off)")
+    run.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")
+    run.add_argument("--metrics-secured", action="store_true",
+                     help="serve --metrics-port with the REST API's TLS settings (HTTPS when it has an "
+                          "https listener) and behind its authentication (default: plain and open, as "
+                          "Prometheus scrapes)")
+    run.add_argument("--rest-port", type=int, default=0,
+                     help="serve the REST API (create/change/remove flows) on this port (default: off)")
+    run.add_argument("--rest-host", default="127.0.0.1", help="address for --rest-port")
+    run.add_argument("--rest-jaas-config", default=None, metavar="FILE",
+                     help="the JAAS file of Kafka Connect's Basic authentication (with rest.extension."
+                          "classes=...BasicAuthSecurityRestExtension; default: -Djava.security.auth."
+                          "login.config in KAFKA_OPTS)")
+    run.add_argument("--rest-read-only", action="store_true",
+                     help="the REST API refuses every change (403) and its page at /ui shows no actions")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,14 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-repeat-seconds", type=float, default=60.0,
                      help="a warning that repeats (the same kind, e.g. while a cluster is down) is "
                           "logged once, then at most once this often with a count (default 60)")
-    run.add_argument("--metrics-port", type=int, default=0,
-                     help="serve Prometheus metrics on this port (default: off)")
-    run.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")
-    run.add_argument("--rest-port", type=int, default=0,
-                     help="serve the REST API (create/change/remove flows) on this port (default: off)")
-    run.add_argument("--rest-host", default="127.0.0.1", help="address for --rest-port")
-    run.add_argument("--rest-read-only", action="store_true",
-                     help="the REST API refuses every change (403) and its page at /ui shows no actions")
+    _add_http_arguments(run)
     run.add_argument("--state-file", default=None,
                      help="keep flows created or changed over REST in this JSON file across restarts")
     run.add_argument("--runtime", choices=["inprocess", "spark"], default="inprocess",

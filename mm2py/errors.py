@@ -19,6 +19,7 @@
     ├── FailoverError          a consumer-group move that cannot be carried out
     ├── TranslationError       an offset that cannot be translated exactly (mm2py.engine.translation)
     ├── AuditError             ``mm2py audit`` cannot read the offset-syncs or progress topic
+    ├── UnauthenticatedError   a REST API caller's credentials are missing or wrong (a 401)
     └── HarnessError           the local Kafka harness (``mm2py dev``) cannot do what was asked
 
 Each family lives beside the code that raises it; this module holds the root and the families

@@ -5,6 +5,7 @@ the worker's Prometheus metrics, and ``--rest-read-only`` over all of them.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -21,22 +22,28 @@ from mm2py.rest_api.flows.control import flow_control_router
 from mm2py.rest_api.flows.paths import PairPaths
 from mm2py.rest_api.flows.routes import ERROR_RESPONSES, flow_errors, flow_routes, group_offset_routes
 from mm2py.rest_api.flows.translate import translate_router
+from mm2py.rest_api.security.basic import BasicAuth
+from mm2py.rest_api.security.guard import Guard
+from mm2py.rest_api.security.settings import RestSettings
+from mm2py.rest_api.security.tokens import JwksTokens
 from mm2py.rest_api.shared import AnyWorker
 from mm2py.rest_api.ui.page import page_address, ui_router
 from mm2py.rest_api.ui.sampler import Sampler
 from mm2py.runtime.metrics import WorkerCollector
 from mm2py.runtime.metrics_page import PartitionTimesPage, metrics_page
 
-__all__ = ["create_app", "read_only_guard"]
+__all__ = ["create_app", "guard", "metrics_app", "read_only_guard"]
 
 #: mutating calls that change nothing (Connect's config validation): allowed when read-only
 _READ_ONLY_EXEMPT = ("/config/validate",)
 
 
-def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds: float = 5.0) -> FastAPI:
+def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds: float = 5.0,
+               security: RestSettings | None = None) -> FastAPI:
     """The worker's API. ``read_only``: every change is refused (403) and the page at ``/ui`` shows
     no actions; ``app.state.ui_sampler`` keeps the page's 15 minutes of figures once started
-    (:class:`mm2py.rest_api.server.RestServer` starts and stops it with the server)."""
+    (:class:`mm2py.rest_api.server.RestServer` starts and stops it with the server). ``security``:
+    authentication, read-only callers and the audit line of every change (:mod:`.security.guard`)."""
     app = FastAPI(
         title="mm2py",
         summary="Raw-batch Kafka mirroring: steer the mirror flows of a running worker",
@@ -60,6 +67,30 @@ def create_app(worker: AnyWorker, *, read_only: bool = False, ui_sample_seconds:
     page_address(app)
     if read_only:
         read_only_guard(app)
+    if security is not None:
+        guard(app, security)
+    return app
+
+
+def guard(app: FastAPI, security: RestSettings) -> None:
+    """``security``'s authentication, read-only callers and audit lines in front of ``app``."""
+    basic = BasicAuth(security.jaas_file) if security.jaas_file is not None else None
+    tokens = JwksTokens(security.jwt) if security.jwt is not None else None
+    app.add_middleware(Guard, settings=security, in_connect=connect_errors.in_facade, basic=basic,
+                       tokens=tokens)
+
+
+def metrics_app(registry: CollectorRegistry, times: PartitionTimesPage, security: RestSettings) -> FastAPI:
+    """``--metrics-port`` with ``--metrics-secured``: ``GET /metrics`` behind the REST API's
+    authentication (its TLS is the server's), the page written in a thread as the plain port's is."""
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        page = await asyncio.to_thread(metrics_page, registry, times)
+        return Response(page, media_type=CONTENT_TYPE_LATEST)
+
+    guard(app, security)
     return app
 
 

@@ -11,6 +11,12 @@ connector, a group reach past their 404) and otherwise generated.
 
     python scripts/rest_fuzz.py                  # schemathesis' defaults, a few minutes
     python scripts/rest_fuzz.py -- -n 20 --seed 1   # anything after -- goes to `st run`
+    python scripts/rest_fuzz.py --secured        # over HTTPS behind Connect's Basic authentication
+
+``--secured`` serves the API as a secured Connect worker is served (an HTTPS listener with a
+certificate made for the run, Connect's BasicAuthSecurityRestExtension with its JAAS and users
+files): ``st run`` logs in (``--auth``, ``--tls-verify`` with the run's CA), and every operation is
+first sent once with no credentials, each of which must answer 401.
 
 Exits with st's status (0: no server error). Needs schemathesis (the ``dev`` extra) and Java.
 """
@@ -21,6 +27,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import ssl
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +43,7 @@ if str(ROOT) not in sys.path:  # this checkout's mm2py, installed or not
 
 from mm2py.config.models import MirrorMakerConfig  # noqa: E402
 from mm2py.kafka_local import KafkaCluster, start_all  # noqa: E402
+from mm2py.rest_api.security.settings import BASIC_AUTH_EXTENSION, RestSettings, rest_settings  # noqa: E402
 from mm2py.rest_api.server import RestServer  # noqa: E402
 from mm2py.runtime.inprocess import Worker  # noqa: E402
 
@@ -127,7 +135,37 @@ async def connectors(http: httpx.AsyncClient, east: KafkaCluster, west: KafkaClu
         r.raise_for_status()
 
 
-async def fuzz(http: httpx.AsyncClient, work: Path, st_args: list[str]) -> int:
+#: the user ``--secured`` logs in as
+LOGIN = ("fuzzer", "fuzz-pw-0c4e")
+
+
+def secured(work: Path) -> tuple[RestSettings, Path]:
+    """An HTTPS listener with Connect's Basic authentication (files as Connect's), and its CA."""
+    from tests.support.rest_security import Pki, connect_basic_auth_files
+
+    pki = Pki(work)
+    jaas = connect_basic_auth_files(work, dict([LOGIN]))
+    settings = rest_settings(pki.https_keys(**{"rest.extension.classes": BASIC_AUTH_EXTENSION}),
+                             jaas_config=str(jaas))
+    assert settings is not None
+    return settings, pki.ca
+
+
+async def refused_without_credentials(url: str, ca: Path, document: dict[str, Any]) -> list[str]:
+    """Every operation sent once with no credentials: those that did not answer 401."""
+    wrong = []
+    verify = ssl.create_default_context(cafile=str(ca))
+    async with httpx.AsyncClient(base_url=url, verify=verify, timeout=60) as anonymous:
+        for path, item in document["paths"].items():
+            for method in item:
+                url = path.replace("{", "").replace("}", "")
+                status = (await anonymous.request(method.upper(), url)).status_code
+                if status != 401:
+                    wrong.append(f"{method.upper()} {path}: {status}")
+    return wrong
+
+
+async def fuzz(http: httpx.AsyncClient, work: Path, st_args: list[str], ca: Path | None = None) -> int:
     """``st run`` over the served document with the page's routes added; st's exit status."""
     st = shutil.which("st")
     if st is None:
@@ -138,21 +176,33 @@ async def fuzz(http: httpx.AsyncClient, work: Path, st_args: list[str]) -> int:
     schema.write_text(json.dumps(document))
     config = work / "schemathesis.toml"
     config.write_text(st_config())
+    login: list[str] = []
+    if ca is not None:
+        wrong = await refused_without_credentials(str(http.base_url), ca, document)
+        if wrong:
+            print("answered without credentials:\n  " + "\n  ".join(wrong), file=sys.stderr)
+            return 1
+        login = ["--auth", ":".join(LOGIN), "--tls-verify", str(ca)]
     process = await asyncio.create_subprocess_exec(
         st, "--config-file", str(config), "run", str(schema), "--url", str(http.base_url),
-        "--checks", "not_a_server_error", "--workers", "1", "--request-timeout", "60", *st_args)
+        "--checks", "not_a_server_error", "--workers", "1", "--request-timeout", "60", *login, *st_args)
     return await process.wait()
 
 
-async def serve_and_fuzz(east: KafkaCluster, west: KafkaCluster, work: Path, st_args: list[str]) -> int:
+async def serve_and_fuzz(east: KafkaCluster, west: KafkaCluster, work: Path, st_args: list[str],
+                         secure: bool = False) -> int:
     worker = Worker(worker_config(east, west), commit_interval=0.5)
     await worker.start()
-    server = RestServer(worker, "127.0.0.1", 0)
+    settings, ca = secured(work) if secure else (None, None)
+    server = RestServer(worker, "127.0.0.1", 0, settings=settings)
     await server.start()
+    client: dict[str, Any] = {}
+    if ca is not None:
+        client = {"auth": LOGIN, "verify": ssl.create_default_context(cafile=str(ca))}
     try:
-        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60, **client) as http:
             await connectors(http, east, west)
-            return await fuzz(http, work, st_args)
+            return await fuzz(http, work, st_args, ca)
     finally:
         await server.stop()
         await worker.stop()
@@ -161,6 +211,8 @@ async def serve_and_fuzz(east: KafkaCluster, west: KafkaCluster, work: Path, st_
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--secured", action="store_true",
+                        help="serve over HTTPS behind Connect's Basic authentication, and log in")
     parser.add_argument("st_args", nargs="*", help="passed to `st run` (after --)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mm2py-fuzz-") as tmp:
@@ -170,7 +222,7 @@ def main() -> int:
         try:
             start_all([east, west], timeout=120)
             seed(east)
-            return asyncio.run(serve_and_fuzz(east, west, work, args.st_args))
+            return asyncio.run(serve_and_fuzz(east, west, work, args.st_args, args.secured))
         finally:
             east.stop()
             west.stop()

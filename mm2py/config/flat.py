@@ -63,6 +63,8 @@ _IGNORED_PREFIXES = (
     "offset.flush.",
     "config.providers.",
     "rest.",
+    "listeners.",  # the REST API's HTTPS settings (rest_api/security/settings.py)
+    "mm2py.rest.",  # the REST API's roles and tokens (rest_api/security/settings.py)
     "admin.listeners",
     "errors.",
 )

@@ -21,12 +21,14 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from mm2py.kafka_local import KafkaCluster
+from mm2py.rest_api.security.settings import BASIC_AUTH_EXTENSION, rest_settings
 from tests.support.brokers import (
     create_topic,
     make_records,
@@ -37,6 +39,7 @@ from tests.support.brokers import (
 )
 from tests.support.connect_diff import Allowance, Exchange, table
 from tests.support.connect_worker import ConnectWorker
+from tests.support.rest_security import Pki, client_context, connect_basic_auth_files
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -397,28 +400,37 @@ def connect_worker(east: KafkaCluster, west: KafkaCluster) -> Iterator[ConnectWo
 
 
 @pytest.fixture
-def mm2py_url(east: KafkaCluster, west: KafkaCluster) -> Iterator[str]:
-    """An in-process mm2py worker with its REST API (no flow yet), the log levels it changes put back."""
+def mm2py_client(east: KafkaCluster, west: KafkaCluster, tmp_path: Path) -> Iterator[httpx.Client]:
+    """An in-process mm2py worker with its REST API (no flow yet), the log levels it changes put
+    back; secured as a Connect worker is (HTTPS, Connect's Basic extension and files), and a client
+    that logs in. Connect's side runs without authentication: the answers must agree all the same."""
     levels = {n: logging.getLogger(n).level for n in ["mm2py", *logging.root.manager.loggerDict]
               if n.startswith("mm2py")}
     config = mirror_config({"west": west.bootstrap, "east": east.bootstrap}, {},
                            **{"emit.checkpoints.enabled": False, "emit.heartbeats.enabled": False})
+    pki = Pki(tmp_path)
+    jaas = connect_basic_auth_files(tmp_path, {"operator": "diff-pw-42"})
+    rest = rest_settings(pki.https_keys(**{"rest.extension.classes": BASIC_AUTH_EXTENSION}),
+                         kafka_opts=f"-Djava.security.auth.login.config={jaas}")
     try:
-        with served_worker(config) as url:
-            yield url
+        login = ("operator", "diff-pw-42")
+        with served_worker(config, rest) as url, httpx.Client(
+                base_url=url, timeout=60, auth=login, verify=client_context(pki.ca)) as m:
+            assert httpx.get(url + "/connectors", verify=client_context(pki.ca)).status_code == 401
+            yield m
     finally:
         for name, level in levels.items():
                 logging.getLogger(name).setLevel(level)
 
 
 def test_the_connect_calls_get_connect_answers(
-    east: KafkaCluster, west: KafkaCluster, connect_worker: ConnectWorker, mm2py_url: str
+    east: KafkaCluster, west: KafkaCluster, connect_worker: ConnectWorker, mm2py_client: httpx.Client
 ) -> None:
     topic = create_topic(east.bootstrap, unique("diff"), partitions=2)
     produce_records(east.bootstrap, topic, make_records(20, tag="diff"))
     tag = unique("")[1:7]
-    with httpx.Client(base_url=connect_worker.url, timeout=60) as c, \
-            httpx.Client(base_url=mm2py_url, timeout=60) as m:
+    m = mm2py_client
+    with httpx.Client(base_url=connect_worker.url, timeout=60) as c:
         common = {"east": east.bootstrap, "west": west.bootstrap, "topic": topic}
         connect = Side("Connect", c, f"ce{tag}", f"cw{tag}", f"cf{tag}",
                        logger="org.apache.kafka.connect.mirror", **common)

@@ -426,3 +426,41 @@ def test_the_page_stays_responsive_with_20_flows_and_2000_partitions(
         deleted = [c.delete_topics(names) for c, names in clients]
         for future in (f for d in deleted for f in d.values()):
             future.exception(60)
+
+
+def test_the_page_works_behind_connects_basic_authentication(browser: Any, tmp_path: Path) -> None:
+    """With Connect's Basic extension on, the page opened as ``http://user:password@host/ui`` loads
+    and its own calls (``/ui/state``, from the origin: a fetch relative to an address holding
+    credentials is refused) carry the credentials the browser cached: the flow's card shows. The
+    worker's runners are faked."""
+    import asyncio
+
+    from mm2py.rest_api.security.settings import BASIC_AUTH_EXTENSION, rest_settings
+    from mm2py.rest_api.server import RestServer
+    from tests.support.fake_flows import FakeWorker
+    from tests.support.rest_security import connect_basic_auth_files
+
+    jaas = connect_basic_auth_files(tmp_path, {"admin": "page-pw-5d1e"})
+    keys = {"listeners": "http://127.0.0.1:0", "rest.extension.classes": BASIC_AUTH_EXTENSION}
+    settings = rest_settings(keys, jaas_config=str(jaas))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> RestServer:
+        worker = FakeWorker(**{"east->west.enabled": "true"})
+        await worker.start()
+        server = RestServer(worker, settings=settings, ui_sample_seconds=0.5)
+        await server.start()
+        return server
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
+    try:
+        assert httpx.get(server.url + "/ui/state").status_code == 401
+        browser.get(f"http://admin:page-pw-5d1e@127.0.0.1:{server.port}/ui")
+        card = _card("east->west")
+        _until(browser, lambda: _text(browser, f"{card} .state") == "RUNNING", "the flow's card behind Basic")
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)

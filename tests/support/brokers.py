@@ -472,15 +472,16 @@ def without_producer_state(b: RecordBatch) -> bytes:
 
 
 @contextmanager
-def served_worker(config: object, **worker_options: Any) -> Iterator[str]:
+def served_worker(config: object, rest: Any = None, **worker_options: Any) -> Iterator[str]:
     """An in-process worker on ``config`` (a :class:`BackgroundWorker`) with its REST API on a
-    free loopback port; yields the API's base URL."""
+    free loopback port, or on the listeners of ``rest`` (``RestSettings``: HTTPS, authentication);
+    yields the API's base URL."""
     from mm2py.rest_api.server import RestServer
 
     with BackgroundWorker(config, **worker_options) as bg:
 
         async def start() -> Any:
-            server = RestServer(bg.worker, "127.0.0.1", 0)
+            server = RestServer(bg.worker, "127.0.0.1", 0, settings=rest)
             await server.start()
             return server
 

@@ -42,6 +42,8 @@ class FakeRunner:
         self.flow = flow
         self.controller = fake_controller(flow, claims)
         self.state = "UNASSIGNED"
+        self.trace: str | None = None  # what the operator page reads of a runner, besides status()
+        self.last_plan: Any = None
         self.calls: list[str] = []
         self.tasks: dict[int, Any] = {}  # none runs
         self.checkpoints: Any = None

@@ -1,8 +1,8 @@
 """Imports only point down: errors -> protocol -> client -> config -> stores -> engine -> connectors
 -> runtime -> interfaces; inside the REST API, what its parts share -> its parts (``flows``,
-``connect``, ``ui``, none importing another) -> the app and its server -> the CLI. No import cycle
-between modules (``TYPE_CHECKING`` imports included), no Kafka client library below the stores, no
-Spark module importing the in-process runtime."""
+``connect``, ``ui``, ``security``, none importing another) -> the app and its server -> the CLI. No
+import cycle between modules (``TYPE_CHECKING`` imports included), no Kafka client library below the
+stores, no Spark module importing the in-process runtime."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ LAYERS = {
     "mm2py.rest_api.flows": 9,
     "mm2py.rest_api.connect": 9,
     "mm2py.rest_api.ui": 9,
+    "mm2py.rest_api.security": 9,
     "mm2py.rest_api.app": 10,
     "mm2py.rest_api.server": 10,
     "mm2py.cli": 11,
@@ -189,7 +190,8 @@ def _package_modules(folder: Path) -> list[tuple[str, Path]]:
 
 
 #: the REST API's parts by role: each stands on what they share, none on another
-REST_PARTS = ("mm2py.rest_api.flows", "mm2py.rest_api.connect", "mm2py.rest_api.ui")
+REST_PARTS = ("mm2py.rest_api.flows", "mm2py.rest_api.connect", "mm2py.rest_api.ui",
+              "mm2py.rest_api.security")
 
 
 def test_the_rest_apis_parts_do_not_import_one_another() -> None:

@@ -44,7 +44,9 @@ async function api(method, path, body) {
     init.headers["content-type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const r = await fetch(BASE + path, init);
+  // from the origin: a page opened as https://user:password@host/ui keeps the credentials in its own
+  // address, and a fetch relative to it is refused; the browser sends the credentials it cached
+  const r = await fetch(location.origin + BASE + path, init);
   const text = await r.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = {error: text}; }
