@@ -11,6 +11,7 @@ import pytest
 from mm2py.config.filters import TopicFilter
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.config.patch import FlowPatch
+from mm2py.runtime.flows import Claims
 from mm2py.runtime.steering import FlowStateError
 from mm2py.runtime.worker_base import WorkerBase
 from tests.support.fake_flows import fake_controller
@@ -25,9 +26,9 @@ def _set(values: dict[str, Any]) -> FlowPatch:
 
 
 class FakeRunner:
-    def __init__(self, flow: FlowConfig) -> None:
+    def __init__(self, flow: FlowConfig, claims: Claims | None = None) -> None:
         self.flow = flow
-        self.controller = fake_controller(flow)
+        self.controller = fake_controller(flow, claims)
         self.state = "UNASSIGNED"
         self.calls: list[str] = []
 
@@ -55,8 +56,8 @@ class FakeWorker(WorkerBase[FakeRunner]):
         self.flows = {f.name: FakeRunner(f) for f in self.config.enabled_flows()}
         self._init_heartbeats(self.config)
 
-    def _new_runner(self, flow: FlowConfig) -> FakeRunner:
-        return FakeRunner(flow)
+    def _new_runner(self, flow: FlowConfig, claims: Claims) -> FakeRunner:
+        return FakeRunner(flow, claims)
 
     async def start(self) -> None:
         self._started = True

@@ -13,7 +13,7 @@ import pytest
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.errors import ClusterUnreachableError
-from mm2py.runtime.flows import FlowRunnerBase
+from mm2py.runtime.flows import Claims, FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
 from tests.support.fake_flows import fake_controller
 
@@ -24,9 +24,9 @@ BASE = {"clusters": "east, west", "east.bootstrap.servers": "e:1", "west.bootstr
 class FlakyRunner:
     """Its start fails with each of ``failures`` in turn, then works."""
 
-    def __init__(self, flow: FlowConfig, failures: list[Exception]) -> None:
+    def __init__(self, flow: FlowConfig, failures: list[Exception], claims: Claims | None = None) -> None:
         self.flow = flow
-        self.controller = fake_controller(flow)
+        self.controller = fake_controller(flow, claims)
         self.failures = list(failures)
         self.attempts: list[float] = []
         self.state = "UNASSIGNED"
@@ -56,8 +56,8 @@ class FlakyWorker(WorkerBase[FlakyRunner]):
         self.flows = {f.name: FlakyRunner(f, failures) for f in self.config.enabled_flows()}
         self._init_heartbeats(self.config)
 
-    def _new_runner(self, flow: FlowConfig) -> FlakyRunner:
-        return FlakyRunner(flow, [])
+    def _new_runner(self, flow: FlowConfig, claims: Claims) -> FlakyRunner:
+        return FlakyRunner(flow, [], claims)
 
     async def shut(self) -> None:
         self._beats_stop.set()

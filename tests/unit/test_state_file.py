@@ -13,6 +13,7 @@ import httpx
 
 from mm2py.config.models import FlowConfig
 from mm2py.rest_api.app import create_app
+from mm2py.runtime.flows import Claims
 from tests.support.fake_flows import FakeRunner, FakeWorker
 
 
@@ -36,8 +37,8 @@ class _GatedRunner(FakeRunner):
 
 
 class _GatedWorker(FakeWorker):
-    def _new_runner(self, flow: FlowConfig) -> FakeRunner:
-        return _GatedRunner(flow)
+    def _new_runner(self, flow: FlowConfig, claims: Claims) -> FakeRunner:
+        return _GatedRunner(flow, claims)
 
 
 def test_a_flows_change_and_a_connector_change_at_once_both_reach_the_file(tmp_path: Path) -> None:
