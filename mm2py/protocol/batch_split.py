@@ -11,7 +11,9 @@ Pieces are cut by the records' uncompressed sizes scaled by the batch's own comp
 then each is built and measured: one that still comes out larger than the limit is cut in two
 until it fits. A record that does not fit even alone (a batch of it alone is larger than the
 limit) ends the split there: the pieces before it are returned, and where it is and how large
-(:class:`Split` ``too_large``). Pure, no I/O.
+(:class:`Split` ``too_large``). A piece is a pure function of the batch and the records it holds
+(:func:`piece_of`), so the tail reconciler recognises one on the target whatever the limit was when
+it was written. Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from mm2py.protocol.compression import Codec
 from mm2py.protocol.record_codec import RawRecord, records_section, scan_raw_records
 from mm2py.protocol.records import HEADER_SIZE, RecordBatch
 
-__all__ = ["Piece", "Split", "TooLarge", "split_batch"]
+__all__ = ["Piece", "Split", "TooLarge", "piece_of", "split_batch"]
 
 #: the share of the limit a piece is cut for before it is measured (room for a codec's variance)
 _FILL = 0.9
@@ -76,6 +78,12 @@ def split_batch(batch: RecordBatch, limit: int) -> Split:
             start, filled = i, 0
         filled += size
     return Split(pieces, builder.fit(start, len(raws), pieces))
+
+
+def piece_of(batch: RecordBatch, start: int, end: int) -> RecordBatch:
+    """Records ``start``..``end - 1`` (by index) of ``batch`` as the split writes them."""
+    section = records_section(batch)
+    return _Builder(batch, section, scan_raw_records(section, batch.records_count), 0).build(start, end)
 
 
 class _Builder:
