@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.translation import Direction
@@ -180,3 +181,35 @@ def test_a_record_larger_than_the_remote_topic_takes_holds_only_its_partition(
     tr = FlowTranslator.read(_flow(east, west, flows))
     assert [tr.translate(topic, 0, u, Direction.FORWARD).target_offset for u in (99, 101, 150, 201)] == [
         99, 100, 149, 200]
+
+
+def test_a_limit_lowered_while_mirroring_is_learnt_from_the_refusal(
+        east: KafkaCluster, west: KafkaCluster) -> None:
+    """The remote topic takes 8 MiB batches, then its max.message.bytes is lowered to 1 MiB while
+    the flow runs: the next large batch is refused, the limit asked for again, and from then on
+    batches are split; every record once and in order."""
+    topic = create_topic(east.bootstrap, unique("lowered"), partitions=1, config=BIG)
+    remote = create_topic(west.bootstrap, f"east.{topic}", partitions=1, config=BIG)
+    first, later = _records(8000, 1, tag="first"), _records(8000, 1, tag="later")
+    produce_records(east.bootstrap, topic, first, linger_ms=2000, extra=BIG_BATCHES)
+    flows: dict[str, dict[str, object]] = {"east->west": {"topics": topic, **NO_CONFIG_SYNC}}
+    with BackgroundWorker(mirror_config(_clusters(east, west), flows)) as bg:
+        wait_until(lambda: total(west.bootstrap, remote) >= 8000, 60, 0.5, "the first records")
+        assert sum(t["split_batches"] for t in _tasks(bg)) == 0  # 8 MiB: nothing to split
+        lowered = end_offsets(west.bootstrap, remote)[0]
+        client = AdminClient({"bootstrap.servers": west.bootstrap})  # must outlive its futures
+        change = AlterConfigOpType.SET
+        resource = ConfigResource(ResourceType.TOPIC, remote, incremental_configs=[
+            ConfigEntry("max.message.bytes", str(DEFAULT_LIMIT), incremental_operation=change)])
+        for future in client.incremental_alter_configs([resource]).values():
+            future.result(30)
+        produce_records(east.bootstrap, topic, later, linger_ms=2000, extra=BIG_BATCHES)
+        wait_until(lambda: total(west.bootstrap, remote) >= 16_000, 120, 0.5, "the later records")
+        tasks = bg.worker.flows["east->west"].status()["tasks"]
+        runners = bg.worker.flows["east->west"].tasks.values()
+        refused = sum(r.metrics.sink_failures + r.metrics.restarts for r in runners)
+    assert refused > 0  # the limit was learnt from a refusal: the one it knew said 8 MiB
+    assert sum(t["split_batches"] for t in tasks) > 0
+    assert by_partition(read_all(west.bootstrap, remote)) == by_partition(read_all(east.bootstrap, topic))
+    after = [b for b in raw_batches(west.bootstrap, remote, 1)[0] if b.base_offset >= lowered]
+    assert after and all(b.size <= DEFAULT_LIMIT for b in after)
