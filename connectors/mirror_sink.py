@@ -190,11 +190,11 @@ class PendingPut:
         if cause is not None:
             restart = acked.in_doubt or isinstance(cause, ResendRefusedError)
             raise SinkError(f"{type(cause).__name__}: {cause}", delivered, restart=restart,
-                            refused=refused) from cause
+                            refused=refused, partitions=list(acked.failures)) from cause
         if self._held:
             held = ", ".join(str(tp) for tp in self._held)
             raise SinkError(f"held at a record the target refuses as too large: {held}", delivered,
-                            refused=refused)
+                            refused=refused, partitions=list(self._held))
         return delivered
 
     def _too_large(self, offsets: list[int], failures: Mapping[TopicPartition, PartitionFailure]) -> None:

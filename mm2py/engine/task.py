@@ -32,6 +32,7 @@ from mm2py.engine.scheduler import sleep_or_stop
 from mm2py.engine.starts import StartRetry
 from mm2py.engine.task_assignment import TaskAssignment
 from mm2py.engine.task_contract import (
+    THROTTLE_KEY,
     BatchSink,
     BatchSource,
     Polled,
@@ -265,7 +266,9 @@ class TaskRunner(TaskAssignment):
             self.metrics.sink_failures += 1
             then = ("failing the task, whose restart reads what the target holds" if exc.restart
                     else "retrying from the last acknowledged batch")
-            log.warning("task %s: produce failed, %s: %s", self.spec.task_id, then, exc)
+            # the log throttle folds repeats of one cause on one partition only (``throttle``)
+            log.warning("task %s: produce failed, %s: %s", self.spec.task_id, then, exc,
+                        extra={THROTTLE_KEY: exc.kind})
         observe_acks(self.metrics.times, [(d.source, d.max_timestamp) for d in delivered], self.wall_clock())
         syncs: list[OffsetSync] = []
         pos, verified, alarm, verify = self._pos, 0, None, self.verify

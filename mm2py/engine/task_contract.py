@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mm2py.engine.latency import PartitionTimes
 from mm2py.errors import Mm2pyError
 from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.errors_codes import BrokerError
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -184,6 +185,11 @@ class PutTask:
         return self._task.result()
 
 
+#: a log record's attribute (``extra``) naming what it is about beyond its template and first
+#: argument: the log throttle (``runtime/log_throttle.py``) folds repeats of one such kind only
+THROTTLE_KEY = "throttle_key"
+
+
 class TaskError(Mm2pyError):
     """A mirror task cannot go on; the task is marked FAILED with this as its trace."""
 
@@ -198,11 +204,23 @@ class SinkError(TaskError):
     partition after it was produced)."""
 
     def __init__(self, message: str, delivered: list[Delivered], *, restart: bool = False,
-                 refused: Sequence[RefusedRecord] = ()) -> None:
+                 refused: Sequence[RefusedRecord] = (), partitions: Sequence[TopicPartition] = ()) -> None:
+        """``partitions``: the target partitions that failed (those ``refused`` held too)."""
         super().__init__(message)
         self.delivered = delivered
         self.restart = restart
         self.refused = list(refused)
+        self.partitions = tuple(partitions)
+
+    @property
+    def kind(self) -> str:
+        """What failed where, for telling one failure from another in the log (the log throttle
+        folds repeats of one kind only): the cause — a broker's error by its name, another error by
+        its type — and the failed partitions; not the message, which changes from retry to retry."""
+        cause = self.__cause__
+        name = (cause.info.name if isinstance(cause, BrokerError) else type(cause).__name__
+                if cause is not None else "held" if self.refused or not self.partitions else "failed")
+        return f"{name} on {', '.join(sorted(str(tp) for tp in self.partitions)) or 'no partition named'}"
 
 
 class ProgressKeeper(Protocol):
