@@ -22,7 +22,6 @@ and the put fails naming it (``SinkError.refused``) until the task has seen that
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
@@ -62,6 +61,9 @@ class MirrorSink:
         self._held: dict[TopicPartition, RefusedRecord] = {}
         #: the latest put waiting for limits to be asked for (later puts wait behind it)
         self._gate: asyncio.Task[PendingPut] | None = None
+        #: a put waiting for limits that could not be prepared (a corrupt batch): every later put
+        #: fails with it, as a put prepared at once would have failed the task before the next
+        self._broken: asyncio.Task[PendingPut] | None = None
 
     def target_partition(self, tp: TopicPartition) -> TopicPartition:
         name = self._names.get(tp.topic)
@@ -75,6 +77,8 @@ class MirrorSink:
         Raises ``CorruptBatchError`` (nothing is sent) if a batch to be merged or split is corrupt.
         A put to a target topic whose limit is not known yet is handed over once it is (and so is
         every put after it, in order)."""
+        if self._broken is not None:  # an earlier put could not be prepared: nothing after it
+            return DeferredPut(self._broken)
         unknown = [] if self.limits is None else self.limits.unknown(
             self.target_partition(tp).topic for tp, _ in work)
         if not unknown and self._gate is None:
@@ -84,8 +88,7 @@ class MirrorSink:
 
         async def later() -> PendingPut:
             if before is not None:
-                with contextlib.suppress(Exception):  # its failure is its own put's
-                    await before
+                await before  # its failure (a corrupt batch) is this put's too: nothing after a gap
             if limits is not None:
                 await limits.learn(limits.unknown(self.target_partition(tp).topic for tp, _ in work))
             return self._submit_now(work)
@@ -95,6 +98,8 @@ class MirrorSink:
         return DeferredPut(gate)
 
     def _opened(self, gate: asyncio.Task[PendingPut]) -> None:
+        if not gate.cancelled() and gate.exception() is not None:
+            self._broken = gate
         if self._gate is gate:
             self._gate = None
 
