@@ -31,6 +31,7 @@ from tests.support.brokers import (
     Rec,
     by_partition,
     config_file,
+    consume_and_commit,
     create_topic,
     end_offsets,
     mirror_config,
@@ -98,9 +99,18 @@ def test_source_batches_larger_than_the_remote_topic_takes_are_split_and_mirrore
     source_batches = raw_batches(east.bootstrap, topic, 2)
     assert max(b.size for p in source_batches.values() for b in p) > 2 * DEFAULT_LIMIT  # ~4 MB batches
 
-    flows: dict[str, dict[str, object]] = {"east->west": {"topics": topic, **NO_CONFIG_SYNC}}
+    # a consumer group stopped inside ~4 MB source batches: its failover must land on the same record
+    group = unique("split-group")
+    committed = consume_and_commit(east.bootstrap, group, topic, {0: 1234, 1: 5678})
+    flows: dict[str, dict[str, object]] = {"east->west": {
+        "topics": topic, **NO_CONFIG_SYNC, "groups": group, "emit.checkpoints.interval.seconds": 1,
+        "sync.group.offsets.enabled": True, "sync.group.offsets.interval.seconds": 1}}
     with BackgroundWorker(mirror_config(_clusters(east, west), flows)) as bg:
         wait_until(lambda: total(west.bootstrap, remote) >= 16_000, 120, 0.5, "every record mirrored")
+        # the target offsets are the source's here (both partitions mirrored from 0, no gap)
+        wait_until(lambda: {tp.partition: o.offset for tp, o in ClusterAdmin("west", west.bootstrap)
+                            .group_offsets([group])[group].items()} == committed, 60, 0.5,
+                   "the group's offsets synced to the target")
         tasks = _tasks(bg)
     assert sum(t["split_batches"] for t in tasks) > 0
     assert all(t["state"] == "RUNNING" and not t["held_partitions"] and not t["alarms"] for t in tasks)
