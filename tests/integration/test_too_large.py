@@ -58,6 +58,12 @@ BIG_BATCHES = {"batch.size": 4_000_000, "message.max.bytes": 10_000_000, "batch.
 NO_CONFIG_SYNC = {"sync.topic.configs.enabled": False}
 
 
+def _after(took: float, work: float = 1) -> float:
+    """A later wait's bound, from how long the first step of the test took (``work``: how much more
+    there is to do than then): generous, and longer on a slower, more loaded machine."""
+    return 30 + 10 * work * took
+
+
 def _clusters(east: KafkaCluster, west: KafkaCluster) -> dict[str, str]:
     return {"east": east.bootstrap, "west": west.bootstrap}
 
@@ -106,10 +112,10 @@ def test_source_batches_larger_than_the_remote_topic_takes_are_split_and_mirrore
         "topics": topic, **NO_CONFIG_SYNC, "groups": group, "emit.checkpoints.interval.seconds": 1,
         "sync.group.offsets.enabled": True, "sync.group.offsets.interval.seconds": 1}}
     with BackgroundWorker(mirror_config(_clusters(east, west), flows)) as bg:
-        wait_until(lambda: total(west.bootstrap, remote) >= 16_000, 120, 0.5, "every record mirrored")
+        took = wait_until(lambda: total(west.bootstrap, remote) >= 16_000, 180, 0.5, "every record mirrored")
         # the target offsets are the source's here (both partitions mirrored from 0, no gap)
         wait_until(lambda: {tp.partition: o.offset for tp, o in ClusterAdmin("west", west.bootstrap)
-                            .group_offsets([group])[group].items()} == committed, 60, 0.5,
+                            .group_offsets([group])[group].items()} == committed, _after(took), 0.5,
                    "the group's offsets synced to the target")
         tasks = _tasks(bg)
     assert sum(t["split_batches"] for t in tasks) > 0
@@ -144,7 +150,8 @@ def test_source_batches_larger_than_the_remote_topic_takes_are_split_and_mirrore
     store.close()
     with BackgroundWorker(mirror_config(_clusters(east, west), flows)) as bg:
         runners = bg.worker.flows["east->west"].tasks.values()
-        wait_until(lambda: sum(r.metrics.skipped_on_resume for r in runners) == 16_000, 60, 0.2, "the resume")
+        wait_until(lambda: sum(r.metrics.skipped_on_resume for r in runners) == 16_000, _after(took), 0.2,
+                   "the resume")
     assert sum(r.metrics.batches for r in runners) == 0
     assert end_offsets(west.bootstrap, remote) == ends, "records were mirrored twice"
 
@@ -162,12 +169,12 @@ def test_a_record_larger_than_the_remote_topic_takes_holds_only_its_partition(
 
     flows: dict[str, dict[str, object]] = {"east->west": {"topics": topic, **NO_CONFIG_SYNC}}
     with BackgroundWorker(mirror_config(_clusters(east, west), flows)) as bg:
-        wait_until(lambda: any(t["held_partitions"] for t in _tasks(bg)), 120, 0.5, "partition 0 held")
-        wait_until(lambda: total(west.bootstrap, remote) >= 400, 60, 0.5, "what can be mirrored")
+        took = wait_until(lambda: any(t["held_partitions"] for t in _tasks(bg)), 180, 0.5, "partition 0 held")
+        wait_until(lambda: total(west.bootstrap, remote) >= 400, _after(took), 0.5, "what can be mirrored")
         # the sibling keeps flowing after the alarm
         produce_records(east.bootstrap, topic, [Rec(r.key, r.value, r.headers, r.timestamp, 1)
                                                 for r in _records(200, 1, tag="later")])
-        wait_until(lambda: total(west.bootstrap, remote) >= 600, 60, 0.5, "the sibling's later records")
+        wait_until(lambda: total(west.bootstrap, remote) >= 600, _after(took), 0.5, "the sibling later")
         tasks = _tasks(bg)
     assert [t["held_partitions"] for t in tasks if t["held_partitions"]] == [[f"{topic}-0"]]
     assert all(t["state"] == "RUNNING" for t in tasks)
@@ -182,7 +189,7 @@ def test_a_record_larger_than_the_remote_topic_takes_holds_only_its_partition(
     # under skip the record is left out: the partition goes on from the next one, offsets exact
     flows["east->west"]["mm2py.alarm.target.too.large"] = "skip"
     with BackgroundWorker(mirror_config(_clusters(east, west), flows)) as bg:
-        wait_until(lambda: total(west.bootstrap, remote) >= 700, 60, 0.5, "partition 0 past the record")
+        wait_until(lambda: total(west.bootstrap, remote) >= 700, _after(took), 0.5, "past the record")
         tasks = _tasks(bg)
     assert sum(t["alarms"].get("target.too.large", 0) for t in tasks) == 1
     assert not any(t["held_partitions"] for t in tasks)
@@ -204,7 +211,7 @@ def test_a_limit_lowered_while_mirroring_is_learnt_from_the_refusal(
     produce_records(east.bootstrap, topic, first, linger_ms=2000, extra=BIG_BATCHES)
     flows: dict[str, dict[str, object]] = {"east->west": {"topics": topic, **NO_CONFIG_SYNC}}
     with BackgroundWorker(mirror_config(_clusters(east, west), flows)) as bg:
-        wait_until(lambda: total(west.bootstrap, remote) >= 8000, 60, 0.5, "the first records")
+        took = wait_until(lambda: total(west.bootstrap, remote) >= 8000, 180, 0.5, "the first records")
         assert sum(t["split_batches"] for t in _tasks(bg)) == 0  # 8 MiB: nothing to split
         lowered = end_offsets(west.bootstrap, remote)[0]
         client = AdminClient({"bootstrap.servers": west.bootstrap})  # must outlive its futures
@@ -214,7 +221,7 @@ def test_a_limit_lowered_while_mirroring_is_learnt_from_the_refusal(
         for future in client.incremental_alter_configs([resource]).values():
             future.result(30)
         produce_records(east.bootstrap, topic, later, linger_ms=2000, extra=BIG_BATCHES)
-        wait_until(lambda: total(west.bootstrap, remote) >= 16_000, 120, 0.5, "the later records")
+        wait_until(lambda: total(west.bootstrap, remote) >= 16_000, _after(took, 2), 0.5, "the later records")
         tasks = bg.worker.flows["east->west"].status()["tasks"]
         runners = bg.worker.flows["east->west"].tasks.values()
         refused = sum(r.metrics.sink_failures + r.metrics.restarts for r in runners)
