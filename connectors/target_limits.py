@@ -37,11 +37,17 @@ class TargetLimits:
         self._asked: set[str] = set()
         #: topic -> the size of the batch the target refused, until the topic is asked for again
         self._refused: dict[str, int] = {}
+        #: the limit in force: the lower of the two above
+        self._limits: dict[str, int] = {}
 
     def limit(self, topic: str) -> int | None:
-        """The largest batch ``topic`` takes, when known."""
+        """The largest batch ``topic`` takes, when known (a lookup: asked per partition and put)."""
+        return self._limits.get(topic)
+
+    def _settle(self, topic: str) -> None:
         limits = [v for v in (self._configured.get(topic), self._halved.get(topic)) if v is not None]
-        return min(limits) if limits else None
+        if limits:
+            self._limits[topic] = min(limits)
 
     def unknown(self, topics: Iterable[str]) -> list[str]:
         """Those of ``topics`` to ask for before producing to them."""
@@ -65,12 +71,14 @@ class TargetLimits:
             self._asked.add(topic)
             if topic in configured:
                 self._configured[topic] = configured[topic]
+                self._settle(topic)
             refused = self._refused.pop(topic, None)
             if refused is None:
                 continue
             limit = self.limit(topic)
             if limit is None or limit >= refused:  # the configuration says it fits: halve
                 self._halved[topic] = max(1, refused // 2)
+                self._settle(topic)
                 log.warning("the target refused a batch of %d bytes to %s as too large, while its "
                             "max.message.bytes is %s: batches of at most %d bytes from now on",
                             refused, topic, limit if limit is not None else "unknown", refused // 2)
