@@ -15,6 +15,7 @@ from mm2py.connectors.mirror_sink import MirrorSink
 from mm2py.connectors.mirror_source import Linger, MirrorSource
 from mm2py.connectors.outgoing import CoalesceSettings
 from mm2py.connectors.resume import TailReconciler
+from mm2py.connectors.target_limits import Describe, TargetLimits
 from mm2py.engine.losses import policies_of
 from mm2py.engine.offset_syncs import RunSync
 from mm2py.engine.task import TaskRunner
@@ -86,6 +87,20 @@ def coalesce_settings(flow: FlowConfig) -> CoalesceSettings:
     )
 
 
+def target_limits(flow: FlowConfig) -> TargetLimits:
+    """The target topics' batch limits, read with an admin client of the target made at the first
+    question (in the thread the question runs in)."""
+    admins: list[ClusterAdmin] = []
+
+    def describe(topics: list[str]) -> Mapping[str, int]:
+        if not admins:
+            admins.append(ClusterAdmin.for_cluster(flow, "target"))
+        return admins[0].max_message_bytes(topics)
+
+    ask: Describe = describe
+    return TargetLimits(ask)
+
+
 #: fetches a task hands to the producer before the first is acknowledged (keeps the produce window
 #: full across fetch boundaries); with the fetch under way, ``PIPELINE_DEPTH + 1`` fetch responses
 #: share ``mm2py.max.inflight.bytes.per.task``
@@ -129,6 +144,8 @@ class FlowClients:
         if settings.fetcher.sessions:
             self.hub = FetchHub(self.source, settings.fetcher, _linger(flow))
         self._started: asyncio.Future[tuple[None, None]] | None = None
+        #: the target topics' batch limits, learnt once for all the flow's tasks in this process
+        self.limits = target_limits(flow)
 
     async def start(self) -> None:
         """Connect both clients (once; every task waits for the same start)."""
@@ -176,7 +193,8 @@ async def build_task(
 
     producer = RawProducer(target_client, settings.producer, mux=clients.mux if clients is not None else None)
     producer.start()  # the producer id is asked for while the task resolves its starts
-    sink = MirrorSink(producer, rename, coalesce_settings(flow), owns_cluster=clients is None)
+    sink = MirrorSink(producer, rename, coalesce_settings(flow), owns_cluster=clients is None,
+                      limits=clients.limits if clients is not None else target_limits(flow))
     return TaskRunner(
         spec, source, sink, FlowProgressKeeper(flow, clients.on_syncs if clients is not None else None),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,

@@ -8,11 +8,14 @@ would (crop, read_committed filter, compaction rebuild). A target batch may hold
 or, when the mirror merged small batches (``mm2py.coalesce.*``), a run of consecutive ones:
 :func:`mm2py.protocol.batch_merge.match_run` says how many of the next source batches it holds
 exactly (attributes, timestamps and records; producer fields excepted, the mirror replaces them),
-whatever coalescing settings and fetch boundaries were in force when it was written. Those source
-batches are already mirrored, so the source position moves past them. The first difference, or
-the end of the target, ends the walk: nothing is ever skipped that the target does not hold.
-A target that ends below the committed target end is answered with its end as the position's
-target end, unwalked: the task names it (``target.truncated``) before producing anything.
+whatever coalescing settings and fetch boundaries were in force when it was written; or the first
+records of one, when the mirror split a batch too large for the target
+(:func:`mm2py.protocol.batch_split.piece_of`: the rest of it is matched against the next target
+batches). Those source batches are already mirrored, so the source position moves past them. The
+first difference, or the end of the target, ends the walk: nothing is ever skipped that the
+target does not hold. A target that ends below the committed target end is answered with its end
+as the position's target end, unwalked: the task names it (``target.truncated``) before producing
+anything.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from mm2py.connectors.mirror_source import MirrorSource
 from mm2py.engine.task_contract import Delivered
 from mm2py.protocol.api_fetch import READ_UNCOMMITTED
 from mm2py.protocol.batch_edit import rebuild_contiguous
-from mm2py.protocol.batch_merge import match_run
+from mm2py.protocol.batch_merge import match_run, same_content
+from mm2py.protocol.batch_split import piece_of
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -84,8 +88,25 @@ class _SourceWindow:
                     break
                 candidates.append(p)
         k = match_run(target, [p.batch for p in candidates])
+        if k == 0:
+            return self._piece(target)
         taken, self.pending = self.pending[:k], self.pending[k:]
         return taken
+
+    def _piece(self, target: RecordBatch) -> list[_Prepared]:
+        """Take the first records of the leading source batch when ``target`` holds them as the
+        mirror's split writes them (the rest of the batch stays pending); none otherwise."""
+        head, n = self.pending[0], target.records_count
+        if not 0 < n < head.batch.records_count:
+            return []
+        taken = piece_of(head.batch, 0, n)
+        if not same_content(taken, target):
+            return []
+        offsets = head.offsets
+        rest = piece_of(head.batch, n, head.batch.records_count)
+        self.pending[0] = _Prepared(rest, offsets[n:] if offsets is not None else None, head.next_offset)
+        last = offsets[n - 1] if offsets is not None else taken.last_offset
+        return [_Prepared(taken, offsets[:n] if offsets is not None else None, last + 1)]
 
 
 def _delivered(tp: TopicPartition, run: list[_Prepared], tb: RecordBatch) -> Delivered:

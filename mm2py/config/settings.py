@@ -170,6 +170,9 @@ class FlowSettings(BaseModel):
     alarm_source_recreated: Literal["fail", "skip"] = Field("fail", alias="mm2py.alarm.source.recreated")
     alarm_target_truncated: Literal["fail", "skip"] = Field("fail", alias="mm2py.alarm.target.truncated")
     alarm_target_foreign: Literal["fail", "skip"] = Field("skip", alias="mm2py.alarm.target.foreign")
+    #: a record the target topic refuses even alone (over its max.message.bytes): ``fail`` holds
+    #: that partition (the others go on) until the flow is restarted, ``skip`` leaves the record out
+    alarm_target_too_large: Literal["fail", "skip"] = Field("fail", alias="mm2py.alarm.target.too.large")
     #: false: acknowledged batches' target offsets are not compared with where the last batch ended
     #: (no target.* alarm, no verified batches counted). For measuring what the comparison costs
     #: (benchmarks/README.md); the source-side alarms and every CRC check stay

@@ -25,6 +25,12 @@ cost of one comparison per acknowledged batch:
 ``FOREIGN_RECORDS``
     The target acknowledged a batch at a higher offset than the end of the last one: records of
     some other producer lie between the mirror's.
+``RECORD_TOO_LARGE``
+    A record the target topic refuses even in a batch of its own (larger than its
+    ``max.message.bytes``; larger batches are split, ``connectors/outgoing.fit``). This alarm
+    concerns one partition: ``fail`` holds that partition right before the record (its position
+    stays there, the task's other partitions go on) until the flow is restarted; ``skip`` leaves
+    the record out and mirrors on from the next one.
 
 Each has a policy per flow (``mm2py.alarm.<name>``, :data:`SETTINGS`): ``fail`` (the task stops
 with :class:`MirrorAlarmError` and stays FAILED until the flow is restarted, so two incarnations
@@ -62,6 +68,7 @@ class Alarm(enum.StrEnum):
     SOURCE_RECREATED = "source.recreated"
     TARGET_TRUNCATED = "target.truncated"
     FOREIGN_RECORDS = "target.foreign"
+    RECORD_TOO_LARGE = "target.too.large"
 
 
 class Policy(enum.StrEnum):
@@ -77,6 +84,7 @@ DEFAULT_POLICIES: Mapping[Alarm, Policy] = {
     Alarm.SOURCE_RECREATED: Policy.FAIL,
     Alarm.TARGET_TRUNCATED: Policy.FAIL,
     Alarm.FOREIGN_RECORDS: Policy.SKIP,
+    Alarm.RECORD_TOO_LARGE: Policy.FAIL,
 }
 
 #: each alarm's flow setting
@@ -95,6 +103,7 @@ ALARM_COUNTERS: Mapping[Alarm, str] = {
     Alarm.SOURCE_RECREATED: "audit_source_recreated",
     Alarm.TARGET_TRUNCATED: "audit_target_truncated",
     Alarm.FOREIGN_RECORDS: "audit_foreign_records",
+    Alarm.RECORD_TOO_LARGE: "audit_records_too_large",
 }
 
 
@@ -120,6 +129,10 @@ class AlarmEvent:
     found: int
     #: wall-clock seconds
     at: float
+    #: RECORD_TOO_LARGE: the target topic and its limit (``expected`` is the record's offset,
+    #: ``found`` the size of a batch holding it alone)
+    topic: str = ""
+    limit: int = -1
 
     def describe(self) -> str:
         tp, a, b = self.tp, self.expected, self.found
@@ -134,6 +147,9 @@ class AlarmEvent:
         if self.alarm is Alarm.TARGET_TRUNCATED:
             return (f"{tp}: the target partition ends at {b}, below the end of the mirror's last batch, "
                     f"{a} (the remote partition truncated, or deleted and created again)")
+        if self.alarm is Alarm.RECORD_TOO_LARGE:
+            return (f"{tp}: the record at offset {a} is {b} bytes in a batch of its own, over the "
+                    f"{self.limit} bytes target topic {self.topic} accepts (max.message.bytes)")
         return (f"{tp}: the target wrote the mirror's next batch at offset {b}: target offsets "
                 f"{a}..{b - 1} ({b - a}) hold records the mirror did not write")
 
@@ -183,6 +199,19 @@ class LossWatch:
         except MirrorAlarmError as exc:
             return exc
         return None
+
+    def record_too_large(self, tp: TopicPartition, topic: str, offset: int, size: int, limit: int) -> Policy:
+        """A record of ``tp`` the target refuses even alone: counted, logged and kept for the status;
+        the policy says whether its partition holds (``fail``) or the record is left out."""
+        event = AlarmEvent(Alarm.RECORD_TOO_LARGE, tp, offset, size, self.wall_clock(), topic, limit)
+        self.recent.append(event)
+        self.metrics.audit_records_too_large += 1
+        policy = self.policies[Alarm.RECORD_TOO_LARGE]
+        log.warning("task %s: %s; policy %s: %s", self.task, event.describe(), policy.value,
+                    "the partition holds there until its flow is restarted (raise the topic's "
+                    "max.message.bytes, or set mm2py.alarm.target.too.large=skip)" if policy is Policy.FAIL
+                    else "the record is left out, the partition goes on")
+        return policy
 
     def _raise(self, alarm: Alarm, tp: TopicPartition, expected: int, found: int) -> None:
         event = AlarmEvent(alarm, tp, expected, found, self.wall_clock())

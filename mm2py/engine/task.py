@@ -32,11 +32,13 @@ from mm2py.engine.scheduler import sleep_or_stop
 from mm2py.engine.starts import StartRetry
 from mm2py.engine.task_assignment import TaskAssignment
 from mm2py.engine.task_contract import (
+    THROTTLE_KEY,
     BatchSink,
     BatchSource,
     Polled,
     ProgressKeeper,
     Reconciler,
+    RefusedRecord,
     SinkError,
     TaskMetrics,
     TaskSpec,
@@ -264,7 +266,9 @@ class TaskRunner(TaskAssignment):
             self.metrics.sink_failures += 1
             then = ("failing the task, whose restart reads what the target holds" if exc.restart
                     else "retrying from the last acknowledged batch")
-            log.warning("task %s: produce failed, %s: %s", self.spec.task_id, then, exc)
+            # the log throttle folds repeats of one cause on one partition only (``throttle``)
+            log.warning("task %s: produce failed, %s: %s", self.spec.task_id, then, exc,
+                        extra={THROTTLE_KEY: exc.kind})
         observe_acks(self.metrics.times, [(d.source, d.max_timestamp) for d in delivered], self.wall_clock())
         syncs: list[OffsetSync] = []
         pos, verified, alarm, verify = self._pos, 0, None, self.verify
@@ -282,6 +286,8 @@ class TaskRunner(TaskAssignment):
             self.metrics.bytes += d.size
             if d.record_offsets is not None:
                 self.metrics.rebuilt_batches += 1
+            if d.split:
+                self.metrics.split_batches += 1
             syncs.extend(self.planner.on_batch(
                 d.source, d.source_first, d.source_last, d.target_first, d.record_offsets
             ))
@@ -291,6 +297,8 @@ class TaskRunner(TaskAssignment):
                 if (end := put.ends.get(tp)) is not None and tp in pos:
                     pos.pass_filtered(tp, batches[-1].next_offset, end)
         self.metrics.audit_verified_batches += verified
+        for refused in failure.refused if failure is not None else ():
+            self._refused(refused)
         if syncs:
             self.metrics.syncs += len(syncs)
             self.progress.send_syncs(syncs)
@@ -299,6 +307,23 @@ class TaskRunner(TaskAssignment):
         if alarm is not None:
             raise alarm
         return ok
+
+    def _refused(self, r: RefusedRecord) -> None:
+        """The sink held ``r.source`` right before a record the target refuses even alone: once the
+        partition is acknowledged up to it, the alarm, and the record left out (``skip``) or the
+        partition held there (``fail``); else (an earlier batch failed) it comes again."""
+        pos = self._pos
+        if r.source not in pos or pos.acked[r.source] != r.offset:
+            return
+        if self.losses.record_too_large(r.source, r.topic, r.offset, r.size, r.limit) is Policy.SKIP:
+            pos.skip_record(r.source, r.offset)
+        else:
+            pos.hold(r.source)
+
+    @property
+    def held_partitions(self) -> list[str]:
+        """The partitions held at a record the target refuses (``target.too.large`` under ``fail``)."""
+        return sorted(str(tp) for tp in self._pos.held)
 
     async def _commit(self, force: bool) -> None:
         if force:  # now, every partition (snapshotted on the event loop); raises if it failed

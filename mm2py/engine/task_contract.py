@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mm2py.engine.latency import PartitionTimes
 from mm2py.errors import Mm2pyError
 from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.errors_codes import BrokerError
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -84,6 +85,20 @@ class Delivered:
     #: maxTimestamp of the batch the target acknowledged (a merged batch's: its newest record),
     #: -1 when unknown (replication latency is measured from it)
     max_timestamp: int = -1
+    #: one of the pieces a source batch too large for the target was split into
+    split: bool = False
+
+
+@dataclass(frozen=True)
+class RefusedRecord:
+    """A record of source partition ``source`` the target refuses even alone: a batch of it alone is
+    ``size`` bytes, over target topic ``topic``'s ``limit`` (its ``max.message.bytes``)."""
+
+    source: TopicPartition
+    topic: str
+    offset: int
+    size: int
+    limit: int
 
 
 #: how long a task's start asks for a new partition's offsets before leaving it for a later
@@ -170,6 +185,11 @@ class PutTask:
         return self._task.result()
 
 
+#: a log record's attribute (``extra``) naming what it is about beyond its template and first
+#: argument: the log throttle (``runtime/log_throttle.py``) folds repeats of one such kind only
+THROTTLE_KEY = "throttle_key"
+
+
 class TaskError(Mm2pyError):
     """A mirror task cannot go on; the task is marked FAILED with this as its trace."""
 
@@ -179,12 +199,28 @@ class SinkError(TaskError):
     acknowledged before the failure, a prefix per partition. Without ``restart`` the target holds
     exactly that prefix, and the task fetches again from there. ``restart``: it may hold more
     (what it holds must be read from it), so the task fails and is started again from its
-    committed progress, which resumes exactly from the target's tail."""
+    committed progress, which resumes exactly from the target's tail. ``refused``: records the
+    target refuses even alone, each holding its partition right before it (nothing of the
+    partition after it was produced)."""
 
-    def __init__(self, message: str, delivered: list[Delivered], *, restart: bool = False) -> None:
+    def __init__(self, message: str, delivered: list[Delivered], *, restart: bool = False,
+                 refused: Sequence[RefusedRecord] = (), partitions: Sequence[TopicPartition] = ()) -> None:
+        """``partitions``: the target partitions that failed (those ``refused`` held too)."""
         super().__init__(message)
         self.delivered = delivered
         self.restart = restart
+        self.refused = list(refused)
+        self.partitions = tuple(partitions)
+
+    @property
+    def kind(self) -> str:
+        """What failed where, for telling one failure from another in the log (the log throttle
+        folds repeats of one kind only): the cause — a broker's error by its name, another error by
+        its type — and the failed partitions; not the message, which changes from retry to retry."""
+        cause = self.__cause__
+        name = (cause.info.name if isinstance(cause, BrokerError) else type(cause).__name__
+                if cause is not None else "held" if self.refused or not self.partitions else "failed")
+        return f"{name} on {', '.join(sorted(str(tp) for tp in self.partitions)) or 'no partition named'}"
 
 
 class ProgressKeeper(Protocol):
@@ -209,6 +245,8 @@ class TaskMetrics:
     records: int = 0
     bytes: int = 0
     rebuilt_batches: int = 0
+    #: batches produced as pieces of a source batch too large for the target topic
+    split_batches: int = 0
     sink_failures: int = 0
     offsets_lost_to_retention: int = 0
     syncs: int = 0
@@ -223,6 +261,7 @@ class TaskMetrics:
     audit_source_recreated: int = 0
     audit_target_truncated: int = 0
     audit_foreign_records: int = 0
+    audit_records_too_large: int = 0
     lag: dict[TopicPartition, int] = field(default_factory=dict)
     #: replication latency, record age and lag in time per partition (see engine.latency)
     times: dict[TopicPartition, PartitionTimes] = field(default_factory=dict)

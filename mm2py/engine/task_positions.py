@@ -9,6 +9,9 @@ A partition's row holds four values, each with one meaning:
   is what a commit stores beside ``acked`` and what the ``target.*`` alarms compare with;
 - ``topic_id``: the source topic id ``acked`` is in (None: not known yet).
 
+A partition may be *held*: not fetched, its position kept where it stands (a record there the
+target refuses, ``target.too.large`` under ``fail``), while the task's other partitions go on.
+
 Invariants kept here (every change goes through a method of this class):
 
 - **ACKED_BEHIND_FETCH**: ``acked <= fetch`` for every partition.
@@ -40,6 +43,7 @@ class TaskPositions:
         self._acked: dict[TopicPartition, int] = {}
         self._target_next: dict[TopicPartition, int | None] = {}
         self._topic_ids: dict[TopicPartition, str] = {}
+        self._held: set[TopicPartition] = set()
         #: read-only views for the committer and the runtime's status (no copy per read)
         self.acked: Mapping[TopicPartition, int] = MappingProxyType(self._acked)
         self.target_next: Mapping[TopicPartition, int | None] = MappingProxyType(self._target_next)
@@ -61,13 +65,23 @@ class TaskPositions:
     def wanted(self, until: Mapping[TopicPartition, int] | None) -> dict[TopicPartition, int]:
         """What the next fetch asks for: every fetch position, or those below ``until`` (a round)."""
         pos = self._fetch  # a copy at C speed when nothing bounds it (thousands of partitions)
+        if self._held:
+            held = self._held
+            return {tp: o for tp, o in pos.items()
+                    if tp not in held and (until is None or o < until.get(tp, 0))}
         return dict(pos) if until is None else {tp: o for tp, o in pos.items() if o < until.get(tp, 0)}
+
+    @property
+    def held(self) -> frozenset[TopicPartition]:
+        """The partitions held where they stand (not fetched)."""
+        return frozenset(self._held)
 
     # -- changing ------------------------------------------------------------------------------
     def start(self, tp: TopicPartition, acked: int, target_next: int | None, topic_id: str | None) -> None:
         """A partition taken into the task, fetched from where it was acknowledged."""
         self._acked[tp] = self._fetch[tp] = acked
         self._target_next[tp] = target_next
+        self._held.discard(tp)
         if topic_id is not None:
             self._topic_ids[tp] = topic_id
 
@@ -77,6 +91,21 @@ class TaskPositions:
         self._fetch.pop(tp, None)
         self._target_next.pop(tp, None)
         self._topic_ids.pop(tp, None)
+        self._held.discard(tp)
+
+    def hold(self, tp: TopicPartition) -> None:
+        """Stop fetching ``tp``; its position stays where it stands."""
+        self._held.add(tp)
+
+    def skip_record(self, tp: TopicPartition, offset: int) -> bool:
+        """Leave out the record at ``offset``, where the partition is acknowledged up to: the
+        position moves past it (fetching too, if it stood there). False if it stands elsewhere."""
+        if self._acked.get(tp) != offset:
+            return False
+        self._acked[tp] = offset + 1
+        if self._fetch[tp] <= offset:
+            self._fetch[tp] = offset + 1
+        return True
 
     def fetched(self, tp: TopicPartition, next_offset: int) -> int:
         """Batches up to ``next_offset`` handed to the sink; the new fetch position."""

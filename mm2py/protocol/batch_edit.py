@@ -43,6 +43,7 @@ __all__ = [
     "increment_sequence",
     "needs_rebuild",
     "rebuild_contiguous",
+    "reencode",
     "set_producer_state",
     "strip_producer_state",
 ]
@@ -158,7 +159,7 @@ def set_producer_state(
 
 
 # ------------------------------------------------------------------------- record-level edits
-def _reencode(
+def reencode(
     batch: RecordBatch,
     section: bytes,
     kept: list[RawRecord],
@@ -170,6 +171,9 @@ def _reencode(
     last_offset_delta: int,
     base_sequence: int,
 ) -> RecordBatch:
+    """``kept`` records of ``batch`` (framings read from its uncompressed ``section``) as a new
+    batch with the same codec and attributes: each record reframed with its offset delta and its
+    timestamp delta from ``base_timestamp``, key, value and headers copied as they are."""
     old_base_ts = batch.base_timestamp
     out = bytearray()
     try:
@@ -224,7 +228,7 @@ def crop(batch: RecordBatch, start_offset: int) -> RecordBatch | None:
     new_base_ts = old_ts if batch.has_delete_horizon else abs_ts[0]
     max_ts = batch.max_timestamp if batch.timestamp_type == 1 else max(abs_ts)
     seq = batch.base_sequence
-    return _reencode(
+    return reencode(
         batch,
         section,
         kept,
@@ -259,7 +263,7 @@ def rebuild_contiguous(batch: RecordBatch) -> tuple[RecordBatch, list[int]]:
             )
     new_base = offsets[0]
     seq = batch.base_sequence
-    rebuilt = _reencode(
+    rebuilt = reencode(
         batch,
         section,
         raws,

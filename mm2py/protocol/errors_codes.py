@@ -22,6 +22,7 @@ LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
 MESSAGE_TOO_LARGE = 10
+RECORD_LIST_TOO_LARGE = 18
 NETWORK_EXCEPTION = 13
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
@@ -42,6 +43,9 @@ INVALID_RECORD = 87
 PRODUCER_FENCED = 90
 UNKNOWN_TOPIC_ID = 100
 INCONSISTENT_TOPIC_ID = 103
+
+#: the target refused a batch (or a request's records for a partition) as larger than it accepts
+TOO_LARGE = frozenset({MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE})
 
 # Codes after which a client must refresh metadata before retrying (leadership/topic moved).
 _INVALIDATES_METADATA = frozenset(

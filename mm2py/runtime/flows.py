@@ -311,10 +311,12 @@ def _task_status(task_id: int, task: TaskView) -> dict[str, Any]:
         "id": task_id, "state": task.state, "trace": task.trace,
         "partitions": [str(tp) for tp in task.partitions],
         "batches": m.batches, "records": m.records, "bytes": m.bytes,
-        "rebuilt_batches": m.rebuilt_batches, "syncs": m.syncs,
+        "rebuilt_batches": m.rebuilt_batches, "split_batches": m.split_batches, "syncs": m.syncs,
         "lag": sum(m.lag.values()), "restarts": m.restarts,
         # the alarms (engine/losses.py): counts, and the newest in words where the task keeps them
         "verified_batches": m.audit_verified_batches,
         "alarms": alarm_counts(m),
         "recent_alarms": recent_alarms(task),
+        # partitions held at a record the target refuses (target.too.large under fail)
+        "held_partitions": list(getattr(task, "held_partitions", ())),
     }

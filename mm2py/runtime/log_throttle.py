@@ -3,8 +3,10 @@
 While a cluster stays unreachable the same few warnings come back on every retry (a produce
 failed, a commit failed, a fetch failed), several times a second per task. :class:`RepeatFilter`
 lets the first through and then one per ``interval`` for each *kind* of line — its logger, its
-message template and its first argument (a task id, a flow name) — with the number held back
-meanwhile, so the log says what is wrong at once and then at a slow, steady pace.
+message template, its first argument (a task id, a flow name) and what the line says it is about
+when it says so (the ``throttle_key`` of its ``extra``: a failed produce's cause and partitions,
+``SinkError.kind``) — with the number held back meanwhile, so the log says what is wrong at once
+and then at a slow, steady pace, and two different problems are never folded into one line.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+
+from mm2py.engine.task_contract import THROTTLE_KEY
 
 __all__ = ["RepeatFilter", "install"]
 
@@ -24,14 +28,14 @@ class RepeatFilter(logging.Filter):
         self.interval = interval
         self.level = level  # lines below it always pass
         self.clock = clock
-        self._last: dict[tuple[str, str, str], tuple[float, int]] = {}  # kind -> (logged at, held back)
+        self._last: dict[tuple[str, str, str, str], tuple[float, int]] = {}  # kind -> (logged at, held back)
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < self.level:
             return True
         first = record.args[0] if isinstance(record.args, tuple) and record.args else ""
-        kind = (record.name, str(record.msg), str(first))
+        kind = (record.name, str(record.msg), str(first), str(getattr(record, THROTTLE_KEY, "")))
         now = self.clock()
         with self._lock:
             logged_at, held = self._last.get(kind, (float("-inf"), 0))

@@ -25,6 +25,7 @@ _TASK_COUNTER_HELP = {
     "records": "Records delivered to the target",
     "bytes": "Record batch bytes delivered to the target",
     "rebuilt_batches": "Batches rebuilt because the source had offset gaps (compaction)",
+    "split_batches": "Batches produced as pieces of a source batch larger than the target topic accepts",
     "syncs": "Offset syncs emitted",
     "commits": "Progress commits",
     "commit_failures": "Progress commits that failed (retried on the next interval)",
@@ -39,6 +40,7 @@ _TASK_COUNTER_HELP = {
     "audit_source_recreated": "Alarms: the source topic deleted and created again (a new topic id)",
     "audit_target_truncated": "Alarms: the target went back below the end of the mirror's last batch",
     "audit_foreign_records": "Alarms: records of another producer found between the mirror's on the target",
+    "audit_records_too_large": "Alarms: records larger than the target topic accepts even alone",
 }
 #: one help text per task counter, in TASK_COUNTERS' order (a counter without one fails at import)
 _TASK_COUNTERS = {name: _TASK_COUNTER_HELP[name] for name in TASK_COUNTERS}

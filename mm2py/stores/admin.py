@@ -189,6 +189,24 @@ class ClusterAdmin(TopicAclCalls):
             }
         return out
 
+    def max_message_bytes(self, topics: Iterable[str]) -> dict[str, int]:
+        """Each topic's ``max.message.bytes`` as the brokers apply it (set on the topic, or the
+        broker's ``message.max.bytes`` default): the largest batch it accepts. A topic that cannot
+        be described (absent, not allowed) is left out."""
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+        out: dict[str, int] = {}
+        if not resources:
+            return out
+        for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
+            try:
+                entry = self._result(fut, f"describing configs of {res.name}").get("max.message.bytes")
+            except KafkaException as exc:
+                log.warning("describe configs of %s on %s: %s", res.name, self.alias, exc)
+                continue
+            if entry is not None and entry.value is not None:
+                out[res.name] = int(entry.value)
+        return out
+
     def create_topics(self, topics: Iterable[TopicSpec]) -> list[str]:
         """Create topics; ones that already exist are fine. Returns the names created."""
         created: list[str] = []

@@ -97,6 +97,8 @@ class TaskStatus(BaseModel):
     records: int
     bytes: int
     rebuilt_batches: int
+    #: batches produced as pieces of a source batch larger than the target topic accepts
+    split_batches: int = 0
     syncs: int
     lag: int
     restarts: int = 0  # failed and started again by the worker (with back-off)
@@ -105,6 +107,8 @@ class TaskStatus(BaseModel):
     #: alarms raised so far, by name (``target.foreign``: 2), and the newest in words
     alarms: dict[str, int] = Field(default_factory=dict)
     recent_alarms: list[str] = Field(default_factory=list)
+    #: partitions held at a record the target refuses even alone (``target.too.large``: fail)
+    held_partitions: list[str] = Field(default_factory=list)
 
 
 class FlowStatus(BaseModel):

@@ -67,7 +67,9 @@ def _task_row(task_id: int, task: Any) -> dict[str, Any]:
             "records": m.records, "bytes": m.bytes, "lag": sum(m.lag.values()), "restarts": m.restarts,
             # continuous verification (engine/losses.py): batches verified, alarms by name, the newest
             "verified_batches": m.audit_verified_batches, "alarms": alarm_counts(m),
-            "recent_alarms": recent_alarms(task)}
+            "recent_alarms": recent_alarms(task), "split_batches": m.split_batches,
+            # partitions held at a record the target refuses even alone (target.too.large: fail)
+            "held_partitions": list(getattr(task, "held_partitions", ()))}
 
 
 def _dumps(value: Any) -> str:

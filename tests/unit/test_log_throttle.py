@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 
+from mm2py.engine.task_contract import THROTTLE_KEY, SinkError
+from mm2py.protocol.errors_codes import BrokerError
+from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.log_throttle import RepeatFilter
 
 
@@ -36,3 +39,37 @@ def test_other_lines_and_lower_levels_are_left_alone() -> None:
     assert f.filter(record("task %s: committing progress failed (%s); will retry", 0, "x"))
     assert all(f.filter(record("task %s: now mirroring %d partitions", 0, 3, level=logging.INFO))
                for _ in range(5))
+
+
+def test_two_causes_or_two_partitions_are_never_folded_into_one_line() -> None:
+    """The same template and task, but what each line is about differs (its ``throttle_key``: a
+    refusal's cause and partition): each kind passes; repeats of one kind are still held back."""
+    f = RepeatFilter(interval=60, clock=lambda: 0.0)
+    produce_failed = "task %s: produce failed, %s: %s"
+
+    def line(key: str, reason: str) -> logging.LogRecord:
+        r = record(produce_failed, 0, "retrying from the last acknowledged batch", reason)
+        setattr(r, THROTTLE_KEY, key)
+        return r
+
+    too_large = line("MESSAGE_TOO_LARGE on east.a-0", "Kafka error 10: MESSAGE_TOO_LARGE")
+    invalid = line("INVALID_RECORD on east.b-1", "Kafka error 87: INVALID_RECORD")
+    elsewhere = line("MESSAGE_TOO_LARGE on east.a-1", "Kafka error 10: MESSAGE_TOO_LARGE")
+    assert [f.filter(r) for r in (too_large, invalid, elsewhere)] == [True, True, True]
+    assert not f.filter(line("INVALID_RECORD on east.b-1", "Kafka error 87: INVALID_RECORD (again)"))
+
+
+def test_a_task_names_each_failed_produce_by_its_cause_and_partitions() -> None:
+    """What the task's warning is keyed by: the broker error's name and the failed partitions (not
+    the message, which changes from retry to retry)."""
+    a, b = TopicPartition("east.a", 0), TopicPartition("east.b", 1)
+
+    def failed(code: int, *partitions: TopicPartition, detail: str = "") -> SinkError:
+        try:
+            raise SinkError("x", [], partitions=partitions) from BrokerError(code, detail)
+        except SinkError as exc:
+            return exc
+
+    assert failed(10, a).kind == "MESSAGE_TOO_LARGE on east.a-0"
+    assert failed(10, a, detail="once").kind == failed(10, a, detail="twice").kind
+    assert len({failed(10, a).kind, failed(87, a).kind, failed(10, b).kind, failed(10, a, b).kind}) == 4

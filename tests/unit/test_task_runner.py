@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 
 from mm2py.engine.losses import Alarm, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.task import TaskRunner
-from mm2py.engine.task_contract import Delivered, Polled, SinkError, TaskSpec, TaskState
+from mm2py.engine.task_contract import Delivered, Polled, RefusedRecord, SinkError, TaskSpec, TaskState
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.records import RecordBatch
@@ -317,3 +317,74 @@ def test_a_target_that_ends_below_the_committed_end_is_named_before_anything_is_
     run(runner, {TP: 8})  # skip: counted, and the mirror goes on where the target now ends
     assert values(sink) == expected(range(4, 8)) and runner.metrics.audit_target_truncated == 1
     assert runner.metrics.audit_verified_batches >= 1 and runner.committed_positions()[TP].target == 4
+
+
+class RefusingSink(MemorySink):
+    """A target that refuses the record at ``refused`` of TP even alone: as the real sink does, the
+    batches before it are produced, TP holds there (nothing later of it) until ``recover``."""
+
+    def __init__(self, refused: int) -> None:
+        super().__init__()
+        self.refused = refused
+        self.held = False
+
+    async def put(self, work: Sequence[tuple[TopicPartition, list[RecordBatch]]]) -> list[Delivered]:
+        refused: list[RefusedRecord] = []
+        held = self.held
+        kept: list[tuple[TopicPartition, list[RecordBatch]]] = []
+        for tp, batches in work:
+            if tp == TP and not held and any(b.base_offset == self.refused for b in batches):
+                batches = [b for b in batches if b.base_offset < self.refused]
+                refused.append(RefusedRecord(TP, "east.orders", self.refused, 2_000_000, 1_048_588))
+                held = self.held = True
+            elif tp == TP and held:
+                batches = []
+            kept.append((tp, batches))
+        delivered = await super().put(kept)
+        if held:
+            raise SinkError("held", delivered, refused=refused)
+        return delivered
+
+    def recover(self) -> None:
+        self.held = False
+
+
+@pytest.mark.parametrize("policy", ["fail", "skip"])
+def test_a_record_the_target_refuses_alone_holds_its_partition_or_is_left_out(policy: str) -> None:
+    """The record at 3 is refused even alone: ``fail`` holds TP right before it (its position stays
+    at 3, its sibling goes on), ``skip`` leaves it out and the offset syncs map past it exactly."""
+    sibling = TopicPartition("orders", 1)
+    logs = {TP: Log([batch(0, 3), batch(3, 1), batch(4, 3)], end=7),
+            sibling: Log([batch(i, 1) for i in range(10)], end=10)}  # ten fetches: flowing after it
+    sink, ckpt = RefusingSink(3), MemoryProgress()
+    runner = TaskRunner(TaskSpec(None, 0, tuple(logs)), MemorySource(logs, per_fetch=1), sink, ckpt,
+                        offset_lag_max=5, commit_interval=0, retry_backoff=0,
+                        alarms={Alarm.RECORD_TOO_LARGE: Policy(policy)})
+
+
+    async def mirror(done: Callable[[], bool]) -> None:
+        stop = asyncio.Event()
+        running = asyncio.create_task(runner.run(stop))
+        while not done() and not running.done():
+            await asyncio.sleep(0.001)
+        stop.set()
+        await running
+
+    acked = runner.positions
+    if policy == "fail":
+        held = lambda: bool(runner.held_partitions) and acked().get(sibling) == 10  # noqa: E731
+        asyncio.run(asyncio.wait_for(mirror(held), 10))
+        assert runner.held_partitions == [str(TP)] and acked()[TP] == 3 and values(sink) == expected(range(3))
+        assert TP not in runner._wanted(None)
+    else:
+        asyncio.run(asyncio.wait_for(mirror(lambda: acked().get(TP) == 7 and acked().get(sibling) == 10), 10))
+        assert values(sink) == expected(range(0, 3), range(4, 7)) and runner.held_partitions == []
+        store = OffsetSyncStore()
+        for s in ckpt.syncs:
+            store.add(s)
+        assert [store.translate(TP, u, downstream_end=6) for u in (2, 4, 6, 7)] == [2, 3, 5, 6]
+    assert values(sink, sibling) == expected(range(0, 10))
+    assert runner.metrics.audit_records_too_large == 1
+    [alarm] = [a for a in (e.describe() for e in runner.losses.recent)]
+    assert "orders-0" in alarm and "offset 3" in alarm and "2000000 bytes" in alarm
+    assert "1048588 bytes target topic east.orders" in alarm

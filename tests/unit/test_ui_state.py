@@ -124,6 +124,17 @@ def test_a_tasks_verified_batches_and_alarms_are_on_the_page(worker: Worker) -> 
     assert "t.verified_batches" in script and "t.recent_alarms" in script
 
 
+def test_a_partition_held_at_a_record_too_large_is_named_on_the_page(worker: Worker) -> None:
+    http, _ = _client(worker)
+    task = Task((TP0,))
+    task.metrics.split_batches = 12
+    task.held_partitions = [str(TP0)]  # type: ignore[attr-defined]
+    worker.flows["east->west"].tasks[0] = task  # type: ignore[assignment]
+    (row,) = http.get("/ui/state").json()["flows"][0]["tasks"]
+    assert (row["split_batches"], row["held_partitions"]) == (12, [str(TP0)])
+    assert "t.held_partitions" in http.get("/ui/app.js").text
+
+
 def test_the_first_state_samples_at_once(worker: Worker) -> None:
     http, sampler = _client(worker)
     assert sampler.count == 0

@@ -333,7 +333,9 @@ function renderDetails(card) {
   $(".task-errors", el).innerHTML = f.tasks.filter((t) => t.trace).map((t) =>
     `<details class="task-error" open><summary class="error">task ${t.id}: last error</summary><pre class="trace">${esc(t.trace)}</pre></details>`).join("") +
     f.tasks.filter((t) => (t.recent_alarms || []).length).map((t) =>
-    `<details class="task-error"><summary class="error">task ${t.id}: alarms</summary><pre class="trace">${esc(t.recent_alarms.join("\n"))}</pre></details>`).join("");
+    `<details class="task-error"><summary class="error">task ${t.id}: alarms</summary><pre class="trace">${esc(t.recent_alarms.join("\n"))}</pre></details>`).join("") +
+    f.tasks.filter((t) => (t.held_partitions || []).length).map((t) =>
+    `<details class="task-error" open><summary class="error">task ${t.id}: partitions held at a record the target refuses (see its alarms)</summary><pre class="trace">${esc(t.held_partitions.join("\n"))}</pre></details>`).join("");
   renderPartitions(card);
   if (card.selected) partitionChart(card);
 }
