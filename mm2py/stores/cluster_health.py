@@ -19,7 +19,7 @@ from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.stores.reachability import accepts_connections
 
 __all__ = ["BrokerRefusedError", "ClusterHealth", "ClusterSecurityError", "StoreError",
-           "interrupt_admin_calls"]
+           "admin_calls_interrupted", "interrupt_admin_calls"]
 
 
 class StoreError(Mm2pyError):
@@ -48,6 +48,11 @@ _INTERRUPTED = threading.Event()
 def interrupt_admin_calls() -> None:
     """Make every admin call still waiting for a cluster fail now (the process is stopping)."""
     _INTERRUPTED.set()
+
+
+def admin_calls_interrupted() -> bool:
+    """The process is stopping: an admin call that failed now may have been cut short."""
+    return _INTERRUPTED.is_set()
 
 
 class ClusterHealth:
