@@ -45,7 +45,7 @@ class _State:
         self.signals = 0
         self.last: int | None = None
         #: the clean stop of the phase under way (None: nothing to stop, unwind instead)
-        self.stopper: Callable[[], None] | None = None
+        self.stopper: Callable[[], object] | None = None
         #: the command returned: any signal now ends the process at once
         self.exiting = False
 
@@ -111,7 +111,7 @@ def handling() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def stop_on_signals(stopper: Callable[[], None]) -> Iterator[None]:
+def stop_on_signals(stopper: Callable[[], object]) -> Iterator[None]:
     """While the block runs, a first signal calls ``stopper`` (from the signal handler: it must
     only hand the stop over, e.g. ``loop.call_soon_threadsafe``) instead of unwinding. A signal
     that came before the block and did not unwind the command (something caught its

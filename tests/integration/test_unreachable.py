@@ -18,7 +18,7 @@ import pytest
 
 from mm2py.errors import ClusterUnreachableError
 from mm2py.stores.admin import ClusterAdmin
-from tests.support.interrupted_run import LOADING, CommandRun
+from tests.support.interrupted_run import LOADING, TIMED, CommandRun, assert_clean_stop, interrupt_at
 
 pytestmark = pytest.mark.integration
 
@@ -120,6 +120,23 @@ def test_sigint_against_a_silent_cluster_stops_cleanly_in_every_phase(
             assert "interrupted: the process is stopping" in run.text()  # the wait was cut short
     finally:
         run.kill()
+
+
+def test_sigint_against_a_silent_cluster_at_issue_48s_moments_stops_cleanly(
+    tmp_path: Path, silent_port: int
+) -> None:
+    """Four runs at once, interrupted 0.2, 1, 4 and 10 s after mm2py's code took over in each:
+    whatever each was doing then (loading, or its start-up waiting for the cluster), a clean exit
+    with the documented status and no traceback."""
+    config = _config(tmp_path, f"127.0.0.1:{silent_port}", **{"admin.timeout.ms": 600_000})
+    runs = [CommandRun(["run", "-c", str(config)], tmp_path, f"run{i}") for i in range(len(TIMED))]
+    try:
+        served = interrupt_at(list(zip(runs, TIMED, strict=True)))
+        for run in runs:
+            assert_clean_stop(run, served[run])
+    finally:
+        for run in runs:
+            run.kill()
 
 
 def test_a_request_the_broker_refuses_is_not_called_unreachable(east: Any) -> None:

@@ -17,13 +17,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 #: a guard on the very first wait only (nothing is measured yet); pytest's own timeout is longer
 FIRST_LINE_GUARD = 240.0
 #: the importtime line of the command's first mm2py module after the Ctrl-C policy is installed
 LOADING = "loading"
+#: the moments of issue 48's Ctrl-C check: seconds after mm2py's code took over (on a quiet
+#: machine: its modules loading, start-up, its flows set up, mirroring)
+TIMED = (0.2, 1.0, 4.0, 10.0)
 _LOADING_LINE = re.compile(r"^import time:.*\|\s*mm2py\.cli$", re.MULTILINE)
 
 
@@ -62,13 +65,19 @@ class CommandRun:
             return _LOADING_LINE.search(self.err.read_text()) is not None
         return milestone in self.text()
 
+    def seen_loading(self) -> bool:
+        """Whether mm2py's code runs yet (measuring :attr:`loaded` the first time it does)."""
+        if self.loaded is None and self._reached(LOADING):
+            self.loaded = time.monotonic() - self.spawned
+        return self.loaded is not None
+
     def wait_for(self, milestone: str | Callable[[], bool], units: float = 10.0, plus: float = 0.0) -> float:
         """Wait until ``milestone`` (:data:`LOADING`, a text the command printed, or a condition)
         holds, for at most ``units`` times :attr:`unit` once the first line came (and ``plus``
         seconds: a period the command was configured to wait); the seconds since spawn."""
         if self.loaded is None:
-            self._wait(lambda: self._reached(LOADING), FIRST_LINE_GUARD, "mm2py's code to run")
-            self.loaded = time.monotonic() - self.spawned
+            self._wait(self.seen_loading, FIRST_LINE_GUARD, "mm2py's code to run")
+        assert self.loaded is not None
         if milestone == LOADING:
             return self.loaded
         if self.first_line is None:
@@ -115,3 +124,34 @@ class CommandRun:
         """Exit ``expected``, and no traceback on stderr."""
         assert status == expected, f"exit {status}, expected {expected}:\n{self.text()}"
         assert "Traceback" not in self.stderr(), self.stderr()
+
+
+def interrupt_at(runs: Sequence[tuple[CommandRun, float]]) -> dict[CommandRun, bool]:
+    """Interrupt each of ``runs`` (started together) its ``seconds`` after mm2py's code took over
+    in it; for each, whether it had printed its first line by then (its worker was set up)."""
+    pending, served = dict(runs), {}
+    guard = time.monotonic() + FIRST_LINE_GUARD + max(pending.values())
+    while pending:
+        for run, seconds in list(pending.items()):
+            if run.proc.poll() is not None:
+                raise AssertionError(f"mm2py exited ({run.proc.returncode}) early:\n{run.text()}")
+            if run.seen_loading() and time.monotonic() - run.spawned >= (run.loaded or 0) + seconds:
+                served[run] = bool(run.out.read_text().strip())
+                run.interrupt()
+                del pending[run]
+        assert time.monotonic() < guard, "mm2py's code never ran"
+        time.sleep(0.005)
+    return served
+
+
+def assert_clean_stop(run: CommandRun, served: bool) -> None:
+    """A run interrupted after its worker was set up stops cleanly (0, ``stopped ...`` printed);
+    one interrupted before may also have been unwinding still (130, nothing printed); no traceback."""
+    status, _ = run.finish()
+    stopped = "stopped" in run.out.read_text()
+    if served or status == 0:
+        run.assert_clean(status, 0)
+        assert stopped, run.text()
+    else:
+        run.assert_clean(status, 130)
+        assert not stopped, run.text()
