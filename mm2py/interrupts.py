@@ -10,13 +10,15 @@ The policy, by phase of the process:
 * **Serving** (``mm2py run`` once its event loop is up, :func:`stop_on_signals`): the signal asks
   the worker to stop cleanly (every task commits its position); the command then exits 0.
 * **A second signal**, in any phase after the first (the stop is still under way, or the
-  unwinding is slow), or any signal once the command has returned (threads being joined at the
-  interpreter's exit): the process says so on stderr and ends at once (``os._exit``) with status
+  unwinding is slow): the process says so on stderr and ends at once (``os._exit``) with status
   128 + the signal's number. Positions since the last commit are then not committed.
+* **Any signal once the command has returned** (the interpreter joining threads at exit): the
+  process ends at once with the command's own status, saying so.
 
 Only the main thread runs Python's signal handlers; the handler does nothing but count, write to
-stderr with ``os.write`` and call what was registered (``loop.call_soon_threadsafe``, which the
-standard library's own ``asyncio.Runner`` also calls from a signal handler). This module imports
+stderr with ``os.write``, flush the command's output before a forced exit, and call what was
+registered (``loop.call_soon_threadsafe``, which the standard library's own ``asyncio.Runner``
+also calls from a signal handler). This module imports
 nothing of mm2py, so the command's entry (:mod:`mm2py.command`) installs it before any heavy import.
 """
 
@@ -25,11 +27,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import NoReturn
 
-__all__ = ["FORCED_MESSAGE", "guarded", "install", "installed", "interrupted_status", "stop_on_signals"]
+__all__ = ["FORCED_MESSAGE", "guarded", "handling", "install", "interrupted_status", "stop_on_signals"]
 
 #: the signals the command handles (both ask for the same stop)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -46,8 +50,9 @@ class _State:
         self.last: int | None = None
         #: the clean stop of the phase under way (None: nothing to stop, unwind instead)
         self.stopper: Callable[[], object] | None = None
-        #: the command returned: any signal now ends the process at once
+        #: the command returned: any signal now ends the process at once, with this status
         self.exiting = False
+        self.exit_status: int | None = None
 
 
 _state = _State()
@@ -61,16 +66,25 @@ def _write(text: str) -> None:
 def _on_signal(signum: int, _frame: FrameType | None) -> None:
     _state.signals += 1
     _state.last = signum
-    if _state.signals > 1 or _state.exiting:
-        what = FORCED_MESSAGE if _state.signals > 1 else "mm2py: interrupted while exiting: exiting now"
-        _write(what)
-        os._exit(128 + signum)
+    if _state.exiting:  # the command is over (threads being joined): its status, at once
+        status = _state.exit_status
+        _exit("mm2py: interrupted while exiting: exiting now", 128 + signum if status is None else status)
+    if _state.signals > 1:
+        _exit(FORCED_MESSAGE, 128 + signum)
     stopper = _state.stopper
     if stopper is None:
         raise KeyboardInterrupt  # nothing started yet: unwind (guarded() gives 128 + signum)
     name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
     _write(f"mm2py: {name}: stopping and committing progress (Ctrl-C again to exit at once)")
     stopper()
+
+
+def _exit(message: str, status: int) -> NoReturn:
+    for stream in (sys.stdout, sys.stderr):  # what the command printed (a reentrant flush: skipped)
+        with contextlib.suppress(Exception):
+            stream.flush()
+    _write(message)
+    os._exit(status)
 
 
 def install() -> None:
@@ -80,10 +94,6 @@ def install() -> None:
     for sig in SIGNALS:
         signal.signal(sig, _on_signal)
     _state.installed = True
-
-
-def installed() -> bool:
-    return _state.installed
 
 
 def interrupted_status() -> int:
@@ -130,10 +140,12 @@ def guarded(command: Callable[[], int]) -> int:
     number when a signal unwound it. From then on any signal ends the process at once: the
     interpreter may still be joining threads."""
     install()
+    status: int | None = None
     try:
         try:
-            return command()
+            status = command()
         finally:
-            _state.exiting = True
-    except KeyboardInterrupt:  # the signal came before the line above, or unwound the command
-        return interrupted_status()
+            _state.exiting, _state.exit_status = True, status
+    except KeyboardInterrupt:  # the signal unwound the command (or came just before the line above)
+        status = _state.exit_status = interrupted_status()
+    return status
