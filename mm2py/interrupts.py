@@ -6,7 +6,9 @@ The policy, by phase of the process:
 * **Loading** (imports, parsing, reading the configuration; any command that runs no worker):
   nothing has started, so there is nothing to stop. The signal becomes a ``KeyboardInterrupt``
   that unwinds the command, and :func:`guarded` turns it into exit status 128 + the signal's
-  number (130 for Ctrl-C, 143 for SIGTERM) with no traceback.
+  number (130 for Ctrl-C, 143 for SIGTERM) with no traceback. Admin calls waiting on a cluster
+  give up (:func:`requested`); another call still waiting in a thread holds the exit up until its
+  time-out, unless a second signal comes.
 * **Serving** (``mm2py run`` once its event loop is up, :func:`stop_on_signals`): the signal asks
   the worker to stop cleanly (every task commits its position); the command then exits 0.
 * **A second signal**, in any phase after the first (the stop is still under way, or the
@@ -33,7 +35,8 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import NoReturn
 
-__all__ = ["FORCED_MESSAGE", "guarded", "handling", "install", "interrupted_status", "stop_on_signals"]
+__all__ = ["FORCED_MESSAGE", "guarded", "handling", "install", "interrupted_status", "requested",
+           "stop_on_signals"]
 
 #: the signals the command handles (both ask for the same stop)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -72,9 +75,12 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
     if _state.signals > 1:
         _exit(FORCED_MESSAGE, 128 + signum)
     stopper = _state.stopper
-    if stopper is None:
-        raise KeyboardInterrupt  # nothing started yet: unwind (guarded() gives 128 + signum)
     name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    if stopper is None:
+        # nothing to commit: unwind (guarded() gives 128 + signum); a call still waiting on a
+        # cluster in a thread (up to its time-out) holds the unwinding up, a second signal does not
+        _write(f"mm2py: {name}: stopping (Ctrl-C again to exit at once)")
+        raise KeyboardInterrupt
     _write(f"mm2py: {name}: stopping and committing progress (Ctrl-C again to exit at once)")
     stopper()
 
@@ -94,6 +100,12 @@ def install() -> None:
     for sig in SIGNALS:
         signal.signal(sig, _on_signal)
     _state.installed = True
+
+
+def requested() -> bool:
+    """A signal asked the command to stop (a plain read: any thread may ask, e.g. an admin call
+    waiting for a cluster, which then gives up instead of holding the exit up)."""
+    return _state.signals > 0
 
 
 def interrupted_status() -> int:

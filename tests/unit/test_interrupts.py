@@ -78,7 +78,7 @@ def test_ctrl_c_while_loading_unwinds_quietly_with_status_130(tmp_path: Path) ->
     child.wait_for("loading")
     child.proc.send_signal(signal.SIGINT)
     assert child.finish() == 130
-    assert child.err.read_text() == ""
+    assert child.err.read_text() == "mm2py: Ctrl-C: stopping (Ctrl-C again to exit at once)\n"
 
 
 @pytest.mark.cli_process
@@ -87,7 +87,7 @@ def test_sigterm_while_loading_gives_143(tmp_path: Path) -> None:
     child.wait_for("loading")
     child.proc.send_signal(signal.SIGTERM)
     assert child.finish() == 143
-    assert child.err.read_text() == ""
+    assert child.err.read_text() == "mm2py: SIGTERM: stopping (Ctrl-C again to exit at once)\n"
 
 
 @pytest.mark.cli_process
