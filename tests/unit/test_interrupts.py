@@ -124,3 +124,15 @@ def test_run_help_documents_how_it_stops_and_its_exit_statuses(capsys: pytest.Ca
     text = " ".join(capsys.readouterr().out.split())
     assert "Ctrl-C (SIGINT) or SIGTERM stops it cleanly at any moment" in text
     assert "exits 0" in text and "exits 130" in text and "A second Ctrl-C" in text
+
+
+def test_main_called_in_a_process_of_its_own_leaves_the_callers_signal_handlers_as_they_were(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``mm2py.cli.main`` called by a program (a test here) applies the policy while it runs only."""
+    from mm2py.cli import main
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    assert main(["run", "-c", str(tmp_path / "nope.yaml")]) == 2
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    assert "nope.yaml" in capsys.readouterr().err
