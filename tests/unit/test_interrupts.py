@@ -136,3 +136,14 @@ def test_main_called_in_a_process_of_its_own_leaves_the_callers_signal_handlers_
     assert main(["run", "-c", str(tmp_path / "nope.yaml")]) == 2
     assert {sig: signal.getsignal(sig) for sig in before} == before
     assert "nope.yaml" in capsys.readouterr().err
+
+
+def test_the_mm2py_script_and_python_dash_m_mm2py_enter_through_the_policy() -> None:
+    """The installed ``mm2py`` script and ``python -m mm2py`` start at :mod:`mm2py.command`, which
+    installs the policy before the CLI's modules load (the tests interrupt ``python -m mm2py``)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"mm2py": "mm2py.command:main"}
+    assert "from mm2py.command import main" in (root / "mm2py" / "__main__.py").read_text()
