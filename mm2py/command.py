@@ -1,6 +1,7 @@
-"""The ``mm2py`` command's entry (``[project.scripts]``, ``python -m mm2py``): Ctrl-C's policy
-(:mod:`mm2py.interrupts`) is installed before the command's modules are imported, so an interrupt
-while they load ends the command quietly (status 130) instead of with a traceback."""
+"""The ``mm2py`` command's entry (``[project.scripts]``, ``python -m mm2py``) and ``make demo``'s
+(:func:`demo`): Ctrl-C's policy (:mod:`mm2py.interrupts`) is installed before the command's modules
+are imported, so an interrupt while they load ends the command quietly (status 130) instead of
+with a traceback."""
 
 from __future__ import annotations
 
@@ -15,3 +16,14 @@ def _command() -> int:
 
 def main() -> int:
     return interrupts.guarded(_command)
+
+
+def _demo() -> int:
+    from mm2py.demo import main as demo_main  # clusters, clients, the worker: under the policy
+
+    return demo_main()
+
+
+def demo() -> int:
+    """``make demo`` (``python -c 'from mm2py.command import demo; ...'``)."""
+    return interrupts.guarded(_demo)
