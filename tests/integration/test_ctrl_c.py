@@ -54,7 +54,7 @@ def test_ctrl_c_at_every_moment_of_a_run_stops_cleanly_and_nothing_is_mirrored_t
             try:
                 if milestone == "catch-up":
                     before = total(west.bootstrap, mirrored)
-                    run.wait_for(lambda: total(west.bootstrap, mirrored) > before)  # noqa: B023
+                    run.wait_for(lambda: total(west.bootstrap, mirrored) > before, every=0.05)  # noqa: B023
                 else:
                     run.wait_for(milestone)
                 run.interrupt()
@@ -88,7 +88,7 @@ def test_ctrl_c_at_every_moment_of_a_run_stops_cleanly_and_nothing_is_mirrored_t
     run = CommandRun(args(*aliases), tmp_path, "last")
     try:
         run.wait_for(lambda: all(total(west.bootstrap, f"{a}.{topics[a]}") >= produced[a] for a in aliases),
-                     units=20)
+                     units=20, every=0.5)
         run.interrupt()
         run.assert_clean(run.finish()[0], 0)
     finally:

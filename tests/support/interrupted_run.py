@@ -71,10 +71,12 @@ class CommandRun:
             self.loaded = time.monotonic() - self.spawned
         return self.loaded is not None
 
-    def wait_for(self, milestone: str | Callable[[], bool], units: float = 10.0, plus: float = 0.0) -> float:
-        """Wait until ``milestone`` (:data:`LOADING`, a text the command printed, or a condition)
-        holds, for at most ``units`` times :attr:`unit` once the first line came (and ``plus``
-        seconds: a period the command was configured to wait); the seconds since spawn."""
+    def wait_for(self, milestone: str | Callable[[], bool], units: float = 10.0, plus: float = 0.0,
+                 every: float = 0.01) -> float:
+        """Wait until ``milestone`` (:data:`LOADING`, a text the command printed, or a condition
+        looked at ``every`` seconds) holds, for at most ``units`` times :attr:`unit` once the first
+        line came (and ``plus`` seconds: a period the command was configured to wait); the seconds
+        since spawn."""
         if self.loaded is None:
             self._wait(self.seen_loading, FIRST_LINE_GUARD, "mm2py's code to run")
         assert self.loaded is not None
@@ -84,19 +86,19 @@ class CommandRun:
             self._wait(lambda: bool(self.out.read_text().strip()), FIRST_LINE_GUARD, "a first line")
             self.first_line = time.monotonic() - self.spawned
         if callable(milestone):
-            self._wait(milestone, units * self.unit + plus, "the condition")
+            self._wait(milestone, units * self.unit + plus, "the condition", every)
         else:
             self._wait(lambda: self._reached(milestone), units * self.unit + plus, repr(milestone))
         return time.monotonic() - self.spawned
 
-    def _wait(self, reached: Callable[[], bool], timeout: float, what: str) -> None:
+    def _wait(self, reached: Callable[[], bool], timeout: float, what: str, every: float = 0.01) -> None:
         deadline = time.monotonic() + timeout
         while not reached():
             if self.proc.poll() is not None:
                 raise AssertionError(f"mm2py exited ({self.proc.returncode}) before {what}:\n{self.text()}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {what} within {timeout:.1f}s:\n{self.text()}")
-            time.sleep(0.01)
+            time.sleep(every)
 
     def interrupt(self, sig: int = signal.SIGINT) -> None:
         self.interrupted = time.monotonic()
