@@ -12,8 +12,9 @@ install:
 install-tests:
 	./scripts/install.sh --tests
 
+# through mm2py.command: a Ctrl-C while the demo's modules load exits quietly too
 demo: install
-	$(PYTHON) -m mm2py.demo
+	$(PYTHON) -c 'import sys; from mm2py.command import demo; sys.exit(demo())'
 
 # ruff, then pytest on five workers with mypy and the pure-Python unit pass beside it (scripts/test.sh)
 test: install-tests

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Union
+
+from mm2py import interrupts
 
 if TYPE_CHECKING:
     import asyncio
@@ -45,14 +47,8 @@ def _dev(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import signal
-
-    # a stop asked for while the worker is still being set up is kept, not fatal (SIG_DFL would
-    # kill the process without a word); the event loop takes the signals over in _serve_worker
-    early: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, _frame: early.append(signum))
-
+    # Ctrl-C or SIGTERM before the event loop runs unwinds the command (status 130 or 143: nothing
+    # started); from then on it stops the worker cleanly (status 0; mm2py.interrupts)
     import asyncio
     import logging
     import os
@@ -88,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
     spark_conf = _spark_conf(args.spark_conf)
     if spark_conf is None or (args.runtime == "spark" and not _spark_installed()):
         return 2
-    asyncio.run(_serve_worker(args, config, spark_conf, early))
+    asyncio.run(_serve_worker(args, config, spark_conf))
     return 0
 
 
@@ -132,23 +128,23 @@ def _worker(args: argparse.Namespace, config: MirrorMakerConfig, spark_conf: dic
     return Worker(config, commit_interval=args.commit_interval, state_file=args.state_file)
 
 
-def _stop_on_signals(stop: asyncio.Event, early: Sequence[int]) -> None:
-    """SIGINT and SIGTERM (and one received before the loop ran) set ``stop`` and end a start-up
-    still waiting for an unreachable cluster."""
+def _stopper(stop: asyncio.Event) -> Callable[[], None]:
+    """What a first SIGINT or SIGTERM calls (from the signal handler): on the loop, set ``stop``
+    and end admin calls still waiting for an unreachable cluster."""
     import asyncio
-    import signal
 
     from mm2py.stores.admin import interrupt_admin_calls
 
-    def on_signal() -> None:
+    def on_loop() -> None:
         stop.set()
         interrupt_admin_calls()
 
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
-    if early:
-        on_signal()
+
+    def from_handler() -> None:
+        loop.call_soon_threadsafe(on_loop)
+
+    return from_handler
 
 
 async def _serve_metrics(
@@ -177,15 +173,21 @@ async def _serve_metrics(
 
 
 async def _serve_worker(
-    args: argparse.Namespace, config: MirrorMakerConfig, spark_conf: dict[str, str], early: Sequence[int]
+    args: argparse.Namespace, config: MirrorMakerConfig, spark_conf: dict[str, str]
 ) -> None:
     """Run the worker until SIGINT or SIGTERM, with the REST API and metrics when asked for."""
     import asyncio
 
+    stop = asyncio.Event()
+    with interrupts.stop_on_signals(_stopper(stop)):
+        await _serve_until(stop, args, config, spark_conf)
+
+
+async def _serve_until(
+    stop: asyncio.Event, args: argparse.Namespace, config: MirrorMakerConfig, spark_conf: dict[str, str]
+) -> None:
     from mm2py.errors import Mm2pyError
 
-    stop = asyncio.Event()
-    _stop_on_signals(stop, early)
     worker = _worker(args, config, spark_conf)
     rest = None
     if args.rest is not None:
@@ -196,14 +198,17 @@ async def _serve_worker(
 
     watch = LoopWatch()  # a stalled event loop delays every partition at once: say when, and where
     metrics = await _serve_metrics(args, worker, watch) if args.metrics_port else None
-    if rest is not None:
-        await rest.start()
-        for url in rest.urls:
-            print(f"REST API: {url} (try {url}/flows; the operator page: {url}/ui)", flush=True)
-    print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
-    freeze_start_up_heap()
-    watch.start()
     try:
+        if rest is not None:
+            await rest.start()
+            for url in rest.urls:
+                print(f"REST API: {url} (try {url}/flows; the operator page: {url}/ui)", flush=True)
+        if stop.is_set():  # a signal while the worker was being set up: nothing has started yet
+            print("stopped before start-up", flush=True)
+            return
+        print("mirroring: " + (", ".join(worker.flows) or "no flow yet"), flush=True)
+        freeze_start_up_heap()
+        watch.start()
         await worker.run(stop)
     except Mm2pyError as exc:
         if not stop.is_set():
@@ -217,6 +222,17 @@ async def _serve_worker(
         if metrics is not None:
             await metrics.stop()
     print("stopped; progress committed", flush=True)
+
+
+#: ``mm2py run --help``'s last words: how it stops, and its exit statuses (README: Running a mirror)
+RUN_EPILOG = (
+    "Ctrl-C (SIGINT) or SIGTERM stops it cleanly at any moment once the worker is being set up "
+    "(start-up, a cluster that does not answer, mirroring, a catch-up): every task commits its "
+    "position and it exits 0. While mm2py is still loading nothing has started: it exits 130 "
+    "(143 for SIGTERM) at once. A second Ctrl-C during the stop exits at once with 130 and says so "
+    "on stderr (positions since the last commit are not committed). Exit 2: an error it names "
+    "in one line."
+)
 
 
 def _positive_seconds(text: str) -> float:
@@ -255,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="local Kafka clusters for trying mm2py out")
     dev.add_argument("dev_command", choices=["up", "down", "status"])
     dev.set_defaults(func=_dev)
-    run = sub.add_parser("run", help="run the enabled flows of a config file (in this process or on Spark)")
+    run = sub.add_parser("run", help="run the enabled flows of a config file (in this process or on Spark)",
+                         epilog=RUN_EPILOG)
     run.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
     run.add_argument("--commit-interval", type=float, default=1.0,
                      help="seconds between progress commits (default 1)")
@@ -318,13 +335,21 @@ def _import_kio_without_test_strategies() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command: its exit status. A Ctrl-C while it loads or runs any command but ``run``'s
+    worker unwinds it: 130, no traceback (:mod:`mm2py.interrupts`)."""
+    with interrupts.handling():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            return interrupts.interrupted_status()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     _import_kio_without_test_strategies()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except KeyboardInterrupt:
-        return 130
     except Exception as exc:  # a clear one-line error, not a traceback, for users
         from mm2py.errors import Mm2pyError
 
@@ -335,4 +360,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.guarded(main))

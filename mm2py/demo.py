@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 import threading
 import time
@@ -21,7 +20,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from mm2py.config.models import MirrorMakerConfig
+from mm2py import interrupts
+from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.kafka_local import dev
 from mm2py.rest_api.server import RestServer
 from mm2py.runtime.inprocess import Worker
@@ -90,8 +90,12 @@ async def _run(east_bootstrap: str, west_bootstrap: str, seconds: float | None, 
     east, west = flow.source_cluster.bootstrap_servers, flow.target_cluster.bootstrap_servers
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    with interrupts.stop_on_signals(lambda: loop.call_soon_threadsafe(stop.set)):  # a 2nd Ctrl-C forces
+        await _mirror(east, west, config, flow, stop, seconds, rest_port)
+
+
+async def _mirror(east: str, west: str, config: MirrorMakerConfig, flow: FlowConfig, stop: asyncio.Event,
+                  seconds: float | None, rest_port: int) -> None:
     trickle_stop = threading.Event()
     threading.Thread(target=_trickle, args=(east, trickle_stop), daemon=True).start()
     worker = Worker(config)
@@ -152,4 +156,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.guarded(main))  # Ctrl-C before the flow runs: 130, no traceback

@@ -21,6 +21,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from mm2py import interrupts
+
 __all__ = ["Job", "Scheduler", "sleep_or_stop"]
 
 log = logging.getLogger(__name__)
@@ -133,9 +135,11 @@ class Scheduler:
         try:
             await job()
         except Exception as exc:
-            # owner and job as one first argument: runtime.log_throttle holds repeats back per job
-            log.warning("%s failed after %.3f s: %s: %s", f"{self.owner}: {name}", self.clock() - started,
-                        type(exc).__name__, exc)
+            # owner and job as one first argument: runtime.log_throttle holds repeats back per job;
+            # once Ctrl-C or SIGTERM came, a failure is the stop cutting the job short: no warning
+            level = logging.INFO if interrupts.requested() else logging.WARNING
+            log.log(level, "%s failed after %.3f s: %s: %s", f"{self.owner}: {name}", self.clock() - started,
+                    type(exc).__name__, exc)
             log.debug("%s: %s failed", self.owner, name, exc_info=True)
             if self.on_failure is not None:
                 self.on_failure(name, exc)

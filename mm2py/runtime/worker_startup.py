@@ -14,6 +14,7 @@ from mm2py.connectors.heartbeat import HeartbeatEmitter
 from mm2py.engine.scheduler import Scheduler
 from mm2py.errors import ClusterUnreachableError
 from mm2py.runtime.flows import FlowRunnerBase
+from mm2py.stores.cluster_health import admin_calls_interrupted
 
 __all__ = ["WorkerStartup"]
 
@@ -72,7 +73,9 @@ class WorkerStartup(Generic[R]):
         runners = list(self.flows.values() if runners is None else runners)
         outcomes = await asyncio.gather(*(r.start() for r in runners), return_exceptions=True)
         for runner, outcome in zip(runners, outcomes, strict=True):
-            if isinstance(outcome, ClusterUnreachableError):
+            if isinstance(outcome, ClusterUnreachableError) and admin_calls_interrupted():
+                log.info("%s: not started: %s", runner.flow.name, outcome)  # Ctrl-C during start-up
+            elif isinstance(outcome, ClusterUnreachableError):
                 log.error("%s: not started: %s; trying again in the background", runner.flow.name, outcome)
                 self._retries.append(asyncio.create_task(self._retry_start(runner)))
             elif isinstance(outcome, BaseException):

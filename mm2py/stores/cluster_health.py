@@ -15,11 +15,12 @@ import time
 
 from confluent_kafka import KafkaError, KafkaException
 
+from mm2py import interrupts
 from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
 from mm2py.stores.reachability import accepts_connections
 
 __all__ = ["BrokerRefusedError", "ClusterHealth", "ClusterSecurityError", "StoreError",
-           "interrupt_admin_calls"]
+           "admin_calls_interrupted", "interrupt_admin_calls"]
 
 
 class StoreError(Mm2pyError):
@@ -48,6 +49,12 @@ _INTERRUPTED = threading.Event()
 def interrupt_admin_calls() -> None:
     """Make every admin call still waiting for a cluster fail now (the process is stopping)."""
     _INTERRUPTED.set()
+
+
+def admin_calls_interrupted() -> bool:
+    """The process is stopping (told so, or the command got SIGINT or SIGTERM: an admin call in a
+    thread must not hold the exit up): a call that failed now may have been cut short."""
+    return _INTERRUPTED.is_set() or interrupts.requested()
 
 
 class ClusterHealth:
@@ -82,7 +89,7 @@ class ClusterHealth:
                 and (now - self.last_refusal < 2.0 or not accepts_connections(self.bootstrap)))
 
     def given_up(self, deadline: float) -> bool:
-        return (self.refused is not None or self.unreachable() or _INTERRUPTED.is_set()
+        return (self.refused is not None or self.unreachable() or admin_calls_interrupted()
                 or time.monotonic() >= deadline)
 
     def reached(self) -> None:
@@ -101,7 +108,7 @@ class ClusterHealth:
         reason = str(exc) or f"no answer within {self.timeout:.0f}s"
         if self.unreachable():
             reason = f"every broker refused connections for {self.unreachable_timeout:.0f}s"
-        elif _INTERRUPTED.is_set():
+        elif admin_calls_interrupted():
             reason = "interrupted: the process is stopping"
         if self.last_error and self.last_error not in reason:
             reason += f" (last broker error: {self.last_error})"

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS = {
     "mm2py.errors": 0,
+    "mm2py.interrupts": 0,  # the command's Ctrl-C policy: the standard library only
     "mm2py.protocol": 1,
     "mm2py.client": 2,
     "mm2py.config": 3,
@@ -35,6 +36,7 @@ LAYERS = {
     "mm2py.cli": 11,
     "mm2py.demo": 11,
     "mm2py.__main__": 12,  # python -m mm2py: the command line
+    "mm2py.command": 12,  # the command's entry: the Ctrl-C policy, then the CLI's imports
     "mm2py.failover": 8,
     "mm2py.failback": 8,
     "mm2py.offsets_cli": 8,
