@@ -60,7 +60,7 @@ class FakeFlow:
         self.failed.append(error)
         self.tasks[task_id].fail(error, now)
 
-    def report_lease(self, task_id: int, lag: Any, fold: Any) -> None:
+    def report_lease(self, task_id: int, lag: Any, fold: Any, times: Any = None) -> None:
         fold(self.tasks[task_id])
 
 

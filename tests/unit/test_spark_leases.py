@@ -93,7 +93,7 @@ class FakeFlow:
     def fail_task(self, task_id: int, error: str, now: float) -> None:
         self.tasks[task_id].fail(error, now)
 
-    def report_lease(self, task_id: int, lag: Any, fold: Any) -> None:
+    def report_lease(self, task_id: int, lag: Any, fold: Any, times: Any = None) -> None:
         fold(self.tasks[task_id])
 
 
@@ -235,3 +235,42 @@ def test_a_leases_report_names_only_the_partitions_whose_times_moved() -> None:
     assert set(_report(work, runner, (0, 0), sent).times) == {B}  # type: ignore[arg-type]
     metrics.times[A].lag_seconds = 3.0
     assert set(_report(work, runner, (0, 0), sent).times) == {A}  # type: ignore[arg-type]
+
+
+def test_folding_a_reports_changed_partitions_gives_what_a_full_fold_gives() -> None:
+    """The driver refolds only the partitions a report changed; the result must be the full
+    fold's, ended leases' figures and each running lease's included."""
+    import random
+
+    from mm2py.engine.latency import PartitionTimes
+
+    rng = random.Random(7)
+    parts = [TopicPartition("orders", p) for p in range(40)]
+
+    def times(tps: list[TopicPartition]) -> dict[TopicPartition, PartitionTimes]:
+        out = {}
+        for tp in tps:
+            t = PartitionTimes(lag_seconds=rng.random())
+            for _ in range(rng.randrange(4)):
+                t.replication.observe(rng.random())
+                t.age.observe(rng.random())
+            out[tp] = t
+        return out
+
+    task, book = SparkTask(0, tuple(parts)), _Book()
+    book.report(Report("l1", "t", {}, {}, (0, 0), times(parts)))
+    book.fold(task)
+    book.end("l1", LeaseResult("f", 0, "l1", tuple(parts), granted=True,
+                               metrics=TaskMetrics(times=times(parts[:20]))))
+    book.fold(task)
+    for lease in ("l2", "l3"):
+        for _ in range(5):
+            changed = times(rng.sample(parts, 7))
+            book.report(Report(lease, "t", {}, {}, (0, 0), changed))
+            book.fold(task, changed.keys())
+    incremental = {tp: (t.replication.counts, t.replication.total, t.age.counts, t.lag_seconds)
+                   for tp, t in task.metrics.times.items()}
+    book.fold(task)  # a full fold
+    full = {tp: (t.replication.counts, t.replication.total, t.age.counts, t.lag_seconds)
+            for tp, t in task.metrics.times.items()}
+    assert incremental == full

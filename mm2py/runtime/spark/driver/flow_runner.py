@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.config.models import FlowConfig
 from mm2py.engine.controller import Plan
+from mm2py.engine.latency import PartitionTimes
 from mm2py.engine.task_contract import HALTED_STATES, RUN_COUNTERS, TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import acknowledged_topics
@@ -144,7 +145,8 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
 
     # -- leases (see spark_leases) ----------------------------------------------------------------
     def report_lease(self, task_id: int, lag: Mapping[TopicPartition, int],
-                     fold: Callable[[SparkTask], None]) -> None:
+                     fold: Callable[[SparkTask], None],
+                     times: Mapping[TopicPartition, PartitionTimes] | None = None) -> None:
         """A running lease reported: its task runs; its counters and lag are the latest. A
         report of a lease still winding down after the flow was paused or stopped (its last,
         while it commits) leaves the task STOPPED: resuming makes a new runner."""
@@ -157,7 +159,8 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
             task.metrics.lag.update({tp: v for tp, v in lag.items() if tp in mine})
             if task.partitions and self.state not in HALTED_STATES:
                 task.state, task.trace = TaskState.RUNNING, None
-        self.acknowledged(acknowledged_topics(task.metrics.times))
+        # the topics acknowledged: among the partitions the report changed (``times``), if given
+        self.acknowledged(acknowledged_topics(task.metrics.times if times is None else times))
 
     def absorb_lease(self, result: LeaseResult, now: float) -> None:
         """A lease's Spark job returned (its counters were folded in by the scheduler)."""
