@@ -49,9 +49,11 @@ def spark(local_spark: Any) -> Any:
 class SparkRun:
     """A SparkWorker on the module's session, run in a thread until the ``with`` block ends."""
 
-    def __init__(self, config: Any, spark: Any, mode: str = "leases", lease_seconds: float = 60) -> None:
+    def __init__(self, config: Any, spark: Any, mode: str = "leases", lease_seconds: float = 60,
+                 renew_in_place: bool = False) -> None:
         self.worker = SparkWorker(config, spark=spark, round_seconds=5, idle_seconds=0.2, commit_interval=0.5,
-                                  mode=mode, leases=LeaseSettings(lease_seconds, commit_interval=0.5))
+                                  mode=mode, leases=LeaseSettings(lease_seconds, commit_interval=0.5,
+                                                                  renew_in_place=renew_in_place))
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, daemon=True)
@@ -178,7 +180,7 @@ def test_a_failed_round_is_reported_and_run_again_from_the_committed_progress(
     topic = create_topic(east.bootstrap, unique("spkfail"), partitions=2)
     _produce(east.bootstrap, topic, {0: ["lz4"], 1: ["zstd"]}, 300, "before")
     # short leases: the next lease of each task starts soon with the flow's new settings
-    with SparkRun(_config(east, west, topic), spark, lease_seconds=2) as run:
+    with SparkRun(_config(east, west, topic), spark, lease_seconds=2, renew_in_place=True) as run:
         wait_until(lambda: _same(east, west, topic), 60, 0.3, "the first backlog")
         good = run.flow.flow
         # executors now get a task they cannot build (as if a client setting were wrong there)
@@ -367,7 +369,8 @@ def test_leases_hand_over_under_live_traffic_exactly_with_positions_carried_over
             if enough.wait(0.2):
                 break
 
-    with SparkRun(_config(east, west, topic), spark, lease_seconds=1) as run:
+    # renewed on their one host (local[N]) every second: hand-overs inside the host
+    with SparkRun(_config(east, west, topic), spark, lease_seconds=1, renew_in_place=True) as run:
         producer = threading.Thread(target=live, daemon=True)
         producer.start()
         try:

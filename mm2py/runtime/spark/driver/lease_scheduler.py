@@ -7,8 +7,9 @@
   run as a Spark job of its own (:func:`mm2py.runtime.spark.executor.lease.run_lease`);
 - a lease that has run ``lease_seconds`` gets a successor for the same partitions, started while
   it still mirrors, so the hand-over costs one GO message rather than a Spark job start-up; on
-  hosts the successor goes to the lightest host, its predecessor's when no other is lighter, and
-  then the hand-over happens inside that host's process;
+  hosts only when the successor would run on another, lighter host (``renew_in_place``: on its
+  own host too, the hand-over then inside that host's process), and at once, whatever its age,
+  when another host is lighter than its own;
 - a task whose partitions changed (new topics, partition growth, a REST allow/deny change, a task
   that went away) gets a lease for its new partitions at once; older leases that hold any of those
   partitions are stopped by the table when it is ready, and a lease none of whose partitions is
@@ -34,6 +35,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,6 +66,11 @@ class LeaseSettings:
     report_interval: float = 0.5
     fence_seconds: float = 4.0  # a lost executor's partitions are leased again within 2x this
     ready_timeout: float = 15.0  # a successor Spark cannot place this long: stop its predecessor
+    #: on mirror hosts, renew a lease every ``lease_seconds`` even where its successor would run on
+    #: the same host (off: a lease there runs until it moves, its partitions change or it stops;
+    #: an in-place renewal gains nothing and costs a task build, a producer id and, as after any
+    #: task start, an offset sync for each partition at its next record)
+    renew_in_place: bool = False
 
 
 @dataclass
@@ -264,9 +271,12 @@ class LeaseScheduler:
             if newest is not None and newest.state in (LeaseState.STARTING, LeaseState.WAITING):
                 self.coordinator.stop(newest.lease_id, "superseded before it was granted")
             self._start(flow, task, want, now, newest.lease_id if newest is not None else None)
-        elif newest.state is LeaseState.RUNNING and (now - newest.started >= self.settings.lease_seconds
-                                                     or self._lighter_host_for(newest.lease_id)):
-            self._start(flow, task, want, now, newest.lease_id)
+        elif newest.state is LeaseState.RUNNING:
+            due = now - newest.started >= self.settings.lease_seconds
+            if self.hosts is not None and not self.settings.renew_in_place:
+                due = due and self.hosts.pick(newest.lease_id) is not self.hosts.host_of(newest.lease_id)
+            if due or self._lighter_host_for(newest.lease_id):
+                self._start(flow, task, want, now, newest.lease_id)
 
     def _lighter_host_for(self, lease_id: str) -> bool:
         """A host carries less than the lease's own would without it (PLACE_LIGHTEST: a host that
@@ -290,8 +300,10 @@ class LeaseScheduler:
             TaskSpec(flow.flow, task.task_id, tuple(sorted(partitions))), lease.lease_id,
             self.coordinator.address, self.coordinator.token, commit_interval=s.commit_interval,
             report_interval=s.report_interval, fence_seconds=s.fence_seconds,
-            # a lease the driver forgets to stop (or cannot reach) still ends and commits
-            max_seconds=max(4 * s.lease_seconds, s.lease_seconds + 60),
+            # a lease the driver forgets to stop (or cannot reach) still ends and commits; on a host
+            # a lease runs until it moves or stops (a driver it cannot hear fences it)
+            max_seconds=(math.inf if host is not None and not s.renew_in_place
+                         else max(4 * s.lease_seconds, s.lease_seconds + 60)),
         )
         self._runner_of[lease.lease_id] = flow
         self.started += 1
