@@ -42,6 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 from bench_support import (
@@ -50,6 +51,7 @@ from bench_support import (
     compile_package,
     cpu_seconds,
     peer_process,
+    total_cpu,
     tree_cpu,
     tree_cpu_parts,
     tree_rss_mib,
@@ -101,6 +103,26 @@ class Env:
     brokers: list[int] = field(default_factory=list)  # source, target broker pids (clusters started here)
     jmx: list[int] = field(default_factory=list)  # their JMX ports
     data_dirs: list[Path] = field(default_factory=list)  # their log directories
+    spark: Any = None  # --spark-workers: the standalone cluster the Spark peers run on
+
+    def executors(self) -> list[int]:
+        """The processes of the Spark cluster's applications (executor JVMs, their Python): a
+        Spark peer's executors, not children of its driver, counted in its CPU."""
+        if self.spark is None:
+            return []
+        return [p for app in self.spark.active_apps() for p in self.spark.app_processes(str(app["id"]))]
+
+    def cpu(self, pid: int) -> float | None:
+        own = tree_cpu(pid)
+        return None if own is None else own + total_cpu(self.executors())
+
+    def cpu_parts(self, pid: int) -> dict[str, float]:
+        parts = tree_cpu_parts(pid)
+        for p in self.executors():
+            for role, cpu in tree_cpu_parts(p).items():
+                key = role if role != "driver Python" else "executor JVMs"  # the executor's root
+                parts[key] = parts.get(key, 0.0) + cpu
+        return parts
 
     def __post_init__(self) -> None:
         self.src, self.tgt = Cluster(self.source), Cluster(self.target)
@@ -159,7 +181,8 @@ def run_peer(peer: str, n: int, run: str, env: Env, args: argparse.Namespace) ->
         if args.precreate_target:
             create_topics(env.tgt, {tops.tgt((t, 0))[0]: k for t, k in tops.source.items()})
         setup = Setup(env.source, env.target, f"scale-{run}-{n}-.*", env.workdir, tasks=args.tasks,
-                      codec=args.codec, mm2py_props=args.mm2py_prop, mm2_props=args.mm2_prop)
+                      codec=args.codec, mm2py_props=args.mm2py_prop, mm2_props=args.mm2_prop,
+                      spark_master=env.spark.master_url if env.spark is not None else "")
         cmd = COMMANDS[peer](setup, tops.alias, f"dst{n}")
         if peer in ("mm2py", "mm2py-unverified"):  # its own request counts, per cluster and API
             row.metrics_port = free_port()
@@ -184,7 +207,7 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
     """Catch-up, settle, trickle window, drain: fills ``row``; raises Stop when it cannot go on."""
     start = time.monotonic()
     wait_ends(env, tops.on_target(backlog), proc, args.catchup_timeout)
-    row.catchup_s, row.catchup_cpu = time.monotonic() - start, tree_cpu(proc.pid)
+    row.catchup_s, row.catchup_cpu = time.monotonic() - start, env.cpu(proc.pid)
     print(f"  caught up in {row.catchup_s:.1f} s ({fmt(row.catchup_cpu, '.1f')} CPU s)", flush=True)
     settle_end = time.monotonic() + args.settle
     while time.monotonic() < settle_end:
@@ -208,13 +231,13 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
                 if env.jmx and not jmx and time.time() > start_at - 1.5:
                     jmx.append(pool.submit(request_counts, env.jmx))
                 poll_once(consumer, received)
-            t0, cpu0, parts0 = time.monotonic(), tree_cpu(proc.pid), tree_cpu_parts(proc.pid)
+            t0, cpu0, parts0 = time.monotonic(), env.cpu(proc.pid), env.cpu_parts(proc.pid)
             brokers0 = [cpu_seconds(b) or 0.0 for b in env.brokers]
             while time.time() < start_at + args.seconds:
                 alive(proc)
                 poll_once(consumer, received)
-            cpu1, brokers1 = tree_cpu(proc.pid), [cpu_seconds(b) or 0.0 for b in env.brokers]
-            parts1 = tree_cpu_parts(proc.pid)
+            cpu1, brokers1 = env.cpu(proc.pid), [cpu_seconds(b) or 0.0 for b in env.brokers]
+            parts1 = env.cpu_parts(proc.pid)
             row.cpu_parts = {k: v - parts0.get(k, 0.0) for k, v in parts1.items()}
             if jmx:
                 jmx.append(pool.submit(request_counts, env.jmx))
@@ -332,6 +355,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--codec", default="lz4", choices=["none", "gzip", "snappy", "lz4", "zstd"])
     ap.add_argument("--linger-ms", type=float, default=5.0, help="the trickle producer's linger.ms")
     ap.add_argument("--tasks", type=int, default=1, help="tasks.max for mm2py and MM2")
+    ap.add_argument("--spark-workers", type=int, default=0, metavar="N",
+                    help="run the Spark peers on a standalone master with N workers of one core "
+                         "each (from a clone: tests/support/spark_cluster.py), their executors' CPU "
+                         "counted in the peer's (default: embedded local[N])")
     ap.add_argument("--precreate-target", action="store_true",
                     help="create the target topics before the peer starts (above ~9,900 partitions the "
                     "KRaft controller refuses the one CreateTopics request each mirror sends)")
@@ -411,6 +438,13 @@ def main(argv: list[str]) -> int:
             else:
                 print(f"starting two single-node Kafka clusters in {workdir} ...", flush=True)
                 env = stack.enter_context(local_clusters(workdir))
+            if args.spark_workers:
+                sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the clone's tests/
+                from tests.support.spark_cluster import SparkStandaloneCluster
+
+                env.spark = stack.enter_context(SparkStandaloneCluster(
+                    workdir / "spark", workers=args.spark_workers, cores=1))
+                print(f"Spark: {env.spark}", flush=True)
             warm(env, args)
             run, rows, loads = uuid.uuid4().hex[:6], [], []
             order = [(k, peer) for k in range(args.rounds)
