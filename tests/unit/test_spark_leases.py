@@ -14,7 +14,8 @@ import pytest
 from mm2py.engine.task_contract import TaskMetrics, TaskSpec
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.flow_runner import SparkTask
-from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings, _Book
+from mm2py.runtime.spark.driver.lease_book import LeaseBook
+from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
 from mm2py.runtime.spark.driver.lease_table import LeaseState
 from mm2py.runtime.spark.executor.lease import LeaseResult, LeaseWork
 from mm2py.runtime.spark.lease_messages import Report
@@ -24,7 +25,7 @@ A, B, C = (TopicPartition("orders", p) for p in range(3))
 
 def test_a_tasks_figures_are_its_ended_leases_plus_the_running_ones_latest_reports() -> None:
     task = SparkTask(0, (A,))
-    book = _Book()
+    book = LeaseBook()
     book.report(Report("l1", "t", {"records": 10, "bytes": 100}, {}, (1, 0)))
     book.fold(task)
     assert (task.metrics.records, task.metrics.bytes) == (10, 100)
@@ -45,7 +46,7 @@ def test_a_lost_lease_whose_refused_rerun_ends_its_job_keeps_its_counts() -> Non
     """Spark re-runs the task of a killed executor; the driver refuses that attempt, whose result
     (never granted, nothing counted) ends the job: the lost lease's last report stands."""
     task = SparkTask(0, (A,))
-    book = _Book()
+    book = LeaseBook()
     book.report(Report("l1", "t", {"records": 24_466, "bytes": 9}, {}, (4, 0)))
     book.fold(task)
     seen = task.metrics.records
@@ -66,7 +67,7 @@ def test_a_report_carries_the_partitions_whose_times_changed_and_the_book_keeps_
         return t
 
     task = SparkTask(0, (A, B))
-    book = _Book()
+    book = LeaseBook()
     book.report(Report("l1", "t", {"records": 3}, {}, (0, 0), {A: times(2, 1.0), B: times(1, 0.0)}))
     book.report(Report("l1", "t", {"records": 4}, {}, (0, 0), {A: times(3, 0.0)}))  # B unchanged
     book.fold(task)
@@ -257,7 +258,7 @@ def test_folding_a_reports_changed_partitions_gives_what_a_full_fold_gives() -> 
             out[tp] = t
         return out
 
-    task, book = SparkTask(0, tuple(parts)), _Book()
+    task, book = SparkTask(0, tuple(parts)), LeaseBook()
     book.report(Report("l1", "t", {}, {}, (0, 0), times(parts)))
     book.fold(task)
     book.end("l1", LeaseResult("f", 0, "l1", tuple(parts), granted=True,

@@ -37,15 +37,14 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from mm2py.engine.latency import PartitionTimes
 from mm2py.engine.task_contract import RUN_COUNTERS, TaskMetrics, TaskSpec
-from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark.driver.host_pool import HostPool
+from mm2py.runtime.spark.driver.lease_book import LeaseBook
 from mm2py.runtime.spark.driver.lease_coordinator import LeaseCoordinator
 from mm2py.runtime.spark.driver.lease_table import Lease, LeaseState, LeaseTable
 from mm2py.runtime.spark.driver.session import job_error
@@ -56,8 +55,6 @@ from mm2py.runtime.spark.lease_messages import Ended, Report
 log = logging.getLogger(__name__)
 
 __all__ = ["LeaseScheduler", "LeaseSettings"]
-
-
 
 @dataclass(frozen=True)
 class LeaseSettings:
@@ -71,83 +68,6 @@ class LeaseSettings:
     #: an in-place renewal gains nothing and costs a task build, a producer id and, as after any
     #: task start, an offset sync for each partition at its next record)
     renew_in_place: bool = False
-
-
-@dataclass
-class _Book:
-    """A task's executor-side figures: ended leases summed, running leases' latest reports."""
-
-    done: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RUN_COUNTERS, 0))
-    done_codec: tuple[int, int] = (0, 0)
-    done_times: dict[TopicPartition, PartitionTimes] = field(default_factory=dict)
-    live: dict[str, Report] = field(default_factory=dict)
-    #: each running lease's times, every partition's latest (a report carries the changed ones)
-    live_times: dict[str, dict[TopicPartition, PartitionTimes]] = field(default_factory=dict)
-
-    #: the times dict the last full fold gave its task (folds of a report then redo only the
-    #: partitions it changed, in that same dict)
-    _folded: dict[TopicPartition, PartitionTimes] | None = None
-
-    def report(self, report: Report) -> None:
-        self.live[report.lease] = report
-        self.live_times.setdefault(report.lease, {}).update(report.times)
-
-    def fold(self, task: SparkTask, changed: Iterable[TopicPartition] | None = None) -> None:
-        """The task's figures: counters always; times of every partition, or only of ``changed``
-        (a report's: the others' sums are as the last fold left them, thousands of partitions
-        not added up again twice a second)."""
-        for name in RUN_COUNTERS:
-            value = self.done[name] + sum(r.metrics.get(name, 0) for r in self.live.values())
-            setattr(task.metrics, name, value)
-        if changed is not None and self._folded is not None and task.metrics.times is self._folded:
-            times = self._folded
-            for tp in changed:
-                mine = times[tp] = PartitionTimes()
-                for part in (self.done_times, *self.live_times.values()):
-                    if tp in part:
-                        mine.add(part[tp])
-                        mine.lag_seconds = part[tp].lag_seconds
-            return
-        times = {}
-        _add_times(times, self.done_times)
-        for lease_times in self.live_times.values():
-            _add_times(times, lease_times)  # a running lease knows the current lag
-        task.metrics.times = self._folded = times
-
-    def codec(self) -> tuple[int, int]:
-        d, c = self.done_codec
-        for r in self.live.values():
-            d, c = d + r.codec[0], c + r.codec[1]
-        return d, c
-
-    def end(self, lease_id: str, result: LeaseResult | None) -> None:
-        """The lease's job ended: its figures move from ``live`` to ``done``. A result that was
-        never granted says nothing of the lease (a refused re-run of a lost one): its last
-        report stands, so no counter goes down when a lease is lost."""
-        live = self.live.pop(lease_id, None)
-        live_times = self.live_times.pop(lease_id, {})
-        if result is not None and (result.granted or live is None):  # the executor's final figures
-            for name in RUN_COUNTERS:
-                self.done[name] += int(getattr(result.metrics, name))
-            _add_times(self.done_times, result.metrics.times)
-            codec = result.codec
-        elif live is not None:  # the job failed or was a refused re-run: its last report is all we know
-            for name in RUN_COUNTERS:
-                self.done[name] += live.metrics.get(name, 0)
-            _add_times(self.done_times, live_times)
-            codec = live.codec
-        else:
-            return
-        self.done_codec = (self.done_codec[0] + codec[0], self.done_codec[1] + codec[1])
-
-
-def _add_times(into: dict[TopicPartition, PartitionTimes],
-               times: Mapping[TopicPartition, PartitionTimes]) -> None:
-    """Add ``times``' observations; the lag in time is the one added last (the newest lease's)."""
-    for tp, t in times.items():
-        mine = into.setdefault(tp, PartitionTimes())
-        mine.add(t)
-        mine.lag_seconds = t.lag_seconds
 
 
 class LeaseScheduler:
@@ -173,7 +93,7 @@ class LeaseScheduler:
         #: lease id -> the flow runner it works for, while the lease has not ended
         self._runner_of: dict[str, SparkFlowRunner] = {}
         self._replaced: set[str] = set()  # flows whose old leases must end before new ones start
-        self._books: dict[tuple[str, int], _Book] = {}
+        self._books: dict[tuple[str, int], LeaseBook] = {}
         self.on_job_failed = on_job_failed  # a lease's Spark job failed (not a reported failure)
         #: the mirror hosts leases are placed on (None: a Spark job per lease)
         self.hosts: HostPool | None = None
@@ -332,7 +252,7 @@ class LeaseScheduler:
                 error: str | None) -> None:
         """A lease's run ended: with its ``result``, or lost with ``error`` (its Spark job failed,
         its host went away) before it said how it ended."""
-        book = self._books.setdefault((flow.name, task.task_id), _Book())
+        book = self._books.setdefault((flow.name, task.task_id), LeaseBook())
         if error is not None:
             log.error("%s task %d: lease %s failed in Spark: %s; its partitions resume from the "
                       "committed progress", flow.name, task.task_id, lease_id, error)
@@ -373,7 +293,7 @@ class LeaseScheduler:
         flow = self._runner_of.get(lease.lease_id)
         if flow is None:
             return
-        book = self._books.setdefault((lease.flow, lease.task_id), _Book())
+        book = self._books.setdefault((lease.flow, lease.task_id), LeaseBook())
         book.report(report)
         changed = report.times.keys()
         flow.report_lease(lease.task_id, report.lag, lambda task: book.fold(task, changed), report.times)
