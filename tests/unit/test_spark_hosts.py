@@ -192,3 +192,37 @@ async def test_a_host_that_joins_takes_a_lease_at_once_and_the_hosts_even_out() 
         assert sched.started == 3 and sorted(len(v) for v in hosts.placed.values()) == [1, 2]
     finally:
         await sched.stop(timeout=5)
+
+
+async def test_four_leases_even_out_over_a_joining_host_in_two_moves_and_stay() -> None:
+    """Four equal leases on one host; a second host joins. Moves decided while another is still
+    handing over would count the moving lease on both hosts and send leases back and forth (each
+    move a task start: a new producer id and an offset sync per partition). One move at a time:
+    exactly two leases move, and then none."""
+    hosts = FakeHosts()
+    wanted = [1]
+
+    def no_job(work: LeaseWork) -> LeaseResult:  # pragma: no cover - hosts carry every lease
+        raise AssertionError("a lease ran as a Spark job of its own")
+
+    parts = [TopicPartition("orders", p) for p in range(8)]
+    flow = FakeFlow({i: (parts[2 * i], parts[2 * i + 1]) for i in range(4)})
+    sched = LeaseScheduler({"f": flow}, no_job, LeaseSettings(),  # type: ignore[dict-item]
+                           collect_host=hosts.collect, wanted_hosts=lambda: wanted[0])
+    assert sched.hosts is not None
+    pool = sched.hosts
+    await sched.start()
+    try:
+        await _until(lambda: sched.leases_running() == 4, sched, "four leases running")
+        assert sched.started == 4
+        wanted[0] = 2
+        await _until(lambda: len(hosts.placed) == 2 and sched.leases_running() == 4
+                     and sorted(h.load for h in pool.hosts.values()) == [4, 4],
+                     sched, "two leases on each host")
+        for _ in range(30):  # and it stays even
+            await sched.step()
+            await asyncio.sleep(0.01)
+        assert sched.started == 6, f"{sched.started - 4} moves for two"
+        assert sorted(h.load for h in pool.hosts.values()) == [4, 4]
+    finally:
+        await sched.stop(timeout=5)

@@ -167,6 +167,10 @@ class HostPool:
     def placed(self) -> int:
         return sum(len(h.leases) for h in self.hosts.values())
 
+    def placed_ids(self) -> list[str]:
+        """The leases placed on hosts that have not ended (not ENDED, not lost)."""
+        return [lease_id for h in self.hosts.values() for lease_id in h.leases]
+
     def running(self) -> int:
         return sum(h.live and h.line is not None for h in self.hosts.values())
 

@@ -9,7 +9,7 @@
   it still mirrors, so the hand-over costs one GO message rather than a Spark job start-up; on
   hosts only when the successor would run on another, lighter host (``renew_in_place``: on its
   own host too, the hand-over then inside that host's process), and at once, whatever its age,
-  when another host is lighter than its own;
+  when another host is lighter than its own and no other hand-over is under way;
 - a task whose partitions changed (new topics, partition growth, a REST allow/deny change, a task
   that went away) gets a lease for its new partitions at once; older leases that hold any of those
   partitions are stopped by the table when it is ready, and a lease none of whose partitions is
@@ -104,6 +104,8 @@ class LeaseScheduler:
         #: lease id -> its flow runner, task and work, while placed on a host and not ended
         self._placed: dict[str, tuple[SparkFlowRunner, SparkTask, LeaseWork]] = {}
         self.started = 0
+        #: some lease is starting, waiting or stopping (this step): no lease moves hosts meanwhile
+        self._handing_over = False
         self.steps = 0  # steps of the driver's loop so far
 
     async def start(self) -> None:
@@ -129,6 +131,7 @@ class LeaseScheduler:
             log.info("%s task %d: lease %s given up (%s)%s", lease.flow, lease.task_id, lease.lease_id,
                      why, "" if lease.flow in self.table.halted else "; a new lease takes its partitions")
         self.table.lost.clear()
+        self._handing_over = self._hand_over_under_way()
         for flow in list(self.flows.values()):
             self._cover(flow, time.monotonic())
         self.table.prune()
@@ -192,17 +195,28 @@ class LeaseScheduler:
                 self.coordinator.stop(newest.lease_id, "superseded before it was granted")
             self._start(flow, task, want, now, newest.lease_id if newest is not None else None)
         elif newest.state is LeaseState.RUNNING:
-            due = now - newest.started >= self.settings.lease_seconds
-            if self.hosts is not None and not self.settings.renew_in_place:
-                due = due and self.hosts.pick(newest.lease_id) is not self.hosts.host_of(newest.lease_id)
-            if due or self._lighter_host_for(newest.lease_id):
+            renew = ((self.hosts is None or self.settings.renew_in_place)
+                     and now - newest.started >= self.settings.lease_seconds)
+            if renew or self._lighter_host_for(newest.lease_id):
                 self._start(flow, task, want, now, newest.lease_id)
 
+    def _hand_over_under_way(self) -> bool:
+        """A lease is starting, waiting or stopping, or has released but its host still counts it
+        (no ENDED yet)."""
+        if any(x.state is not LeaseState.RUNNING for x in self._active()):
+            return True
+        placed = self.hosts.placed_ids() if self.hosts is not None else ()
+        return any(lease_id not in self.table.leases
+                   or self.table.leases[lease_id].state is not LeaseState.RUNNING for lease_id in placed)
+
     def _lighter_host_for(self, lease_id: str) -> bool:
-        """A host carries less than the lease's own would without it (PLACE_LIGHTEST: a host that
-        joined, or one whose leases ended): the lease moves there now, not at its renewal. Each
-        such move lowers the sum of the squared loads, so moves stop once the hosts are even."""
-        if self.hosts is None:
+        """ONE_MOVE_AT_A_TIME: a host carries less than the lease's own would without it
+        (PLACE_LIGHTEST: a host that joined, or one whose leases ended), and no lease is starting,
+        waiting or stopping anywhere: the lease moves there now, not at its renewal. Each such
+        move lowers the sum of the squared loads, so moves stop once the hosts are even; a move
+        decided while another hands over would count that one on both hosts and send leases back
+        and forth (each move a task start: a new producer id, an offset sync per partition)."""
+        if self.hosts is None or self._handing_over:
             return False
         host = self.hosts.host_of(lease_id)
         return host is not None and self.hosts.pick(lease_id) is not host
@@ -227,6 +241,7 @@ class LeaseScheduler:
         )
         self._runner_of[lease.lease_id] = flow
         self.started += 1
+        self._handing_over = True
         if host is not None and self.hosts is not None:
             self._placed[lease.lease_id] = (flow, task, work)
             if not self.hosts.place(host, work):
