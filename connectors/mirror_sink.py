@@ -194,8 +194,13 @@ class PendingPut:
         refused = [r for r in self._held.values() if r is not None]
         if cause is not None:
             restart = acked.in_doubt or isinstance(cause, ResendRefusedError)
+            causes: dict[TopicPartition, tuple[TopicPartition, BaseException]] = {}
+            if self._targets is not None:
+                for (tp, _), ttp in zip(self._items, self._targets, strict=True):
+                    if (failure := acked.failures.get(ttp)) is not None:
+                        causes.setdefault(tp, (ttp, failure.cause))
             raise SinkError(f"{type(cause).__name__}: {cause}", delivered, restart=restart,
-                            refused=refused, partitions=list(acked.failures)) from cause
+                            refused=refused, partitions=list(acked.failures), causes=causes) from cause
         if self._held:
             held = ", ".join(str(tp) for tp in self._held)
             raise SinkError(f"held at a record the target refuses as too large: {held}", delivered,

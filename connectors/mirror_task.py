@@ -200,4 +200,6 @@ async def build_task(
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,
         reconcile=TailReconciler(source, target_client, rename), pipeline_depth=PIPELINE_DEPTH,
         alarms=policies_of(flow), verify=flow.verify_enabled,
+        # a foreign write into an idle remote partition named within a topic refresh interval
+        idle_check_interval=float(flow.refresh_topics_interval_seconds) if flow.verify_enabled else None,
     )

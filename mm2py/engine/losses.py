@@ -133,6 +133,8 @@ class AlarmEvent:
     #: ``found`` the size of a batch holding it alone)
     topic: str = ""
     limit: int = -1
+    #: a target alarm found by asking the idle partition's end (not at a batch's acknowledgement)
+    idle: bool = False
 
     def describe(self) -> str:
         tp, a, b = self.tp, self.expected, self.found
@@ -147,6 +149,10 @@ class AlarmEvent:
         if self.alarm is Alarm.TARGET_TRUNCATED:
             return (f"{tp}: the target partition ends at {b}, below the end of the mirror's last batch, "
                     f"{a} (the remote partition truncated, or deleted and created again)")
+        if self.idle:
+            return (f"{tp}: the idle remote partition ends at {b}, past the end of the mirror's last "
+                    f"batch, {a}: target offsets {a}..{b - 1} ({b - a}) hold records the mirror did "
+                    f"not write")
         if self.alarm is Alarm.RECORD_TOO_LARGE:
             return (f"{tp}: the record at offset {a} is {b} bytes in a batch of its own, over the "
                     f"{self.limit} bytes target topic {self.topic} accepts (max.message.bytes)")
@@ -200,6 +206,17 @@ class LossWatch:
             return exc
         return None
 
+    def target_end(self, tp: TopicPartition, expected: int, end: int) -> MirrorAlarmError | None:
+        """An idle partition's remote end is ``end``, not ``expected`` (where the mirror's last
+        batch ended): ``target.foreign`` past it, ``target.truncated`` below; the error to raise
+        under ``fail``, None otherwise."""
+        alarm = Alarm.TARGET_TRUNCATED if end < expected else Alarm.FOREIGN_RECORDS
+        try:
+            self._raise(alarm, tp, expected, end, idle=True)
+        except MirrorAlarmError as exc:
+            return exc
+        return None
+
     def record_too_large(self, tp: TopicPartition, topic: str, offset: int, size: int, limit: int) -> Policy:
         """A record of ``tp`` the target refuses even alone: counted, logged and kept for the status;
         the policy says whether its partition holds (``fail``) or the record is left out."""
@@ -213,8 +230,8 @@ class LossWatch:
                     else "the record is left out, the partition goes on")
         return policy
 
-    def _raise(self, alarm: Alarm, tp: TopicPartition, expected: int, found: int) -> None:
-        event = AlarmEvent(alarm, tp, expected, found, self.wall_clock())
+    def _raise(self, alarm: Alarm, tp: TopicPartition, expected: int, found: int, idle: bool = False) -> None:
+        event = AlarmEvent(alarm, tp, expected, found, self.wall_clock(), idle=idle)
         self.recent.append(event)
         name = ALARM_COUNTERS[alarm]
         setattr(self.metrics, name, getattr(self.metrics, name) + 1)

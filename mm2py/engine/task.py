@@ -24,10 +24,12 @@ import time
 from collections.abc import Callable, Mapping
 
 from mm2py.engine.committer import Committer
+from mm2py.engine.idle_check import IdleCheck
 from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.losses import Alarm, LossWatch, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
+from mm2py.engine.refusals import PartitionRefusals, describe
 from mm2py.engine.scheduler import sleep_or_stop
 from mm2py.engine.starts import StartRetry
 from mm2py.engine.task_assignment import TaskAssignment
@@ -46,6 +48,7 @@ from mm2py.engine.task_contract import (
 )
 from mm2py.engine.task_positions import TaskPositions
 from mm2py.protocol.connect_offsets import Position
+from mm2py.protocol.errors_codes import BrokerError
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -75,7 +78,10 @@ class TaskRunner(TaskAssignment):
         pipeline_depth: int = 3,
         alarms: Mapping[Alarm, Policy] | None = None,
         verify: bool = True,
+        idle_check_interval: float | None = None,
     ) -> None:
+        """``idle_check_interval``: how often the idle partitions' remote ends are asked for
+        (engine/idle_check.py; None: never)."""
         self.spec = spec
         self.source = source
         self.sink = sink
@@ -83,6 +89,8 @@ class TaskRunner(TaskAssignment):
         self.planner = OffsetSyncPlanner(offset_lag_max=offset_lag_max)
         self.commit_interval = commit_interval
         self.retry_backoff = retry_backoff
+        #: partitions resting after a failed put, and those the target refuses (engine/refusals.py)
+        self.refusals = PartitionRefusals(retry_backoff)
         #: fetches handed to the sink and not yet acknowledged, at most (memory vs. a full window)
         self.pipeline_depth = pipeline_depth
         self.clock = clock
@@ -95,6 +103,7 @@ class TaskRunner(TaskAssignment):
         #: target.* alarms, ``verified_batches``); off only to measure what it costs
         #: (``mm2py.verify.enabled``)
         self.verify = verify
+        self.idle_check = IdleCheck(idle_check_interval, clock)  # foreign writes while idle
         self.state = TaskState.UNASSIGNED
         self.trace: str | None = None
         self._pos = TaskPositions()  # where the task stands in each partition: their one owner
@@ -154,7 +163,8 @@ class TaskRunner(TaskAssignment):
                     return
                 wanted = self._wanted(until)
                 if not wanted and not puts and prefetch is None:  # nothing under way: no partition
-                    await sleep_or_stop(stop, 0.2)  # yet, or those left wait for a deferred start
+                    self._check_idle()  # yet, or those left wait for a deferred start or rest
+                    await sleep_or_stop(stop, 0.2)
                     continue
                 # fetch the next round while earlier ones are being produced (up to the depth)
                 if prefetch is None and wanted and len(puts) < self.pipeline_depth:
@@ -174,6 +184,7 @@ class TaskRunner(TaskAssignment):
                         prefetch = await self._fetch_ahead(until, len(puts) + 1)
                         puts.submit(work, ends)
                 await self._commit(force=False)
+                self._check_idle()
             await puts.settle_all()  # stopped: what was handed over counts before the last commit
         except Exception:
             # failed (a corrupt batch, say): what was handed over lands anyway; settle it first
@@ -182,6 +193,7 @@ class TaskRunner(TaskAssignment):
             raise
         finally:
             wakeup.close()
+            self.idle_check.close()
             await cancel_fetch(prefetch)
 
     async def _fetch_ahead(
@@ -206,7 +218,11 @@ class TaskRunner(TaskAssignment):
         return all(acked.get(tp, 0) >= o for tp, o in until.items())
 
     def _wanted(self, until: dict[TopicPartition, int] | None) -> dict[TopicPartition, int]:
-        return self._pos.wanted(until)
+        wanted = self._pos.wanted(until)
+        if self.refusals:  # ONE_PARTITION_WAITS: a resting partition is left out, the others not
+            for tp in self.refusals.resting(self.clock()):
+                wanted.pop(tp, None)
+        return wanted
 
     def _advance(
         self, polled: Mapping[TopicPartition, Polled]
@@ -242,10 +258,12 @@ class TaskRunner(TaskAssignment):
         return work, ends
 
     async def _recover(self, prefetch: Fetch | None, stop: asyncio.Event) -> Fetch | None:
-        """A put failed and all are settled: rewind, drop the fetch under way, back off."""
+        """A put failed and all are settled: rewind, drop the fetch under way, back off (the
+        failed partitions alone, when the failure named them)."""
         self._rewind()
         await cancel_fetch(prefetch)
-        await sleep_or_stop(stop, self.retry_backoff)
+        if not self.refusals:
+            await sleep_or_stop(stop, self.retry_backoff)
         return None
 
     def _rewind(self) -> None:
@@ -264,17 +282,23 @@ class TaskRunner(TaskAssignment):
         except SinkError as exc:
             delivered, ok, failure = exc.delivered, False, exc
             self.metrics.sink_failures += 1
-            then = ("failing the task, whose restart reads what the target holds" if exc.restart
-                    else "retrying from the last acknowledged batch")
-            # the log throttle folds repeats of one cause on one partition only (``throttle``)
-            log.warning("task %s: produce failed, %s: %s", self.spec.task_id, then, exc,
-                        extra={THROTTLE_KEY: exc.kind})
+            if exc.restart or not self._rest(exc):
+                then = ("failing the task, whose restart reads what the target holds" if exc.restart
+                        else "retrying from the last acknowledged batch")
+                # the log throttle folds repeats of one cause on one partition only (``throttle``)
+                log.warning("task %s: produce failed, %s: %s", self.spec.task_id, then, exc,
+                            extra={THROTTLE_KEY: exc.kind})
         observe_acks(self.metrics.times, [(d.source, d.max_timestamp) for d in delivered], self.wall_clock())
         syncs: list[OffsetSync] = []
         pos, verified, alarm, verify = self._pos, 0, None, self.verify
+        refusing = self.refusals.refused
         for d in delivered:
             if d.source not in pos:
                 continue
+            if refusing and (was := self.refusals.taken(d.source)) is not None:
+                log.info("task %s: %s taken by the target again after %d refusals (%s): mirroring it "
+                         "from offset %d", self.spec.task_id, was.target, was.refusals,
+                         describe(was.code)[0], d.source_first)
             expected = pos.acknowledge(d.source, d.source_next, d.target_first, d.records)
             if verify:
                 if expected == d.target_first:  # where the last batch ended
@@ -308,6 +332,31 @@ class TaskRunner(TaskAssignment):
             raise alarm
         return ok
 
+    def _rest(self, exc: SinkError) -> bool:
+        """Each failed partition rests (ONE_PARTITION_WAITS), a refusal of the target named per
+        partition in the log and the status; True if every failure was such a refusal."""
+        now, wall, all_refusals = self.clock(), self.wall_clock(), bool(exc.causes)
+        for tp, (target, cause) in exc.causes.items():
+            if tp not in self._pos:
+                continue
+            code = cause.code if isinstance(cause, BrokerError) else None
+            refusal = self.refusals.failed(tp, target, code, now, wall)
+            if refusal is None:
+                all_refusals = all_refusals and tp in self.refusals.refused  # a lane stopped behind one
+                continue
+            name, meaning, change = describe(refusal.code)
+            log.warning("task %s: the target refuses %s (%s): %s; to fix: %s. Retrying the partition "
+                        "alone in %.1fs (refusal %d), its siblings go on", self.spec.task_id, target, name,
+                        meaning, change, refusal.retry_at - now, refusal.refusals,
+                        extra={THROTTLE_KEY: f"{name} on {target}"})
+        return all_refusals
+
+    @property
+    def refused_partitions(self) -> list[dict[str, object]]:
+        """The partitions the target refuses, each with its cause, what to change, and its retry."""
+        now = self.clock()
+        return [r.status(now) for r in self.refusals.refused.values()]
+
     def _refused(self, r: RefusedRecord) -> None:
         """The sink held ``r.source`` right before a record the target refuses even alone: once the
         partition is acknowledged up to it, the alarm, and the record left out (``skip``) or the
@@ -324,6 +373,10 @@ class TaskRunner(TaskAssignment):
     def held_partitions(self) -> list[str]:
         """The partitions held at a record the target refuses (``target.too.large`` under ``fail``)."""
         return sorted(str(tp) for tp in self._pos.held)
+
+    def _check_idle(self) -> None:
+        if (alarm := self.idle_check.step(self._pos, self.sink, self.losses)) is not None:
+            raise alarm  # target.foreign (or truncated) under fail, found on an idle partition
 
     async def _commit(self, force: bool) -> None:
         if force:  # now, every partition (snapshotted on the event loop); raises if it failed

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from mm2py.engine.committer import Committer, snapshot
 from mm2py.engine.losses import LossWatch
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
+from mm2py.engine.refusals import PartitionRefusals
 from mm2py.engine.starts import StartRetry, resolve_starts
 from mm2py.engine.task_contract import (
     BatchSink,
@@ -45,6 +46,7 @@ class TaskAssignment:
     progress: ProgressKeeper
     reconcile: Reconciler | None
     planner: OffsetSyncPlanner
+    refusals: PartitionRefusals
     committer: Committer
     metrics: TaskMetrics
     losses: LossWatch
@@ -125,6 +127,7 @@ class TaskAssignment:
         for tp in removed:
             pos.drop(tp)
             self.planner.reset(tp)
+            self.refusals.drop(tp)
         new = [tp for tp in wanted if tp not in pos]
         if not new:
             return []

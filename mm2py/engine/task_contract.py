@@ -204,13 +204,16 @@ class SinkError(TaskError):
     partition after it was produced)."""
 
     def __init__(self, message: str, delivered: list[Delivered], *, restart: bool = False,
-                 refused: Sequence[RefusedRecord] = (), partitions: Sequence[TopicPartition] = ()) -> None:
-        """``partitions``: the target partitions that failed (those ``refused`` held too)."""
+                 refused: Sequence[RefusedRecord] = (), partitions: Sequence[TopicPartition] = (),
+                 causes: Mapping[TopicPartition, tuple[TopicPartition, BaseException]] | None = None) -> None:
+        """``partitions``: the target partitions that failed (those ``refused`` held too);
+        ``causes``: each failed source partition's target partition and the failure's cause."""
         super().__init__(message)
         self.delivered = delivered
         self.restart = restart
         self.refused = list(refused)
         self.partitions = tuple(partitions)
+        self.causes = dict(causes or {})
 
     @property
     def kind(self) -> str:

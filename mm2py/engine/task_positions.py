@@ -153,6 +153,11 @@ class TaskPositions:
         self._target_next[tp] = target_first + records
         return expected
 
+    def retarget(self, tp: TopicPartition, target_next: int) -> None:
+        """The remote partition ends at ``target_next`` (an alarm under ``skip`` named how it
+        differs): the next batch must land there."""
+        self._target_next[tp] = target_next
+
     def rewind(self) -> None:
         """After a failed put, every later one settled: fetch again from what was acknowledged."""
         self._fetch.update(self._acked)

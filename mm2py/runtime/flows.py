@@ -319,4 +319,6 @@ def _task_status(task_id: int, task: TaskView) -> dict[str, Any]:
         "recent_alarms": recent_alarms(task),
         # partitions held at a record the target refuses (target.too.large under fail)
         "held_partitions": list(getattr(task, "held_partitions", ())),
+        # partitions the target refuses, each resting alone: cause, what to change, next retry
+        "refused_partitions": list(getattr(task, "refused_partitions", ())),
     }

@@ -94,6 +94,10 @@ class WorkerCollector(Collector):
         )
         up = GaugeMetricFamily("mm2py_task_running", "1 while the task runs", labels=labels)
         partitions = GaugeMetricFamily("mm2py_task_partitions", "Source partitions assigned", labels=labels)
+        refused = GaugeMetricFamily(
+            "mm2py_partition_refused", "1 while the target refuses the source partition's batches "
+            "(it rests alone and is retried; the cause as the broker's error name)",
+            labels=["flow", "topic", "partition", "cause"])
         for flow_name, flow in self.flows.items():
             for task_id, runner in flow.tasks.items():
                 values = [flow_name, str(task_id)]
@@ -104,10 +108,14 @@ class WorkerCollector(Collector):
                 partitions.add_metric(values, float(len(runner.partitions)))
                 for tp, records in m.lag.items():
                     lag.add_metric([flow_name, tp.topic, str(tp.partition)], float(records))
+                for r in getattr(runner, "refused_partitions", ()):
+                    topic, _, partition = str(r["partition"]).rpartition("-")
+                    refused.add_metric([flow_name, topic, partition, str(r["cause"])], 1.0)
         yield from counters.values()
         yield lag
         yield up
         yield partitions
+        yield refused
         if self.partition_times:
             yield from self._time_metrics()
         yield from self._checkpoint_metrics()

@@ -109,6 +109,11 @@ class TaskStatus(BaseModel):
     recent_alarms: list[str] = Field(default_factory=list)
     #: partitions held at a record the target refuses even alone (``target.too.large``: fail)
     held_partitions: list[str] = Field(default_factory=list)
+    #: partitions the target refuses (a keyless record into a compacted topic, a missing WRITE
+    #: grant, ...), each resting alone and retried: ``partition``, ``target_partition``, ``cause``,
+    #: ``meaning``, ``change`` (what to change on the target), ``since``, ``refusals``,
+    #: ``retry_in_seconds`` (mm2py/engine/refusals.py)
+    refused_partitions: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class FlowStatus(BaseModel):

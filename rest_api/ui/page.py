@@ -69,7 +69,9 @@ def _task_row(task_id: int, task: Any) -> dict[str, Any]:
             "verified_batches": m.audit_verified_batches, "alarms": alarm_counts(m),
             "recent_alarms": recent_alarms(task), "split_batches": m.split_batches,
             # partitions held at a record the target refuses even alone (target.too.large: fail)
-            "held_partitions": list(getattr(task, "held_partitions", ()))}
+            "held_partitions": list(getattr(task, "held_partitions", ())),
+            # partitions the target refuses, each named with its cause and what to change
+            "refused_partitions": list(getattr(task, "refused_partitions", ()))}
 
 
 def _dumps(value: Any) -> str:

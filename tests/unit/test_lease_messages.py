@@ -48,7 +48,9 @@ messages = st.one_of(
     st.builds(Ready, st.text(), st.text()),
     st.builds(Report, st.text(), st.text(), st.dictionaries(st.text(), st.integers(0, 2**62)),
               st.dictionaries(tps, st.integers(0, 2**62)), st.tuples(st.integers(0, 99), st.integers(0, 99)),
-              times),
+              times, st.lists(st.text(), max_size=3).map(tuple),
+              st.lists(st.dictionaries(st.text(max_size=8), st.text() | st.integers(0, 2**62)
+                                       | st.floats(0, 1e6, allow_nan=False)), max_size=2).map(tuple)),
     st.builds(Released, st.text(), st.text(), positions),
     st.builds(GoMsg, positions),
     st.builds(StopMsg, st.text()),
@@ -74,6 +76,8 @@ def test_garbage_is_a_lease_wire_error_and_nothing_else(line: bytes) -> None:
     b'{"t":"go","positions":[["orders",true,5,null]]}',  # a partition as a bool
     b'{"t":"go","positions":[["orders",0,5,null,7]]}',  # a topic id as a number
     b'{"t":"hello","lease":"x"}',  # no token
+    b'{"t":"report","lease":"x","token":"t","metrics":{},"lag":[],"codec":[0,0],"refused":[5]}',
+    b'{"t":"report","lease":"x","token":"t","metrics":{},"lag":[],"codec":[0,0],"held":[5]}',
     b'{"t":"teleport"}',
     b'[1,2]',
 ])

@@ -67,6 +67,10 @@ class Report:
     codec: tuple[int, int] = (0, 0)  # decompressions, compressions during the lease
     #: during the lease, of the partitions whose times changed since the lease's last report
     times: Mapping[TopicPartition, PartitionTimes] = field(default_factory=dict)
+    #: partitions held at a record the target refuses even alone (``TaskRunner.held_partitions``)
+    held: tuple[str, ...] = ()
+    #: partitions the target refuses, as the task's status shows them (``refused_partitions``)
+    refused: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,12 @@ def _str(value: Any) -> str:
     return value
 
 
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise LeaseWireError(f"expected an object, got {value!r}")
+    return value
+
+
 def _lease_of(doc: Mapping[str, Any]) -> str:
     return _str(doc.get("lease", ""))
 
@@ -210,7 +220,8 @@ def encode(msg: Message) -> bytes:
     elif isinstance(msg, Report):
         doc = {"t": "report", "lease": msg.lease, "token": msg.token, "metrics": dict(msg.metrics),
                "lag": [[tp.topic, tp.partition, v] for tp, v in sorted(msg.lag.items())],
-               "codec": list(msg.codec), "times": _times_out(msg.times)}
+               "codec": list(msg.codec), "times": _times_out(msg.times), "held": list(msg.held),
+               "refused": [dict(r) for r in msg.refused]}
     elif isinstance(msg, Released):
         doc = {"t": "released", "lease": msg.lease, "token": msg.token,
                "positions": _positions_out(msg.positions)}
@@ -236,7 +247,8 @@ def decode(line: bytes) -> Message:
             metrics = {_str(k): _int(v) for k, v in doc["metrics"].items()}
             d, c = doc["codec"]
             return Report(_str(doc["lease"]), _str(doc["token"]), metrics, lag, (_int(d), _int(c)),
-                          _times_in(doc.get("times", [])))
+                          _times_in(doc.get("times", [])), tuple(_str(h) for h in doc.get("held", [])),
+                          tuple(_object(r) for r in doc.get("refused", [])))
         if kind == "released":
             return Released(_str(doc["lease"]), _str(doc["token"]), _positions_in(doc["positions"]))
         if kind == "go":

@@ -335,7 +335,10 @@ function renderDetails(card) {
     f.tasks.filter((t) => (t.recent_alarms || []).length).map((t) =>
     `<details class="task-error"><summary class="error">task ${t.id}: alarms</summary><pre class="trace">${esc(t.recent_alarms.join("\n"))}</pre></details>`).join("") +
     f.tasks.filter((t) => (t.held_partitions || []).length).map((t) =>
-    `<details class="task-error" open><summary class="error">task ${t.id}: partitions held at a record the target refuses (see its alarms)</summary><pre class="trace">${esc(t.held_partitions.join("\n"))}</pre></details>`).join("");
+    `<details class="task-error" open><summary class="error">task ${t.id}: partitions held at a record the target refuses (see its alarms)</summary><pre class="trace">${esc(t.held_partitions.join("\n"))}</pre></details>`).join("") +
+    f.tasks.filter((t) => (t.refused_partitions || []).length).map((t) =>
+    `<details class="task-error" open><summary class="error">task ${t.id}: partitions the target refuses (each retried alone; the others flow)</summary><pre class="trace">${esc(t.refused_partitions.map((r) =>
+      `${r.target_partition} (from ${r.partition}): ${r.cause}, ${r.refusals} refusals, next try in ${r.retry_in_seconds} s\n  ${r.meaning}\n  to fix: ${r.change}`).join("\n"))}</pre></details>`).join("");
   renderPartitions(card);
   if (card.selected) partitionChart(card);
 }

@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mm2py.client.cluster import LATEST, ClusterClient
 from mm2py.config.models import FlowConfig
@@ -48,6 +48,10 @@ class SparkTask:
     consecutive_failures: int = 0
     retry_at: float = 0.0
     last_round_seconds: float = 0.0
+    #: as its running lease last reported them: partitions held at a record the target refuses
+    #: even alone, and partitions the target refuses (each with its cause and what to change)
+    held_partitions: list[str] = field(default_factory=list)
+    refused_partitions: list[dict[str, Any]] = field(default_factory=list)
 
     def absorb(self, result: RoundResult, now: float) -> None:
         """Fold one round's outcome in: counters add up, lag is the latest, errors are kept."""
@@ -146,7 +150,8 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
     # -- leases (see spark_leases) ----------------------------------------------------------------
     def report_lease(self, task_id: int, lag: Mapping[TopicPartition, int],
                      fold: Callable[[SparkTask], None],
-                     times: Mapping[TopicPartition, PartitionTimes] | None = None) -> None:
+                     times: Mapping[TopicPartition, PartitionTimes] | None = None,
+                     standing: tuple[Sequence[str], Sequence[Mapping[str, Any]]] = ((), ())) -> None:
         """A running lease reported: its task runs; its counters and lag are the latest. A
         report of a lease still winding down after the flow was paused or stopped (its last,
         while it commits) leaves the task STOPPED: resuming makes a new runner."""
@@ -155,6 +160,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
             if task is None:
                 return
             fold(task)
+            task.held_partitions, task.refused_partitions = list(standing[0]), [dict(r) for r in standing[1]]
             mine = set(task.partitions)  # a tuple of thousands: ``in`` on it would scan it each time
             task.metrics.lag.update({tp: v for tp, v in lag.items() if tp in mine})
             if task.partitions and self.state not in HALTED_STATES:

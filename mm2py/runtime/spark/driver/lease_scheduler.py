@@ -311,7 +311,8 @@ class LeaseScheduler:
         book = self._books.setdefault((lease.flow, lease.task_id), LeaseBook())
         book.report(report)
         changed = report.times.keys()
-        flow.report_lease(lease.task_id, report.lag, lambda task: book.fold(task, changed), report.times)
+        flow.report_lease(lease.task_id, report.lag, lambda task: book.fold(task, changed), report.times,
+                          (report.held, report.refused))
 
     # -- figures ----------------------------------------------------------------------------------
     def codec_operations(self) -> tuple[int, int]:

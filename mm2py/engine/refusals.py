@@ -1,0 +1,160 @@
+"""What the target refuses, per partition: the cause in words, what to change, and when to try again.
+
+A target configured unlike its source refuses some partitions' batches for good until someone
+changes it: keyless records into a compacted remote topic (``INVALID_RECORD``), timestamps outside
+the remote topic's bounds (``INVALID_TIMESTAMP``), a broker policy (``POLICY_VIOLATION``), a
+missing WRITE grant (``TOPIC_AUTHORIZATION_FAILED``), a remote topic deleted
+(``UNKNOWN_TOPIC_OR_PARTITION``). :class:`PartitionRefusals` is the task's collaborator for them
+(pure: the task hands it the clock's readings):
+
+- **ONE_PARTITION_WAITS**: a refused partition rests alone, its back-off doubling from the task's
+  retry back-off up to :data:`REFUSAL_BACKOFF_MAX`; its siblings go on at once;
+- **RESUMES_BY_ITSELF**: each retry fetches the partition again from what the target acknowledged;
+  the first batch the target takes clears the refusal (the target was fixed: a config changed,
+  an ACL granted), with no restart and exactly where it stopped;
+- a failure that is not the target's verdict on the partition (a connection lost, a leader moved,
+  a batch too large, which the sink splits) rests the partition for the plain retry back-off and
+  is not shown as a refusal.
+
+:func:`describe` names each cause in words and says what to change; the task's status lists the
+refused partitions (REST, the operator page, ``/metrics``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mm2py.protocol import errors_codes as codes
+from mm2py.protocol.errors_codes import ERRORS
+from mm2py.protocol.types import TopicPartition
+
+__all__ = ["REFUSAL_BACKOFF_MAX", "PartitionRefusals", "Refusal", "describe"]
+
+#: a refused partition is tried again at most this long after its last refusal
+REFUSAL_BACKOFF_MAX = 10.0
+
+INVALID_TIMESTAMP = 32
+POLICY_VIOLATION = 44
+CLUSTER_AUTHORIZATION_FAILED = 31
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+
+#: error code -> (what the refusal means, what to change on the target)
+_WORDS: dict[int, tuple[str, str]] = {
+    codes.INVALID_RECORD: (
+        "the target refused a record as invalid; most often a record without a key written to a "
+        "compacted remote topic (cleanup.policy=compact)",
+        "set the remote topic's cleanup.policy to delete (or compact,delete with keys), or key the "
+        "records at the source"),
+    INVALID_TIMESTAMP: (
+        "a record's timestamp is outside what the remote topic accepts "
+        "(message.timestamp.before.max.ms / message.timestamp.after.max.ms under CreateTime)",
+        "widen those two settings on the remote topic, or set its message.timestamp.type to "
+        "LogAppendTime"),
+    POLICY_VIOLATION: (
+        "a policy of the target cluster refused the write",
+        "see the target brokers' log for the policy's reason and change the remote topic or the policy"),
+    codes.TOPIC_AUTHORIZATION_FAILED: (
+        "the mirror's principal may not write to the remote topic",
+        "grant WRITE on the remote topic to the principal of the target cluster's connection "
+        "(kafka-acls --add --operation Write --topic ...)"),
+    CLUSTER_AUTHORIZATION_FAILED: (
+        "the mirror's principal may not produce idempotently on the target",
+        "grant IDEMPOTENT_WRITE on the target cluster to the principal of its connection"),
+    codes.UNKNOWN_TOPIC_OR_PARTITION: (
+        "the remote partition does not exist: the remote topic was deleted, or has fewer "
+        "partitions than the source",
+        "create the remote topic again (the controller does at its next topic refresh when it may "
+        "create topics) or add partitions to it"),
+}
+
+
+def describe(code: int) -> tuple[str, str, str]:
+    """The cause's name, what it means, and what to change, for a broker error ``code``."""
+    name = ERRORS[code].name if code in ERRORS else f"UNKNOWN_CODE_{code}"
+    meaning, change = _WORDS.get(code, (
+        f"the target refused the partition's batches with {name}",
+        "see the target brokers' log"))
+    return name, meaning, change
+
+
+def is_refusal(code: int) -> bool:
+    """Whether a broker error is the target's verdict on a partition's records, which retrying
+    the same bytes will not change until the target is (not: retriable errors, which the producer
+    retries itself, nor a batch too large, which the sink splits)."""
+    info = ERRORS.get(code)
+    if code in codes.TOO_LARGE:
+        return False
+    return code in _WORDS or info is None or not info.retriable
+
+
+@dataclass
+class Refusal:
+    """A partition the target refuses: since when, how often, and when it is tried again."""
+
+    partition: TopicPartition
+    target: TopicPartition
+    code: int
+    since: float  # wall clock, seconds
+    refusals: int = 1
+    retry_at: float = 0.0  # monotonic clock
+
+    def status(self, now: float) -> dict[str, object]:
+        """The refusal as a task's status shows it (JSON)."""
+        name, meaning, change = describe(self.code)
+        return {"partition": str(self.partition), "target_partition": str(self.target), "cause": name,
+                "meaning": meaning, "change": change, "since": round(self.since, 3),
+                "refusals": self.refusals, "retry_in_seconds": round(max(0.0, self.retry_at - now), 3)}
+
+
+class PartitionRefusals:
+    """The partitions of one task that rest after a failed put, and those the target refuses
+    (see the module docstring: ONE_PARTITION_WAITS, RESUMES_BY_ITSELF)."""
+
+    def __init__(self, retry_backoff: float, max_backoff: float = REFUSAL_BACKOFF_MAX) -> None:
+        self.retry_backoff = retry_backoff
+        self.max_backoff = max(max_backoff, retry_backoff)
+        #: source partition -> when it may be fetched again (monotonic): every resting partition
+        self._resting: dict[TopicPartition, float] = {}
+        #: source partition -> the refusal it rests for (a subset of ``_resting``'s, or a partition
+        #: whose rest is over and whose retry has not been answered yet)
+        self.refused: dict[TopicPartition, Refusal] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._resting)
+
+    def failed(self, tp: TopicPartition, target: TopicPartition, code: int | None, now: float,
+               wall: float) -> Refusal | None:
+        """A put of ``tp`` failed with broker error ``code`` (None: not a broker's answer). The
+        partition rests; returns its refusal when ``code`` is one (:func:`is_refusal`)."""
+        if code is None or not is_refusal(code):  # a longer rest (a refusal's) is not shortened
+            self._resting[tp] = max(self._resting.get(tp, 0.0), now + self.retry_backoff)
+            return None
+        refusal = self.refused.get(tp)
+        if refusal is None or refusal.code != code:
+            refusal = self.refused[tp] = Refusal(tp, target, code, wall)
+        else:
+            refusal.refusals += 1
+        backoff = min(self.max_backoff, self.retry_backoff * 2 ** (refusal.refusals - 1))
+        refusal.retry_at = self._resting[tp] = now + backoff
+        return refusal
+
+    def taken(self, tp: TopicPartition) -> Refusal | None:
+        """The target acknowledged a batch of ``tp``: the refusal it rested for, if any, is over."""
+        return self.refused.pop(tp, None)
+
+    def resting(self, now: float) -> set[TopicPartition]:
+        """The partitions not to fetch now (those whose rest is over are let go)."""
+        if not self._resting:
+            return set()
+        for tp in [tp for tp, at in self._resting.items() if at <= now]:
+            del self._resting[tp]
+        return set(self._resting)
+
+    def next_due(self) -> float | None:
+        """When the first resting partition may be fetched again (monotonic), if any rests."""
+        return min(self._resting.values(), default=None)
+
+    def drop(self, tp: TopicPartition) -> None:
+        """The partition left the task."""
+        self._resting.pop(tp, None)
+        self.refused.pop(tp, None)
