@@ -200,6 +200,15 @@ async def build_task(
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,
         reconcile=TailReconciler(source, target_client, rename), pipeline_depth=PIPELINE_DEPTH,
         alarms=policies_of(flow), verify=flow.verify_enabled,
-        # a foreign write into an idle remote partition named within a topic refresh interval
-        idle_check_interval=float(flow.refresh_topics_interval_seconds) if flow.verify_enabled else None,
+        idle_check_interval=idle_check_interval(flow),
     )
+
+
+def idle_check_interval(flow: FlowConfig) -> float | None:
+    """How often a task asks its idle partitions' remote ends (engine/idle_check.py): the topic
+    refresh interval, MM2's default 600 s when the flow refreshes only at start; None without the
+    flow's verification (``mm2py.verify.enabled``)."""
+    if not flow.verify_enabled:
+        return None
+    interval = flow.refresh_topics_interval_seconds
+    return float(max(1, interval)) if interval > 0 else 600.0

@@ -37,6 +37,9 @@ class Plan:
     created: list[str] = field(default_factory=list)
     grown: dict[str, int] = field(default_factory=dict)
     refused_cycles: list[str] = field(default_factory=list)
+    #: remote topics with fewer partitions than their source that could not be grown:
+    #: remote topic -> (its partitions, the source's, why growing it was refused)
+    short: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
     def task_count(self) -> int:
         return len(self.assignment)
@@ -78,6 +81,8 @@ class Controller:
         self._assignment: dict[int, list[TopicPartition]] = {}
         self._synced_configs: dict[str, dict[str, str]] = {}
         self._ceded: set[str] = set()  # topics left to an older flow (logged once)
+        #: remote topics the target refused to grow, as last named (SHORT_NAMED: once per reason)
+        self._short_named: dict[str, tuple[int, str]] = {}
         #: discovery rounds completed (each saw the topics of both clusters as they were then)
         self.refreshes = 0
 
@@ -118,14 +123,14 @@ class Controller:
         wanted = selected if self.sync_topic_configs else {s: selected[s] for s in missing}
         configs = self._source_configs(wanted) if wanted else {}
         created = self.create_topics(source_topics, selected, missing, configs)
-        grown = self.grow_topics(source_topics, target_topics, selected)
+        grown, short = self.grow_topics(source_topics, target_topics, selected)
         if self.sync_topic_configs:
             self.sync_configs(target_topics, selected, configs)
         partitions, assignment = self.assign_partitions(source_topics, selected)
         if created:
             log.info("%s->%s: created %s", self.source_alias, self.target_alias, ", ".join(created))
         self.refreshes += 1
-        return Plan(selected, partitions, assignment, created, grown, cycles)
+        return Plan(selected, partitions, assignment, created, grown, cycles, short)
 
     def select_topics(self, source_topics: Mapping[str, TopicInfo]) -> tuple[dict[str, str], list[str]]:
         """Step 1: the source topics this flow mirrors (source -> remote name), and the cycles the
@@ -160,16 +165,28 @@ class Controller:
         return created
 
     def grow_topics(self, source_topics: Mapping[str, TopicInfo], target_topics: Mapping[str, TopicInfo],
-                    selected: Mapping[str, str]) -> dict[str, int]:
+                    selected: Mapping[str, str]) -> tuple[dict[str, int], dict[str, tuple[int, int, str]]]:
         """Step 3: remote topics with fewer partitions than their source grown to its count
-        (partitions are never removed). Returns remote topic -> new count."""
+        (partitions are never removed). Returns remote topic -> new count, and the remote topics
+        the target refused to grow (SHORT_NAMED: each named in the log with its missing partitions
+        once per reason; their source partitions past the remote count stay assigned, and their
+        tasks name them as refused, UNKNOWN_TOPIC_OR_PARTITION: nothing goes to another partition)."""
         grow = {
             t: source_topics[s].partitions
             for s, t in selected.items()
             if t in target_topics and target_topics[t].partitions < source_topics[s].partitions
         }
-        self.target_admin.add_partitions(grow)
-        return grow
+        refused = self.target_admin.add_partitions(grow) or {}
+        short = {t: (target_topics[t].partitions, grow[t], why) for t, why in refused.items() if t in grow}
+        for t, (have, want, why) in short.items():
+            if self._short_named.get(t) != (want, why):
+                self._short_named[t] = (want, why)
+                log.warning("%s->%s: remote topic %s has %d partitions, its source %d: partitions %s are "
+                            "not mirrored until it is grown (adding them was refused: %s); add them on "
+                            "the target, or grant the mirror's principal ALTER on the topic",
+                            self.source_alias, self.target_alias, t, have, want,
+                            f"{have}..{want - 1}" if want - have > 1 else str(have), why)
+        return {t: n for t, n in grow.items() if t not in refused}, short
 
     def sync_configs(self, target_topics: Mapping[str, TopicInfo], selected: Mapping[str, str],
                      configs: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:

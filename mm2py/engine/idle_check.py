@@ -37,6 +37,8 @@ class IdleCheck:
     """Asks the idle partitions' remote ends every ``interval`` seconds (None: never)."""
 
     def __init__(self, interval: float | None, clock: Callable[[], float]) -> None:
+        if interval is not None and interval <= 0:
+            raise ValueError(f"the idle check's interval must be positive, not {interval}")
         self.interval = interval
         self.clock = clock
         self._next = clock() + interval if interval else float("inf")

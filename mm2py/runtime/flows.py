@@ -289,6 +289,10 @@ class FlowRunnerBase(Generic[T]):
                 "name": self.name, "source": self.flow.source, "target": self.flow.target,
                 "state": self.state, "trace": self.trace,
                 "topics": dict(self.last_plan.topics) if self.last_plan else {},
+                # remote topics with fewer partitions than their source that the target refused to grow
+                "short_topics": {t: {"partitions": have, "source_partitions": want, "reason": why}
+                                 for t, (have, want, why) in self.last_plan.short.items()}
+                if self.last_plan else {},
                 "tasks": tasks,
                 "checkpoints": self.checkpoints.status() if self.checkpoints else None,
                 "acl_sync": self.acl_sync.status() if self.acl_sync else None,

@@ -230,19 +230,29 @@ class ClusterAdmin(TopicAclCalls):
     def ensure_compacted_topic(self, name: str, replication_factor: int = -1, partitions: int = 1) -> None:
         self.create_topics([TopicSpec(name, partitions, replication_factor, {"cleanup.policy": "compact"})])
 
-    def add_partitions(self, counts: Mapping[str, int]) -> None:
+    def add_partitions(self, counts: Mapping[str, int]) -> dict[str, str]:
+        """Grow each topic to its count; returns the topics whose growth the cluster refused (an
+        ACL, a policy, a broker's limit), each with the reason in words. An unreachable cluster
+        raises."""
+        refused: dict[str, str] = {}
         for call in in_calls(counts.items(), lambda tn: tn[1]):  # the new total bounds what is added
-            self._grown(self._client.create_partitions(
-                [NewPartitions(t, n) for t, n in call], request_timeout=self.timeout))
+            refused.update(self._grown(self._client.create_partitions(
+                [NewPartitions(t, n) for t, n in call], request_timeout=self.timeout)))
+        return refused
 
-    def _grown(self, futures: Mapping[str, Future[Any]]) -> None:
+    def _grown(self, futures: Mapping[str, Future[Any]]) -> dict[str, str]:
+        refused = {}
         for name, fut in futures.items():
             try:
                 self._result(fut, f"adding partitions to {name}")
             except KafkaException as exc:
-                if exc.args[0].code() == KafkaError.INVALID_PARTITIONS:
+                error = exc.args[0]
+                if error.code() == KafkaError.INVALID_PARTITIONS:
                     continue  # already grown by someone else
-                raise self._fail(f"adding partitions to {name}", exc) from exc
+                if error.code() < 0:  # librdkafka's own (transport, time-out): not the cluster's answer
+                    raise self._fail(f"adding partitions to {name}", exc) from exc
+                refused[name] = f"{error.name()}: {error.str()}"
+        return refused
 
     def alter_topic_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
         """Set (incrementally) the given configs on each topic."""

@@ -124,6 +124,9 @@ class FlowStatus(BaseModel):
     trace: str | None
     topics: dict[str, Any]
     tasks: list[TaskStatus]
+    #: remote topics with fewer partitions than their source that the target refused to grow:
+    #: remote topic -> ``partitions``, ``source_partitions``, ``reason``
+    short_topics: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 def flow_status(runner: AnyRunner) -> FlowStatus:

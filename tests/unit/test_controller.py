@@ -4,8 +4,11 @@ about which calls to make; tests/integration/test_mirror_flow.py runs them on re
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import pytest
 
 from mm2py.config.filters import ConfigPropertyFilter, TopicFilter
 from mm2py.config.policy import DefaultReplicationPolicy
@@ -21,6 +24,7 @@ class Topics:
         self.partitions = dict(topics)
         self.configs = {t: dict((configs or {}).get(t, {})) for t in topics}
         self.calls: list[tuple[str, Any]] = []
+        self.refuse_growing: dict[str, str] = {}  # topic -> the cluster's refusal of CreatePartitions
 
     def list_topics(self) -> dict[str, TopicInfo]:
         return {t: TopicInfo(t, n, 1) for t, n in self.partitions.items()}
@@ -38,9 +42,10 @@ class Topics:
             self.configs[s.name] = dict(s.config)
         return [s.name for s in new]
 
-    def add_partitions(self, counts: Mapping[str, int]) -> None:
+    def add_partitions(self, counts: Mapping[str, int]) -> dict[str, str]:
         self.calls.append(("grow", dict(counts)))
-        self.partitions.update(counts)
+        self.partitions.update({t: n for t, n in counts.items() if t not in self.refuse_growing})
+        return {t: why for t, why in self.refuse_growing.items() if t in counts}
 
     def alter_topic_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
         self.calls.append(("alter", {t: dict(c) for t, c in configs.items()}))
@@ -90,7 +95,8 @@ def test_grow_adds_partitions_the_source_gained_and_never_removes_any() -> None:
     source = Topics({"a": 4, "b": 1})
     target = Topics({"east.a": 2, "east.b": 3})
     ctl = _controller(source, target)
-    grown = ctl.grow_topics(source.list_topics(), target.list_topics(), {"a": "east.a", "b": "east.b"})
+    grown, short = ctl.grow_topics(source.list_topics(), target.list_topics(), {"a": "east.a", "b": "east.b"})
+    assert short == {}
     assert grown == {"east.a": 4} and target.partitions == {"east.a": 4, "east.b": 3}
 
 
@@ -152,3 +158,24 @@ def test_no_module_sets_a_controllers_claims_from_outside() -> None:
                             and target.value.id == "self"):
                         patched.append(f"{name}:{node.lineno}")
     assert not patched, f"claimed_by set from outside its controller: {patched}"
+
+
+def test_a_remote_topic_the_target_refuses_to_grow_is_named_once_with_its_missing_partitions(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 46 item 5: a remote topic created beforehand with fewer partitions, and the mirror may
+    not add any: the refresh goes on (other topics grow), the plan and the log name the remote
+    topic, its missing partitions and why, the log once per reason; every source partition stays
+    assigned (nothing goes to another partition: the tasks name the missing ones as refused)."""
+    source = Topics({"a": 4, "b": 2})
+    target = Topics({"east.a": 2, "east.b": 1})
+    target.refuse_growing["east.a"] = "TOPIC_AUTHORIZATION_FAILED: not authorized"
+    ctl = _controller(source, target)
+    with caplog.at_level(logging.WARNING, logger="mm2py.engine.controller"):
+        plan = ctl.refresh()
+        ctl.refresh()
+    assert plan.grown == {"east.b": 2} and target.partitions == {"east.a": 2, "east.b": 2}
+    assert plan.short == {"east.a": (2, 4, "TOPIC_AUTHORIZATION_FAILED: not authorized")}
+    [line] = [r.getMessage() for r in caplog.records if "not mirrored until it is grown" in r.getMessage()]
+    assert "east.a has 2 partitions, its source 4: partitions 2..3" in line and "AUTHORIZATION" in line
+    assert sorted(plan.partitions) == [TopicPartition("a", p) for p in range(4)] + [
+        TopicPartition("b", p) for p in range(2)]
