@@ -1,7 +1,7 @@
 """The files of a Spark Structured Streaming checkpoint that name Kafka offsets (sans-IO).
 
 What it is for: ``mm2py offsets rewrite --spark-checkpoint`` moves a streaming query that reads
-Kafka to the other cluster of a flow by rewriting these files (``mm2py/offsets_rewrite.py``); this
+Kafka to the other cluster of a flow by rewriting these files (``mm2py/operations/offsets_rewrite.py``); this
 module only reads and writes their bytes, as Spark does (``OffsetSeqLog``,
 ``KafkaSourceInitialOffsetWriter``, ``JsonUtils`` of spark-sql-kafka):
 

@@ -18,9 +18,9 @@ from mm2py.engine.audit import (
     PartitionOutcome,
     PartitionStatus,
 )
+from mm2py.operations.audit.report import AnchorsRead, AuditReport, Verdict, partition_report, table
+from mm2py.operations.audit.scope import Pair, mirrored_topics
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.audit.report import AnchorsRead, AuditReport, Verdict, partition_report, table
-from mm2py.runtime.audit.scope import Pair, mirrored_topics
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -135,7 +135,7 @@ def test_progress_lines_on_stderr() -> None:
     import io
 
     from mm2py.audit_cli import ProgressLine
-    from mm2py.runtime.audit import Progress
+    from mm2py.operations.audit import Progress
 
     out = io.StringIO()
     line = ProgressLine(out, "east->west")
