@@ -1,5 +1,5 @@
 """Consumer groups moved to the target cluster of a flow (failover), as ``mm2py offsets`` and the
-REST API's group routes do it (the command line is ``mm2py/offsets_cli.py``; failback's translation,
+REST API's group routes do it (the command line is ``mm2py/cli/offsets.py``; failback's translation,
 ``mm2py/operations/failback.py``, commits through :func:`apply` too).
 
 ``translate`` prints, for each partition a group committed on the source, where that group should

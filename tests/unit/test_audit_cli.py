@@ -134,7 +134,7 @@ def test_the_report_names_the_first_mismatch_in_json_and_in_the_table() -> None:
 def test_progress_lines_on_stderr() -> None:
     import io
 
-    from mm2py.audit_cli import ProgressLine
+    from mm2py.cli.audit import ProgressLine
     from mm2py.operations.audit import Progress
 
     out = io.StringIO()
@@ -149,7 +149,7 @@ def test_progress_lines_on_stderr() -> None:
 
 
 def test_the_flow_to_audit() -> None:
-    from mm2py.audit_cli import pick_flow
+    from mm2py.cli.audit import pick_flow
     from mm2py.config.errors import ConfigError
     from mm2py.config.models import MirrorMakerConfig
 

@@ -35,13 +35,9 @@ LAYERS = {
     "mm2py.rest_api.security": 10,
     "mm2py.rest_api.app": 11,
     "mm2py.rest_api.server": 11,
-    "mm2py.cli": 12,
-    "mm2py.demo": 12,
+    "mm2py.cli": 12,  # the command line: a module per command (run, dev, offsets, flow_offsets, audit, demo)
     "mm2py.__main__": 13,  # python -m mm2py: the command line
     "mm2py.command": 13,  # the command's entry: the Ctrl-C policy, then the CLI's imports
-    "mm2py.offsets_cli": 12,
-    "mm2py.flow_offsets_cli": 12,
-    "mm2py.audit_cli": 12,
 }
 
 
