@@ -1,4 +1,5 @@
-"""``mm2py dev up|down|status``: local Kafka clusters for trying mm2py out (:mod:`mm2py.kafka_local`)."""
+"""``mm2py dev up|down|status``: local Kafka clusters for trying mm2py out
+(:mod:`mm2py.kafka_local`)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,12 @@
 * ``translate`` / ``apply``: consumer groups. ``--direction forward`` (the default, failover): where
   each group, as committed on the source, resumes on the target (``mm2py/operations/failover.py``).
   ``--direction back`` (failback): where each group, as committed on the target, resumes on the
-  source (``mm2py/operations/failback.py``). ``apply`` commits on the cluster the groups move to, only with
-  ``--execute`` and only while the group has no members there.
+  source (``mm2py/operations/failback.py``). ``apply`` commits on the cluster the groups move to,
+  only with ``--execute`` and only while the group has no members there.
 * ``translate-offset``: one offset of one partition, either way.
 * ``rewrite``: offsets kept outside Kafka — a JSON ``{topic: {partition: offset}}`` map, or a Spark
-  Structured Streaming checkpoint — rewritten for the other cluster (``mm2py/operations/offsets_rewrite.py``).
+  Structured Streaming checkpoint — rewritten for the other cluster
+  (``mm2py/operations/offsets_rewrite.py``).
 
 Errors are one line on stderr and exit code 2.
 """

@@ -13,7 +13,7 @@ where each of them came from.
 
 Partitions of topics the flow did not mirror (the target's own topics) are left alone; an offset that
 cannot be translated exactly (before the oldest sync still known, past what was mirrored) is left
-out with a note saying why, never guessed. Committing (``apply``) is ``mm2py/operations/failover.py``'s, on
+out with a note saying why, never guessed. Committing (``apply``) is ``failover.py``'s, on
 the source cluster: only with ``--execute``, and only while the group has no members there.
 
 Which groups there are to fail back (``failback_groups``, the operator page's list): those committed

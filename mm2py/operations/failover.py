@@ -1,6 +1,6 @@
 """Consumer groups moved to the target cluster of a flow (failover), as ``mm2py offsets`` and the
 REST API's group routes do it (the command line is ``mm2py/cli/offsets.py``; failback's translation,
-``mm2py/operations/failback.py``, commits through :func:`apply` too).
+``failback.py``, commits through :func:`apply` too).
 
 ``translate`` prints, for each partition a group committed on the source, where that group should
 resume on the target: from the flow's checkpoints on the target (what MM2's
