@@ -20,9 +20,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.translation import Direction
 from mm2py.kafka_local import KafkaCluster
+from mm2py.operations.translator import FlowTranslator
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.translator import FlowTranslator
 from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.positions import PositionStore
 from tests.support.brokers import (
