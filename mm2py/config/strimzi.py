@@ -256,7 +256,15 @@ def _connector(out: Mapped, connector: Mapping[str, Any], path: str, flow: str, 
         value = secrets.resolve(value, where)
         if key == "tasks.max" and not source:
             out.note(where, _ONE_JOB)
-        elif key in _SETTING_NAMES or flow_client_key(where, key, _SETTING_NAMES) is not None:
+        elif key in _SETTING_NAMES or _client_key(where, key):
             out.put(f"{flow}.{key}", value, where)
         else:
             out.note(where, "a Kafka Connect setting without meaning in mm2py")
+
+
+def _client_key(where: str, key: str) -> bool:
+    """Whether a connector's config ``key`` is a client override (False: accepted and ignored)."""
+    try:
+        return flow_client_key(where, key, _SETTING_NAMES) is not None
+    except ConfigError as exc:  # "unknown key '<where>' ..." -> "<where>: unknown key '<key>' ..."
+        raise ConfigError(f"{where}: {str(exc).replace(repr(where), repr(key))}", where) from None
