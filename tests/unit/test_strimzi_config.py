@@ -17,6 +17,8 @@ from mm2py.config.loader import read_config
 from mm2py.config.models import MirrorMakerConfig, load_config
 from mm2py.config.security import cluster_security
 from mm2py.config.strimzi import SECRETS_DIR_ENV, is_resource
+from mm2py.config.strimzi_schema import IGNORED
+from mm2py.config.strimzi_security import Secrets
 from mm2py.kafka_local.security import TlsFiles, generate_tls_files
 
 _STORAGE = {"groupId": "mirror-group", "configStorageTopic": "mirror-configs",
@@ -403,7 +405,7 @@ def test_ignored_fields_are_listed_with_their_reasons(tmp_path: Path) -> None:
                   "spec.mirrors[0].sourceConnector.autoRestart",
                   "spec.mirrors[0].sourceConnector.config.key.converter"):
         assert field in notes and len(notes[field]) > len(field) + 20, field
-    assert "Kafka Connect pods" in notes["spec.replicas"]
+    assert notes["spec.replicas"] == f"spec.replicas: ignored: {IGNORED['replicas']}"
     assert not config.flow("east", "west").enabled  # paused: nothing mirrored, as under Strimzi
     assert any(n.startswith("spec.mirrors[0].sourceConnector.state: paused") for n in config.notes)
     assert not config.ignored_keys
@@ -416,3 +418,17 @@ def test_other_documents_are_not_resources(tmp_path: Path) -> None:
             "east->west.enabled": True}
     config = load_config(write(tmp_path, flat))
     assert config.flow("east", "west").enabled and config.notes == ()
+
+
+def test_secret_placeholders_in_config_values(tmp_path: Path) -> None:
+    secrets = Secrets(tmp_path)
+    (tmp_path / "creds").mkdir()
+    (tmp_path / "creds" / "password").write_text("p4ss\n")
+    assert secrets.resolve('password="${strimzisecrets:prod/creds:password}";', "here") == 'password="p4ss";'
+    assert secrets.resolve(7, "here") == 7
+    with pytest.raises(ConfigError, match=r"^here: cannot resolve '\$\{file:/etc/x.properties:k\}'"):
+        secrets.resolve("${file:/etc/x.properties:k}", "here")
+
+
+def test_every_reason_is_a_sentence() -> None:
+    assert all(len(reason) > 20 for reason in IGNORED.values())
