@@ -105,8 +105,8 @@ IGNORED = {
 
 def check_resource(doc: Mapping[str, Any], api_version: str) -> None:
     """Every field of ``doc`` is one of the CRD's, of the right type, for ``api_version``."""
-    beta = api_version.endswith("/v1beta2")
-    _walk(doc, _ROOT, "", "", beta, api_version)
+    legacy = api_version != "kafka.strimzi.io/v1"  # v1beta2 and before: spec.clusters...
+    _walk(doc, _ROOT, "", "", legacy, api_version)
 
 
 def _type_name(value: Any) -> str:

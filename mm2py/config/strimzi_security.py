@@ -89,7 +89,12 @@ class Mapped:
 
 
 def _norm(value: Any) -> str:
-    return to_client_value("", value).lower() if isinstance(value, bool) else to_client_value("", value)
+    """A value as compared: ``False``, ``"false"`` and ``"FALSE"`` alike, ``-1`` and ``"-1"`` too."""
+    try:
+        text = to_client_value("", value)
+    except ConfigError:
+        return repr(value)
+    return text.lower() if text.lower() in ("true", "false") else text
 
 
 def _shown(key: str, value: Any) -> str:

@@ -432,3 +432,21 @@ def test_secret_placeholders_in_config_values(tmp_path: Path) -> None:
 
 def test_every_reason_is_a_sentence() -> None:
     assert all(len(reason) > 20 for reason in IGNORED.values())
+
+
+def test_older_api_versions_have_v1beta2_fields(tmp_path: Path) -> None:
+    doc = resource({"connectCluster": "west",
+                    "clusters": [{"alias": "east", "bootstrapServers": "e:9092", "config": {
+                                     "offset.storage.replication.factor": 1}},
+                                 {"alias": "west", "bootstrapServers": "w:9092"}],
+                    "mirrors": [{"sourceCluster": "east", "sourceConnector": {"config": {
+                                     "sync.topic.acls.enabled": False}},
+                                 "checkpointConnector": {"config": {"sync.topic.acls.enabled": "FALSE"}}}]},
+                   api="kafka.strimzi.io/v1beta1")
+    config = load_config(write(tmp_path, doc))  # False and "FALSE" are one value
+    assert config.flow("east", "west").enabled and not config.flow("east", "west").sync_topic_acls_enabled
+    assert any(n.startswith("spec.clusters[0].config.offset.storage.replication.factor: ignored:")
+               for n in config.notes)
+    doc["spec"]["mirrors"][0]["targetCluster"] = "wset"
+    assert error(write(tmp_path, doc)) == \
+        "spec.mirrors[0].targetCluster: no cluster 'wset' (did you mean 'west'?) (clusters: east, west)"
