@@ -128,8 +128,8 @@ def resource_to_flat(doc: Mapping[str, Any], secrets_dir: str | Path | None = No
         for key, (value, where) in progress[into].items():
             out.put(f"{flow}.{key}", value, where)
     targets = {into for _, into, _ in pairs}
-    for alias, settings in progress.items():
-        for _, where in settings.values() if alias not in targets else ():
+    for alias in (a for a in used if a not in targets):
+        for _, where in progress[alias].values():
             out.note(where, "a Kafka Connect worker setting, and no mirror writes to this cluster")
     return ResourceConfig(out.keys, out.origins, tuple(out.notes))
 
