@@ -1,6 +1,7 @@
 """The ``mm2py`` command line: the argparse tree and the command's entry (:func:`main`), one module
 per command: ``run.py`` (``mm2py run``), ``dev.py`` (``mm2py dev``), ``offsets.py`` (``mm2py
-offsets``), ``flow_offsets.py`` (``mm2py flow-offsets``), ``audit.py`` (``mm2py audit``); and
+offsets``), ``flow_offsets.py`` (``mm2py flow-offsets``), ``audit.py`` (``mm2py audit``),
+``config.py`` (``mm2py config explain``); and
 ``demo.py`` (``make demo``). ``python -m mm2py.cli`` runs the command (``__main__.py``)."""
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ DESCRIPTION = "The `mm2py` command line."
 def build_parser() -> argparse.ArgumentParser:
     """The ``mm2py`` command line: each command adds its own parser (imported here: ``mm2py.cli``
     alone loads none of them)."""
-    from mm2py.cli import audit, dev, flow_offsets, offsets, run
+    from mm2py.cli import audit, config, dev, flow_offsets, offsets, run
 
     parser = argparse.ArgumentParser(prog="mm2py", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (dev, run, offsets, flow_offsets, audit):
+    for command in (dev, run, offsets, flow_offsets, audit, config):
         command.add_parser(sub)
     return parser
 

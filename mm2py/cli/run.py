@@ -43,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
     if (why := native.unavailable()) is not None:
         logging.getLogger("mm2py").warning("%s", why)
     log_throttle.install(args.log_repeat_seconds)  # a repeated warning: once, then once a minute
-    config = load_config(args.config)
+    config = load_config(args.config, args.secrets_dir)
+    for note in config.notes:  # a Strimzi resource's fields mm2py has no use for, each with why
+        logging.getLogger("mm2py.config").info("%s: %s", args.config, note)
     from mm2py.rest_api.security.settings import rest_settings
 
     args.rest = rest_settings(config.source_keys, rest_host=args.rest_host, rest_port=args.rest_port,
@@ -242,11 +244,20 @@ def _add_http_arguments(cmd: argparse.ArgumentParser) -> None:
                      help="the REST API refuses every change (403) and its page at /ui shows no actions")
 
 
+def add_secrets_dir(cmd: Any) -> None:
+    cmd.add_argument("--secrets-dir", default=None, metavar="DIR",
+                     help="a Strimzi resource's Secrets and ConfigMaps, as Kubernetes mounts them: "
+                          "DIR/<secretName>/<key> (default: $MM2PY_SECRETS_DIR, else /etc/mm2py/secrets)")
+
+
 def add_parser(sub: Any) -> None:
     """Adds ``run`` to the ``mm2py`` command line."""
     cmd = sub.add_parser("run", help="run the enabled flows of a config file (in this process or on Spark)",
                          epilog=RUN_EPILOG)
-    cmd.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
+    cmd.add_argument("--config", "-c", required=True,
+                     help="mm2.properties, YAML or JSON (mm2py's shape, or a Strimzi "
+                          "KafkaMirrorMaker2 resource)")
+    add_secrets_dir(cmd)
     cmd.add_argument("--commit-interval", type=float, default=1.0,
                      help="seconds between progress commits (default 1)")
     cmd.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
