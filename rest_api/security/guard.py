@@ -10,6 +10,8 @@
    full name or its ``CN=...``), or whose token carries the read-only claim, may read but not
    change: 403 on every other method (Connect's ``config/validate``, which changes nothing, aside).
 3. **Audit.** Every change, refused or not, writes one line (:mod:`~mm2py.rest_api.security.audit`).
+
+PAGE_SHELL is the one exception to 1 (see there).
 """
 
 from __future__ import annotations
@@ -24,13 +26,19 @@ from mm2py.rest_api.security.audit import audit_change
 from mm2py.rest_api.security.basic import BasicAuth, parse_basic
 from mm2py.rest_api.security.settings import RestSettings
 
-__all__ = ["Caller", "Guard", "TokenCheck", "UnauthenticatedError"]
+__all__ = ["PAGE_SHELL", "Caller", "Guard", "TokenCheck", "UnauthenticatedError"]
 
 Scope = MutableMapping[str, Any]
 Asgi = Callable[[Scope, Any, Any], Awaitable[None]]
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: changes nothing though not a read (Connect's config validation): open to read-only callers
 _EXEMPT = ("/config/validate",)
+#: PAGE_SHELL: the operator page's own files (HTML, script, style; no data of the worker's), served
+#: to a GET without credentials when the API takes bearer tokens and no Basic: a browser cannot send
+#: a token when it opens a page, so the page asks for one and sends it with each of its calls (its
+#: data, ``/ui/state`` and the rest, stays behind the token). With Basic on, the browser's prompt
+#: covers the page too, and nothing is open.
+PAGE_SHELL = frozenset({"/ui", "/ui/", "/ui/app.js", "/ui/style.css"})
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,9 @@ class Guard:
 
     async def _caller(self, scope: Scope) -> Caller:
         header = _header(scope, b"authorization")
+        if (header is None and self.basic is None and self.tokens is not None
+                and scope["method"] == "GET" and scope["path"] in PAGE_SHELL):
+            return Caller("anonymous")  # PAGE_SHELL: the page's own files, no data (see there)
         subject = ((scope.get("extensions") or {}).get("tls") or {}).get("client_cert_name")
         if self.basic is None and self.tokens is None:
             return Caller(subject or "anonymous")

@@ -84,6 +84,7 @@ async def test_connect_basic_auth_files_unchanged_with_a_read_only_user(
     async with httpx.AsyncClient(base_url=server.url, verify=client_context(pki.ca)) as http:
         for path in ("/flows", "/connectors", "/flows/east->west"):
             assert (await http.get(path, auth=viewer)).status_code == 200, path
+        assert (await http.get("/ui")).status_code == 401  # with Basic on, the browser prompts for /ui
         refused = await http.patch("/flows/east->west", json=change, auth=viewer)
         assert refused.status_code == 403 and "viewer may read but not change" in refused.json()["error"]
         connect_refused = await http.put("/connectors/x/pause", auth=viewer)
@@ -197,6 +198,14 @@ async def test_bearer_tokens_from_a_local_jwks(
                 assert answer.status_code == 401 and answer.json()["error_code"] == 401, answer.text
                 assert answer.headers["www-authenticate"].startswith("Bearer")
             assert (await http.get("/flows")).status_code == 401
+            # PAGE_SHELL: the page's own files open (a browser cannot send a token when it opens a
+            # page); its data behind the token
+            for shell in ("/ui", "/ui/app.js", "/ui/style.css"):
+                assert (await http.get(shell)).status_code == 200, shell
+            assert (await http.post("/ui")).status_code == 401
+            state = await http.get("/ui/state")
+            assert state.status_code == 401 and state.headers["www-authenticate"].startswith("Bearer")
+            assert (await http.get("/ui/state", headers=bearer(good))).status_code == 200
             # the issuer rotates its key: a token of the new key id makes the keys be read again
             from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -208,7 +217,8 @@ async def test_bearer_tokens_from_a_local_jwks(
         idp.stop()
     audit = [r.getMessage().split(" client=")[0] for r in caplog.records if r.name == "mm2py.rest.audit"]
     assert audit == ['REST change: caller="ops" method=PATCH path=/flows/east->west status=200',
-                     'REST change: caller="auditor" method=PATCH path=/flows/east->west status=403']
+                     'REST change: caller="auditor" method=PATCH path=/flows/east->west status=403',
+                     'REST change: caller="-" method=POST path=/ui status=401']
     _no_secret_logged(caplog, capfd, good, reader, expired, good.split(".")[1])
 
 

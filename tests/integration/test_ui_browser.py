@@ -464,3 +464,59 @@ def test_the_page_works_behind_connects_basic_authentication(browser: Any, tmp_p
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+
+
+def test_the_page_asks_for_a_bearer_token_and_sends_it_with_its_calls(browser: Any, tmp_path: Path) -> None:
+    """An API that takes bearer tokens (a local JWKS) and no Basic: the page's files open, its first
+    call gets 401 with a Bearer challenge, so it shows the sign-in form; a refused token says why;
+    with a good one its calls carry it and the flow's card shows. The runners are faked."""
+    import asyncio
+    import time
+
+    from selenium.webdriver.common.by import By
+
+    from mm2py.rest_api.security.settings import rest_settings
+    from mm2py.rest_api.server import RestServer
+    from tests.support.fake_flows import FakeWorker
+    from tests.support.oidc_provider import LocalIdentityProvider
+
+    idp = LocalIdentityProvider(tmp_path / "idp", {"ops": "ops-secret"})
+    idp.start()
+    keys = {"listeners": "http://127.0.0.1:0", "mm2py.rest.jwt.jwks.url": idp.jwks_url(),
+            "mm2py.rest.jwt.issuer": idp.issuer}
+    settings = rest_settings(keys)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> RestServer:
+        worker = FakeWorker(**{"east->west.enabled": "true"})
+        await worker.start()
+        server = RestServer(worker, settings=settings, ui_sample_seconds=0.5)
+        await server.start()
+        return server
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
+    try:
+        now = int(time.time())
+        claims = {"sub": "ops", "iss": idp.issuer, "iat": now, "exp": now + 600}
+        browser.get(f"http://127.0.0.1:{server.port}/ui")
+        _until(browser, lambda: browser.find_element(By.ID, "sign-in").is_displayed(), "the sign-in form")
+
+        def sign_in(token: str) -> None:
+            field = browser.find_element(By.CSS_SELECTOR, "#sign-in input[name=token]")
+            field.send_keys(token)
+            browser.find_element(By.CSS_SELECTOR, "#sign-in button").click()
+
+        sign_in(idp.sign({**claims, "exp": now - 60}))  # expired: refused, and the form says so
+        _until(browser, lambda: browser.find_element(By.ID, "sign-in").is_displayed()
+               and _text(browser, "#sign-in .form-error") != "", "the refused token's reason")
+        sign_in(idp.sign(claims))
+        _until(browser, lambda: _text(browser, f"{_card('east->west')} .state") == "RUNNING",
+               "the flow's card behind a token")
+        assert not browser.find_element(By.ID, "sign-in").is_displayed()
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        idp.stop()

@@ -8,6 +8,9 @@ const TOP_PARTITIONS = 20;
 const cards = new Map();  // flow name -> {el, flow, ...}
 let current = null;       // the last /ui/state answer
 let timer = null;
+// a bearer token the user pasted into the sign-in form (an API that takes tokens and no Basic):
+// kept for this tab only, sent with every call
+let token = sessionStorage.getItem("mm2py.token") || "";
 
 const $ = (sel, root = document) => root.querySelector(sel);
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
@@ -40,6 +43,7 @@ function secs(v) {
 // -- the REST API ----------------------------------------------------------------------------------
 async function api(method, path, body) {
   const init = {method, headers: {accept: "application/json"}};
+  if (token) init.headers.authorization = `Bearer ${token}`;
   if (body !== undefined) {
     init.headers["content-type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -54,10 +58,27 @@ async function api(method, path, body) {
     const err = new Error((data && (data.error || data.message || data.detail)) || `${r.status} ${r.statusText}`);
     err.status = r.status;
     err.body = data || {};
+    // the API asks for a token: the sign-in form, with why (an expired or refused token says so)
+    if (r.status === 401 && /bearer/i.test(r.headers.get("www-authenticate") || "")) signIn(err.message);
     throw err;
   }
   return data;
 }
+
+function signIn(why) {
+  const form = $("#sign-in");
+  form.hidden = false;
+  $(".form-error", form).textContent = token ? why : "";
+}
+
+$("#sign-in").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  token = ev.target.elements.token.value.trim();
+  sessionStorage.setItem("mm2py.token", token);
+  ev.target.elements.token.value = "";
+  ev.target.hidden = true;
+  refresh();
+});
 
 function flowPath(f) {  // from what the API lists: its path, or its name
   return f.path || `/flows/${encodeURIComponent(f.name)}`;
