@@ -194,21 +194,18 @@ class Worker(WorkerBase[FlowRunner]):
     def __init__(
         self, config: MirrorMakerConfig, *, commit_interval: float = 1.0, state_file: str | None = None
     ) -> None:
-        self._init_steering(config, state_file)
+        super().__init__(config, state_file)
         self.commit_interval = commit_interval
         self.flows = self._initial_runners()
-        self._init_heartbeats(self.config)
 
     async def start(self) -> None:
-        self._started = True
-        self._start_heartbeats()
-        await self._start_flows(self._runnable())
+        self.startup.begin()
+        await self.startup.start_flows(self._runnable())
 
     async def stop(self) -> None:
-        self._beats_stop.set()
-        await self._stop_retries()
+        beats = await self.startup.stop()
         running = [f for name, f in self.flows.items() if name not in self.halted]
-        await asyncio.gather(*(f.stop() for f in running), *self._beats.values(), return_exceptions=True)
+        await asyncio.gather(*(f.stop() for f in running), *beats, return_exceptions=True)
         await self.state_file.written()  # active topics its tasks told while stopping
 
     def _new_runner(self, flow: FlowConfig, claims: Claims) -> FlowRunner:
