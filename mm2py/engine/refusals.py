@@ -33,6 +33,7 @@ from mm2py.engine.task_positions import TaskPositions
 from mm2py.protocol import errors_codes as codes
 from mm2py.protocol.errors_codes import ERRORS, BrokerError
 from mm2py.protocol.types import TopicPartition
+from mm2py.retry import Backoff
 
 __all__ = ["REFUSAL_BACKOFF_MAX", "PartitionRefusals", "Refusal", "describe", "hold_refused",
            "rest_failed"]
@@ -122,6 +123,8 @@ class PartitionRefusals:
     def __init__(self, retry_backoff: float, max_backoff: float = REFUSAL_BACKOFF_MAX) -> None:
         self.retry_backoff = retry_backoff
         self.max_backoff = max(max_backoff, retry_backoff)
+        #: a refused partition's rests: the retry back-off doubling with each refusal in a row
+        self.backoff = Backoff(retry_backoff, self.max_backoff)
         #: source partition -> when it may be fetched again (monotonic): every resting partition
         self._resting: dict[TopicPartition, float] = {}
         #: source partition -> the refusal it rests for (a subset of ``_resting``'s, or a partition
@@ -143,7 +146,7 @@ class PartitionRefusals:
             refusal = self.refused[tp] = Refusal(tp, target, code, wall)
         else:
             refusal.refusals += 1
-        backoff = min(self.max_backoff, self.retry_backoff * 2 ** (refusal.refusals - 1))
+        backoff = self.backoff.delay(refusal.refusals - 1)
         refusal.retry_at = self._resting[tp] = now + backoff
         return refusal
 

@@ -22,11 +22,15 @@ from mm2py.engine.losses import MirrorAlarmError
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_contract import TASK_COUNTERS, TaskSpec, TaskState
+from mm2py.retry import Backoff
 from mm2py.runtime.active_topics import WatchedSink
 from mm2py.runtime.flows import Claims, FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
 
 log = logging.getLogger(__name__)
+
+#: a failed task restarts 0.5 s later, doubling with each failure in a row up to 60 s (``delay`` only)
+TASK_RESTART_BACKOFF = Backoff(0.5, 60.0)
 
 TaskBuilder = Callable[[TaskSpec], Awaitable[TaskRunner]]
 
@@ -149,7 +153,7 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
                 return
             except Exception:  # state and trace are kept on the runner (FAILED) meanwhile
                 failures += 1
-            delay = min(60.0, 0.5 * 2 ** (failures - 1))
+            delay = TASK_RESTART_BACKOFF.delay(failures - 1)
             log.warning("%s task %d failed (%s); restarting it in %.1fs from its committed progress",
                         self.name, task_id, runner.trace, delay)
             with contextlib.suppress(asyncio.TimeoutError):
