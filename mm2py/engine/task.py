@@ -122,7 +122,7 @@ class TaskRunner:
     @property
     def assignment(self) -> tuple[TopicPartition, ...]:
         """The partitions this task is to mirror (an assignment not yet taken included)."""
-        return self.reassignment.wanted(self.partitions)
+        return self.reassignment.assignment(self.partitions)
 
     def committed_positions(self) -> dict[TopicPartition, Position]:
         """Each partition's acknowledged position with the target end it maps to."""

@@ -91,7 +91,7 @@ class Reassignment:
         #: each used once, when its partition starts
         self.seeds: dict[TopicPartition, Position] = {}
 
-    def wanted(self, current: tuple[TopicPartition, ...]) -> tuple[TopicPartition, ...]:
+    def assignment(self, current: tuple[TopicPartition, ...]) -> tuple[TopicPartition, ...]:
         """The partitions the task is to mirror: ``current`` unless an assignment waits."""
         return current if self.pending is None else tuple(self.pending)
 
