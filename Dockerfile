@@ -45,8 +45,10 @@ RUN dpkg -s liblz4-1 > /dev/null 2>&1 || { apt-get update \
 COPY --from=requirements /src/base.txt /tmp/requirements.txt
 RUN pip install --no-cache-dir --disable-pip-version-check -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
+# /state and /certs: a named volume mounted there first takes the directory's owner (the REST
+# API's development certificate is written into /certs by the compose setup's rest-certs service)
 RUN useradd --create-home --uid 1000 mm2py \
- && mkdir /state && chown mm2py:mm2py /state
+ && mkdir /state /certs && chown mm2py:mm2py /state /certs
 WORKDIR /home/mm2py
 ENV PYTHONUNBUFFERED=1
 EXPOSE 8083 9108

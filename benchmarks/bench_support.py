@@ -105,7 +105,7 @@ def tree_cpu(pid: int) -> float | None:
     return None if own is None else own + total_cpu(process_tree(pid)[1:])
 
 
-def _role(pid: int, root: int) -> str:
+def process_role(pid: int, root: int | None = None) -> str:
     """What a process of a mirror's tree is: the mirror's own process (the Spark driver's Python
     for a Spark peer), a JVM (the Spark driver's (with ``local[N]``'s executor in it),
     or an executor's: ``CoarseGrainedExecutorBackend``), or a Python process Spark started (its
@@ -124,12 +124,12 @@ def _role(pid: int, root: int) -> str:
 
 
 def tree_cpu_parts(pid: int) -> dict[str, float]:
-    """utime+stime of ``pid``'s tree by role (:func:`_role`): where a Spark peer's CPU goes."""
+    """utime+stime of ``pid``'s tree by role (:func:`process_role`): where a Spark peer's CPU goes."""
     parts: dict[str, float] = {}
     for p in process_tree(pid):
         cpu = cpu_seconds(p)
         if cpu is not None:
-            role = _role(p, pid)
+            role = process_role(p, pid)
             parts[role] = parts.get(role, 0.0) + cpu
     return parts
 
@@ -257,7 +257,9 @@ def mm2py_command(s: Setup, src: str, dst: str, runtime: str = "inprocess", veri
         **({} if verify else {"mm2py.verify.enabled": "false"}),
         **_extra(s.mm2py_props, src, dst),
     }))
-    cmd = [sys.executable, "-m", "mm2py.cli", "run", "-c", str(cfg), "--log-level", "warning"]
+    # a Spark driver says every 30 s how many leases it started (scale_bench reads it from its log)
+    cmd = [sys.executable, "-m", "mm2py.cli", "run", "-c", str(cfg), "--log-level",
+           "info" if runtime == "spark" else "warning"]
     if runtime == "spark":
         cmd += ["--runtime", "spark", "--spark-mode", spark_mode,
                 *(["--spark-master", s.spark_master] if s.spark_master else [])]

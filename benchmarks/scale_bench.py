@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,7 @@ from bench_support import (
     compile_package,
     cpu_seconds,
     peer_process,
+    process_role,
     total_cpu,
     tree_cpu,
     tree_cpu_parts,
@@ -118,10 +120,11 @@ class Env:
 
     def cpu_parts(self, pid: int) -> dict[str, float]:
         parts = tree_cpu_parts(pid)
-        for p in self.executors():
-            for role, cpu in tree_cpu_parts(p).items():
-                key = role if role != "driver Python" else "executor JVMs"  # the executor's root
-                parts[key] = parts.get(key, 0.0) + cpu
+        for p in self.executors():  # every process of the executors' trees, each counted once
+            cpu = cpu_seconds(p)
+            if cpu is not None:
+                role = process_role(p)
+                parts[role] = parts.get(role, 0.0) + cpu
         return parts
 
     def __post_init__(self) -> None:
@@ -189,6 +192,9 @@ def run_peer(peer: str, n: int, run: str, env: Env, args: argparse.Namespace) ->
             cmd += ["--metrics-port", str(row.metrics_port)]
         with peer_process(cmd, env.workdir / f"{n}-{peer}.out") as proc:
             measure(row, proc, f"{n}-{peer}", env, args, tops, backlog, first_seq)
+        if peer.startswith("mm2py-spark"):
+            out = (env.workdir / f"{n}-{peer}.out").read_text(errors="replace")
+            row.leases_started = [int(m) for m in re.findall(r"Spark leases running.*?\((\d+) started", out)]
     except Exception as exc:  # Stop, or what Kafka, the peer's command or a file said
         row.error = str(exc)
     try:

@@ -308,6 +308,8 @@ class Row:
     cpu: float | None = None  # the mirror's process tree over the window
     #: that CPU by role (``bench_support.tree_cpu_parts``): main process, driver JVM, executors
     cpu_parts: dict[str, float] = field(default_factory=dict)
+    #: a Spark peer: the leases its driver had started, at each of its 30-second status lines
+    leases_started: list[int] = field(default_factory=list)
     rss_mib: float | None = None
     broker_cpu: tuple[float, float] | None = None  # source, target over the window
     src_rates: dict[str, float] = field(default_factory=dict)  # requests/s at the source broker
@@ -374,6 +376,9 @@ def print_table(rows: list[Row]) -> None:
         if len([v for v in r.cpu_parts.values() if v >= 0.05]) > 1:
             print(f"{r.peer}: window CPU s by process: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in sorted(r.cpu_parts.items()) if v >= 0.05))
+        if r.leases_started:
+            print(f"{r.peer}: Spark leases started, at each 30-second status line: "
+                  + ", ".join(str(n) for n in r.leases_started))
         if r.own_rates:
             print(f"{r.peer}: its own requests/s over the window: "
                   + ", ".join(f"{k} {v:,.1f}" for k, v in r.own_rates.items() if v >= 0.05))

@@ -19,7 +19,7 @@ def main() -> int:
 
 
 def _demo() -> int:
-    from mm2py.demo import main as demo_main  # clusters, clients, the worker: under the policy
+    from mm2py.cli.demo import main as demo_main  # clusters, clients, the worker: under the policy
 
     return demo_main()
 

@@ -2,7 +2,8 @@
 # Runs docker-compose.yml for real and checks the mirror end to end, for each profile asked for
 # (default: inprocess spark):
 #   1. builds the images (docker compose build), starts the profile, waits until every container
-#      is healthy;
+#      is healthy (the one-shot rest-certs: exited 0), asks the REST API over HTTPS from the host
+#      (the development certificate and users it wrote: no login 401, viewer and admin 200);
 #   2. creates a topic on east, produces records, waits until west holds each of them once;
 #   3. checks that `docker compose logs` of this normal start has no ERROR line;
 #   4. under a steady stream of records: restarts the mm2py worker (SIGTERM), then SIGKILLs it and
@@ -83,16 +84,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-wait_healthy() {  # service...: until each runs and its healthcheck passes
+wait_healthy() {  # service...: until each runs and its healthcheck passes (a one-shot: exited 0)
   local deadline=$((SECONDS + WAIT)) svc id state
   for svc in "$@"; do
     while :; do
       id=$(container "$svc")
-      state=$(docker inspect -f '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}' \
+      state=$(docker inspect -f '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}} {{.State.ExitCode}}' \
         "$id" 2> /dev/null || echo missing)
       case "$state" in
-        "running healthy") break ;;
-        exited* | dead* | "running unhealthy") fail "$svc is $state" ;;
+        "running healthy "* | "exited none 0") break ;;
+        exited* | dead* | "running unhealthy"*) fail "$svc is $state" ;;
       esac
       [ $SECONDS -lt $deadline ] || fail "$svc not healthy after ${WAIT}s ($state)"
       sleep 2
@@ -111,6 +112,25 @@ print("Spark master: application", ", ".join(a["id"] + " (" + str(a["cores"]) + 
 sys.exit(not (apps and workers))
 '
 
+# run on the host with the worker's /certs copied out: no login 401, the viewer 200, over the CA
+REST_CHECK='
+import base64, ssl, sys, urllib.error, urllib.request
+certs = sys.argv[1]
+users = dict(l.split(": ", 1) for l in open(certs + "/rest-users.properties").read().splitlines() if ": " in l)
+ctx = ssl.create_default_context(cafile=certs + "/ca.pem")
+def ask(user):
+    req = urllib.request.Request("https://localhost:8083/flows")
+    if user:
+        req.add_header("Authorization", "Basic " + base64.b64encode((user + ":" + users[user]).encode()).decode())
+    try:
+        return urllib.request.urlopen(req, context=ctx, timeout=10).status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+got = (ask(None), ask("viewer"), ask("admin"))
+print("REST API over HTTPS: no login", got[0], "viewer", got[1], "admin", got[2])
+sys.exit(got != (401, 200, 200))
+'
+
 error_lines() { compose logs --no-color 2>&1 | grep -E '\b(ERROR|FATAL|CRITICAL)\b|Traceback \(most recent call last\)|Exception in thread' || true; }
 
 check_profile() {
@@ -123,6 +143,12 @@ check_profile() {
   mapfile -t services < <(compose ps -q | xargs docker inspect -f '{{index .Config.Labels "com.docker.compose.service"}}')
   wait_healthy "${services[@]}"
   say "healthy after $((SECONDS - start))s: ${services[*]}"
+
+  # --- the REST API from the host: HTTPS on the development certificate, Basic authentication
+  certs=$(mktemp -d)
+  docker cp "$(container "$w"):/certs/." "$certs" > /dev/null || fail "copying /certs out of $w"
+  python3 -c "$REST_CHECK" "$certs" | sed 's/^/    /' || fail "the REST API over HTTPS with its users"
+  rm -rf "$certs"
 
   # --- a normal start mirrors, and logs no ERROR
   records create east:9092 "$TOPIC" "$PARTITIONS" || fail "creating $TOPIC on east"

@@ -18,19 +18,33 @@ Accepted documents (YAML or JSON), which may be mixed:
 
 Nested mappings are joined with ``.`` (``consumer: {a.b: 1}`` is ``consumer.a.b``). A key reached
 twice (e.g. flat and nested spellings of the same setting) is an error.
+
+A document holding Strimzi's ``KafkaMirrorMaker2`` resource (``kind: KafkaMirrorMaker2``) is read as
+the equivalent flat keys by :mod:`mm2py.config.strimzi`, its Secrets from ``secrets_dir``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.properties import decode_properties_bytes, parse_properties
 
-__all__ = ["flatten_document", "read_flat_config"]
+__all__ = ["ConfigSource", "flatten_document", "read_config", "read_flat_config", "source_of_document"]
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """Flat MM2 keys as read; for a Strimzi resource also the resource path each key came from
+    (``origins``, for errors) and the resource's fields ignored, each with its reason (``notes``)."""
+
+    keys: dict[str, Any]
+    origins: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
 
 class _Flattener:
@@ -102,8 +116,26 @@ def _flows(f: _Flattener, flows: Any) -> None:
             f.put(f"{name}.enabled", True)
 
 
-def read_flat_config(path: str | Path) -> dict[str, Any]:
+def source_of_document(doc: Any, secrets_dir: str | Path | None = None) -> ConfigSource:
+    """A parsed YAML/JSON document as flat keys: a Strimzi resource mapped, any other flattened."""
+    if isinstance(doc, Mapping) and "kind" in doc:  # a Kubernetes resource, perhaps
+        from mm2py.config.strimzi import is_resource, resource_to_flat
+
+        if not is_resource(doc):
+            return ConfigSource(flatten_document(doc))
+        resource = resource_to_flat(doc, secrets_dir)
+        return ConfigSource(resource.keys, resource.origins, resource.notes)
+    return ConfigSource(flatten_document(doc))
+
+
+def read_flat_config(path: str | Path, secrets_dir: str | Path | None = None) -> dict[str, Any]:
     """Read a ``.properties``, ``.yaml``/``.yml`` or ``.json`` file into flat MM2 keys."""
+    return read_config(path, secrets_dir).keys
+
+
+def read_config(path: str | Path, secrets_dir: str | Path | None = None) -> ConfigSource:
+    """Read a ``.properties``, ``.yaml``/``.yml`` or ``.json`` file (which may hold a Strimzi
+    ``KafkaMirrorMaker2`` resource, its Secrets read from ``secrets_dir``)."""
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in (".properties", ".yaml", ".yml", ".json"):
@@ -115,7 +147,8 @@ def read_flat_config(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read configuration file {str(p)!r}: {exc.strerror}") from None
     if suffix == ".properties":
-        return {k: v.strip() for k, v in parse_properties(decode_properties_bytes(data)).items()}
+        props = parse_properties(decode_properties_bytes(data))
+        return ConfigSource({k: v.strip() for k, v in props.items()})
     import yaml  # only YAML files need it (~15 ms of every start otherwise)
 
     try:
@@ -124,4 +157,4 @@ def read_flat_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"cannot parse {p.name}: {exc}") from None
     if doc is None:
         raise ConfigError(f"{p.name} is empty")
-    return flatten_document(doc)
+    return source_of_document(doc, secrets_dir)

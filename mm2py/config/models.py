@@ -19,6 +19,7 @@ flow-wide ``consumer.*`` (top level, then ``A->B.consumer.*``), ``A.consumer.*``
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -35,7 +36,7 @@ from mm2py.config.filters import (
     TopicFilter,
 )
 from mm2py.config.flat import CLIENT_KINDS, FlatConfig, classify, flow_client_key, to_client_value
-from mm2py.config.loader import flatten_document, read_flat_config
+from mm2py.config.loader import ConfigSource, read_config, source_of_document
 from mm2py.config.names import DEFAULT_CONNECTOR, check_flow_name, pair_name
 from mm2py.config.policy import ReplicationPolicy, policy_from_config
 from mm2py.config.settings import FlowSettings
@@ -210,6 +211,9 @@ class MirrorMakerConfig(BaseModel):
     clusters: dict[str, ClusterConfig]
     flows: dict[str, FlowConfig]  # "A->B" for every ordered pair of distinct clusters
     ignored_keys: tuple[str, ...] = ()
+    #: what the file held that mm2py ignores, each with its reason, to list once at start (a Strimzi
+    #: resource's fields: ``spec.replicas: ignored: the number of Kafka Connect pods; ...``)
+    notes: tuple[str, ...] = ()
     #: the flat MM2 keys this configuration was built from (a runtime layers changes over them)
     source_keys: dict[str, Any] = Field(default_factory=dict, repr=False)
 
@@ -233,9 +237,23 @@ class MirrorMakerConfig(BaseModel):
         return _build(classify(raw, _SETTING_NAMES)).model_copy(update={"source_keys": dict(raw)})
 
     @classmethod
-    def from_mapping(cls, doc: Mapping[str, Any]) -> MirrorMakerConfig:
-        """Build from a YAML/JSON document (nested form, flat MM2 keys, or a mix)."""
-        return cls.from_flat(flatten_document(doc))
+    def from_mapping(cls, doc: Mapping[str, Any], secrets_dir: str | Path | None = None) -> MirrorMakerConfig:
+        """Build from a YAML/JSON document (nested form, flat MM2 keys, or a mix; or a Strimzi
+        ``KafkaMirrorMaker2`` resource, its Secrets read from ``secrets_dir``)."""
+        return cls.from_source(source_of_document(doc, secrets_dir))
+
+    @classmethod
+    def from_source(cls, source: ConfigSource) -> MirrorMakerConfig:
+        """Build from keys as read; an error about a key that came from a Strimzi resource names
+        the resource's field too."""
+        try:
+            config = cls.from_flat(source.keys)
+        except ConfigError as exc:
+            origin = source.origins.get(exc.key or "")
+            if origin is None:
+                raise
+            raise ConfigError(f"{origin}: {exc}", origin) from None
+        return config.model_copy(update={"notes": source.notes}) if source.notes else config
 
 
 def _build(flat: FlatConfig) -> MirrorMakerConfig:
@@ -277,6 +295,8 @@ def _build(flat: FlatConfig) -> MirrorMakerConfig:
     return MirrorMakerConfig(clusters=clusters, flows=flows, ignored_keys=tuple(flat.ignored))
 
 
-def load_config(path: str) -> MirrorMakerConfig:
-    """Load ``.properties`` (mm2.properties), ``.yaml``/``.yml`` or ``.json``."""
-    return MirrorMakerConfig.from_flat(read_flat_config(path))
+def load_config(path: str | Path, secrets_dir: str | Path | None = None) -> MirrorMakerConfig:
+    """Load ``.properties`` (mm2.properties), ``.yaml``/``.yml`` or ``.json``, which may hold a
+    Strimzi ``KafkaMirrorMaker2`` resource: its Secrets are read from ``secrets_dir`` (else
+    ``$MM2PY_SECRETS_DIR``, else ``/etc/mm2py/secrets``), laid out ``<dir>/<secretName>/<key>``."""
+    return MirrorMakerConfig.from_source(read_config(path, secrets_dir))

@@ -31,7 +31,7 @@ offset-syncs topic is compacted, and syncs older than the era of the current tar
 not used), past what was mirrored (:class:`BeyondMirroredError`: ``u > P`` or ``d > T``), a
 partition the flow holds no position or no syncs for (:class:`NotMirroredError`). Answers lie in
 ``[oldest sync, P]`` on the source and ``[oldest sync, T]`` on the target, so a translated position
-is never past what the flow had committed; the translator (``runtime/translator.py``) also refuses
+is never past what the flow had committed; the translator (``operations/translator.py``) also refuses
 one past the other cluster's log end now (:class:`PastLogEndError`: the partition truncated or
 created again since), so a consumer moved with it never has a negative lag.
 """

@@ -1,9 +1,9 @@
 """The files of a Spark Structured Streaming checkpoint that name Kafka offsets (sans-IO).
 
 What it is for: ``mm2py offsets rewrite --spark-checkpoint`` moves a streaming query that reads
-Kafka to the other cluster of a flow by rewriting these files (``mm2py/offsets_rewrite.py``); this
-module only reads and writes their bytes, as Spark does (``OffsetSeqLog``,
-``KafkaSourceInitialOffsetWriter``, ``JsonUtils`` of spark-sql-kafka):
+Kafka to the other cluster of a flow by rewriting these files
+(``mm2py/operations/offsets_rewrite.py``); this module only reads and writes their bytes, as Spark
+does (``OffsetSeqLog``, ``KafkaSourceInitialOffsetWriter``, ``JsonUtils`` of spark-sql-kafka):
 
 * ``offsets/<batch>``, the offset log: a version line (``v1``; ``v2`` in Spark 4.1+), the batch's
   metadata as one JSON line (watermark, batch time, settings), then one line per source of the

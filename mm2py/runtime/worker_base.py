@@ -15,10 +15,10 @@ from typing import Any, Generic, TypeVar
 from mm2py.config.models import FlowConfig, MirrorMakerConfig, check_flow_name, pair_name
 from mm2py.config.patch import FlowPatch, changed_settings
 from mm2py.engine.task_contract import HALTED_STATES, TaskState
+from mm2py.operations.flow_offsets import PartitionOffset, Reset, reset_offsets
 from mm2py.protocol.compression import CodecCounters
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.active_topics import ActiveTopics
-from mm2py.runtime.flow_offsets import PartitionOffset, Reset, reset_offsets
 from mm2py.runtime.flows import Claims, FlowRunnerBase
 from mm2py.runtime.named_flows import NamedFlows, check_overlap, pair_config
 from mm2py.runtime.state_file import StateFile

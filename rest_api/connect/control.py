@@ -17,10 +17,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from mm2py.engine.task_contract import TaskState
+from mm2py.operations.flow_offsets import Reset, read_offsets
 from mm2py.protocol.types import TopicPartition
 from mm2py.rest_api.connect.errors import ConnectError, ConnectRoute
 from mm2py.rest_api.connect.facade import Facade, worker_id
-from mm2py.runtime.flow_offsets import Reset, read_offsets
 
 __all__ = ["control_router"]
 

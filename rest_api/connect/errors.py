@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mm2py.config.errors import ConfigError
 from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
-from mm2py.runtime.flow_offsets import OffsetResetError
+from mm2py.operations.flow_offsets import OffsetResetError
 from mm2py.runtime.steering import (
     ClusterConflictError,
     FlowConflictError,

@@ -14,10 +14,10 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from mm2py.engine.task_contract import TaskState
+from mm2py.operations.flow_offsets import PartitionOffset, Reset, read_offsets
 from mm2py.protocol.types import TopicPartition
 from mm2py.rest_api.flows.bodies import FlowStatus, flow_status
 from mm2py.rest_api.shared import AnyWorker
-from mm2py.runtime.flow_offsets import PartitionOffset, Reset, read_offsets
 
 __all__ = ["FlowOffsets", "OffsetChange", "OffsetsChange", "flow_control_router"]
 

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 
 from mm2py.config.errors import ConfigError
 from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
-from mm2py.failover import (
+from mm2py.operations.failover import (
     FailoverError,
     GroupActiveError,
     UnknownGroupError,
@@ -28,6 +28,7 @@ from mm2py.failover import (
     check_topic_regex,
     translate,
 )
+from mm2py.operations.flow_offsets import OffsetResetError
 from mm2py.rest_api.flows.bodies import (
     ClusterInfo,
     ErrorBody,
@@ -41,7 +42,6 @@ from mm2py.rest_api.flows.bodies import (
     flow_status,
 )
 from mm2py.rest_api.shared import AnyWorker, redacted
-from mm2py.runtime.flow_offsets import OffsetResetError
 from mm2py.runtime.steering import (
     ClusterConflictError,
     FlowConflictError,

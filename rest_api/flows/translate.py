@@ -1,17 +1,19 @@
 """HTTP routes that translate offsets between a flow's clusters, either way, and fail groups back.
 
 * ``GET /flows/{name}/translate?topic=&partition=&offset=&direction=forward|back``: one offset, as
-  ``mm2py offsets translate-offset`` (``mm2py/runtime/translator.py``): ``forward`` reads ``offset``
-  as a position on the source (``topic`` named as there, ``orders``), ``back`` as a position on the
-  target (``east.orders``; the source's name is accepted too). For consumers that keep their offsets
-  outside Kafka. Bad input is a 400, an unknown flow or a partition the flow has not mirrored a 404,
-  an offset that cannot be translated exactly (before the oldest sync still known, past what was
-  mirrored) a 400 saying why; all with the ``/flows`` API's ``{"error", "key"}`` body.
+  ``mm2py offsets translate-offset`` (``mm2py/operations/translator.py``): ``forward`` reads
+  ``offset`` as a position on the source (``topic`` named as there, ``orders``), ``back`` as a
+  position on the target (``east.orders``; the source's name is accepted too). For consumers that
+  keep their offsets outside Kafka. Bad input is a 400, an unknown flow or a partition the flow has
+  not mirrored a 404, an offset that cannot be translated exactly (before the oldest sync still
+  known, past what was mirrored) a 400 saying why; all with the ``/flows`` API's
+  ``{"error", "key"}`` body.
 * ``GET /flows/{source}/{target}/groups``: the consumer groups committed on the target on the flow's
-  remote topics, each with those partitions (``mm2py/failback.py``: ``failback_groups``): what a
-  failback can move; the operator page offers them. An unreachable target is a 503.
+  remote topics, each with those partitions (``mm2py/operations/failback.py``:
+  ``failback_groups``): what a failback can move; the operator page offers them. An unreachable
+  target is a 503.
 * ``GET|POST /flows/{source}/{target}/groups/{group}/failback``: a consumer group as committed on the
-  target, translated back to the source (``mm2py/failback.py``); ``POST`` commits it there
+  target, translated back to the source (``mm2py/operations/failback.py``); ``POST`` commits it there
   (``{"execute": true}``; a dry run otherwise), only while the group has no members on the source —
   as ``mm2py offsets translate|apply --direction back``.
 """
@@ -27,8 +29,9 @@ from pydantic import BaseModel
 
 from mm2py.config.errors import ConfigError
 from mm2py.engine.translation import Direction, NotMirroredError, TranslationError
-from mm2py.failback import failback_groups, translate_back
-from mm2py.failover import apply, check_topic_regex
+from mm2py.operations.failback import failback_groups, translate_back
+from mm2py.operations.failover import apply, check_topic_regex
+from mm2py.operations.translator import FlowTranslator
 from mm2py.rest_api.flows.bodies import (
     ErrorBody,
     FailbackGroup,
@@ -38,7 +41,6 @@ from mm2py.rest_api.flows.bodies import (
     TranslatedOffset,
 )
 from mm2py.rest_api.shared import AnyWorker
-from mm2py.runtime.translator import FlowTranslator
 
 __all__ = ["TranslatedPosition", "translate_router"]
 

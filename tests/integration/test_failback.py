@@ -42,8 +42,8 @@ from mm2py.connectors.sync_history import SyncHistoryPruner
 from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.translation import BeforeSyncsError, Direction, PartitionMap
 from mm2py.kafka_local import KafkaCluster, resolve_jars
+from mm2py.operations.translator import FlowTranslator
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.translator import FlowTranslator
 from tests.support.brokers import (
     BackgroundWorker,
     admin,

@@ -342,3 +342,35 @@ def test_mm2py_run_reads_connects_keys_and_kafka_opts_and_secures_the_metrics_po
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+async def test_the_development_certificate_and_users_serve_https_as_the_compose_setup_does(
+        tmp_path: Path, serve: Any) -> None:
+    """What the compose setup runs before its worker (``dev_cert --dir``): the worker serves HTTPS
+    with the files as they are, ``viewer`` reads and may not change, ``admin`` changes, the health
+    check's ``--probe`` passes; a second run keeps every file (passwords stay)."""
+    from mm2py.config.properties import parse_properties
+    from mm2py.rest_api.security import dev_cert
+
+    certs = tmp_path / "certs"
+    assert dev_cert.main(["--dir", str(certs), "--host", "mm2py"]) == 0
+    before = {f: (certs / f).read_bytes() for f in dev_cert.FILES}
+    assert dev_cert.write_dev_files(certs, ["mm2py"]) == [] and all(
+        (certs / f).read_bytes() == data for f, data in before.items())
+    keys = {"listeners": "https://127.0.0.1:0", "listeners.https.ssl.keystore.type": "PEM",
+            "listeners.https.ssl.keystore.location": str(certs / "rest.pem"),
+            "rest.extension.classes": BASIC_AUTH_EXTENSION, "mm2py.rest.read.only.users": "viewer"}
+    server = await serve(keys, jaas_config=str(certs / "rest-jaas.conf"))
+    users = parse_properties((certs / "rest-users.properties").read_text())
+    assert set(users) == {"admin", "viewer"} and len(set(users.values())) == 2
+    async with httpx.AsyncClient(base_url=server.url, verify=client_context(certs / "ca.pem")) as http:
+        viewer, admin = httpx.BasicAuth("viewer", users["viewer"]), httpx.BasicAuth("admin", users["admin"])
+        assert (await http.get("/flows", auth=viewer)).status_code == 200
+        assert (await http.get("/flows")).status_code == 401
+        change = {"settings": {"tasks.max": 3}}
+        assert (await http.patch("/flows/east->west", json=change, auth=viewer)).status_code == 403
+        assert (await http.patch("/flows/east->west", json=change, auth=admin)).status_code == 200
+    # the health check's probe, from a thread (it blocks), trusting only the development CA
+    assert await asyncio.to_thread(dev_cert.probe, f"{server.url}/flows", certs) == 200
+    for url, status in ((f"{server.url}/flows", 0), (server.url.replace("https", "http") + "/flows", 1)):
+        assert await asyncio.to_thread(dev_cert.main, ["--dir", str(certs), "--probe", url]) == status

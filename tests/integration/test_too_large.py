@@ -2,7 +2,8 @@
 source batches into a remote topic created beforehand with the default 1 MiB limit are split and
 mirrored exactly, every record once and in order, offsets translate exactly and ``mm2py audit``
 agrees; a single record larger than the limit holds only its partition, named in an alarm, while its
-sibling flows, and under ``skip`` it is left out with offsets still exact."""
+sibling flows, and under ``skip`` it is left out with offsets still exact. The real MirrorMaker 2
+copies the same large batches beside mm2py."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.translation import Direction
 from mm2py.kafka_local import KafkaCluster
+from mm2py.operations.translator import FlowTranslator
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.translator import FlowTranslator
 from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.positions import PositionStore
 from tests.support.brokers import (
@@ -42,6 +43,7 @@ from tests.support.brokers import (
     unique,
     wait_until,
 )
+from tests.support.mm2_process import mm2_command, mm2_properties, running
 
 pytestmark = pytest.mark.integration
 
@@ -230,3 +232,40 @@ def test_a_limit_lowered_while_mirroring_is_learnt_from_the_refusal(
     assert by_partition(read_all(west.bootstrap, remote)) == by_partition(read_all(east.bootstrap, topic))
     after = [b for b in raw_batches(west.bootstrap, remote, 1)[0] if b.base_offset >= lowered]
     assert after and all(b.size <= DEFAULT_LIMIT for b in after)
+
+
+def test_mirrormaker2_beside_mm2py_copies_the_same_large_batches_into_a_1_mib_remote_topic(
+        east: KafkaCluster, west: KafkaCluster, tmp_path: Path) -> None:
+    """The issue's case with the real MirrorMaker 2 beside mm2py: ~4 MB source batches, each peer
+    into its own remote topic created beforehand with the default 1 MiB limit (MM2 as alias ``mm2``,
+    mm2py as ``east``). MM2 re-produces the records in batches of its producer's size; mm2py splits
+    the refused batches. Both remote topics end up holding every record once and in order."""
+    topic = create_topic(east.bootstrap, unique("beside"), partitions=2, config=BIG)
+    limit = {"max.message.bytes": str(DEFAULT_LIMIT)}
+    ours = create_topic(west.bootstrap, f"east.{topic}", partitions=2, config=limit)
+    theirs = create_topic(west.bootstrap, f"mm2.{topic}", partitions=2, config=limit)
+    produce_records(east.bootstrap, topic, _records(8_000, 2), linger_ms=2000, extra=BIG_BATCHES)
+    assert max(b.size for p in raw_batches(east.bootstrap, topic, 2).values() for b in p) > 2 * DEFAULT_LIMIT
+
+    cfg = mm2_properties(tmp_path / "mm2.properties", "mm2", "west", east.bootstrap, west.bootstrap, topic,
+                         # its remote topic's limit as the platform team set it; its offset syncs
+                         # on the target, apart from mm2py's on the source
+                         **{"mm2->west.sync.topic.configs.enabled": "false",
+                            "mm2->west.offset-syncs.topic.location": "target"})
+    flows: dict[str, dict[str, object]] = {"east->west": {"topics": topic, **NO_CONFIG_SYNC}}
+    with running(mm2_command(cfg, tmp_path), tmp_path / "mm2.out") as mm2, \
+            BackgroundWorker(mirror_config(_clusters(east, west), flows)) as bg:
+        took = wait_until(lambda: total(west.bootstrap, ours) >= 8_000, 180, 0.5, "mm2py's copy")
+        # MM2 starts its Connect worker first: its own time, measured from the run's start (180 s
+        # at most, as for mm2py), plus mm2py's
+        wait_until(lambda: total(west.bootstrap, theirs) >= 8_000 or mm2.poll() is not None,
+                   180 + _after(took), 0.5, "MirrorMaker 2's copy")
+        assert mm2.poll() is None, (tmp_path / "mm2.out").read_text()[-3000:]
+        tasks = _tasks(bg)
+    assert sum(t["split_batches"] for t in tasks) > 0
+    source = by_partition(read_all(east.bootstrap, topic))
+    assert by_partition(read_all(west.bootstrap, ours)) == source
+    assert by_partition(read_all(west.bootstrap, theirs)) == source
+    for remote in (ours, theirs):
+        batches = raw_batches(west.bootstrap, remote, 2)
+        assert all(b.size <= DEFAULT_LIMIT for p in batches.values() for b in p)

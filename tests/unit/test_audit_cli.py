@@ -18,9 +18,9 @@ from mm2py.engine.audit import (
     PartitionOutcome,
     PartitionStatus,
 )
+from mm2py.operations.audit.report import AnchorsRead, AuditReport, Verdict, partition_report, table
+from mm2py.operations.audit.scope import Pair, mirrored_topics
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.audit.report import AnchorsRead, AuditReport, Verdict, partition_report, table
-from mm2py.runtime.audit.scope import Pair, mirrored_topics
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -134,8 +134,8 @@ def test_the_report_names_the_first_mismatch_in_json_and_in_the_table() -> None:
 def test_progress_lines_on_stderr() -> None:
     import io
 
-    from mm2py.audit_cli import ProgressLine
-    from mm2py.runtime.audit import Progress
+    from mm2py.cli.audit import ProgressLine
+    from mm2py.operations.audit import Progress
 
     out = io.StringIO()
     line = ProgressLine(out, "east->west")
@@ -149,7 +149,7 @@ def test_progress_lines_on_stderr() -> None:
 
 
 def test_the_flow_to_audit() -> None:
-    from mm2py.audit_cli import pick_flow
+    from mm2py.cli.audit import pick_flow
     from mm2py.config.errors import ConfigError
     from mm2py.config.models import MirrorMakerConfig
 

@@ -20,11 +20,11 @@ from mm2py.engine.audit import (
     PartitionAudit,
     PartitionStatus,
 )
+from mm2py.operations.audit import driver
+from mm2py.operations.audit.scope import Pair
 from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.audit import driver
-from mm2py.runtime.audit.scope import Pair
 from tests.support.audit_batches import batches, end_of, mirrored
 
 #: reaches the compiled path's stand-ins: the pure-Python pass of ``make test`` runs it again
@@ -151,10 +151,10 @@ def _topic(records: list[tuple[bytes | None, bytes | None]]) -> list[RecordBatch
 
 def test_anchors_are_read_from_the_offset_syncs_and_progress_topics(monkeypatch: pytest.MonkeyPatch) -> None:
     from mm2py.config.models import MirrorMakerConfig
+    from mm2py.operations.audit import reads
+    from mm2py.operations.audit.scope import Clients
     from mm2py.protocol.connect_offsets import encode_key, encode_value
     from mm2py.protocol.mm2_records import OffsetSync
-    from mm2py.runtime.audit import reads
-    from mm2py.runtime.audit.scope import Clients
 
     flow = MirrorMakerConfig.from_mapping({"clusters": {"east": "h:1", "west": "h:2"},
                                            "flows": {"east->west": {}}}).flow("east", "west")

@@ -11,6 +11,8 @@ import yaml
 
 from mm2py.cli import build_parser
 from mm2py.config.models import load_config
+from mm2py.config.properties import parse_properties
+from mm2py.rest_api.security.settings import rest_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").rglob("*.properties")) + sorted((ROOT / "examples").rglob("*.yaml"))
@@ -20,7 +22,8 @@ EXAMPLES = sorted((ROOT / "examples").rglob("*.properties")) + sorted((ROOT / "e
 def test_example_configuration_loads(path: Path) -> None:
     config = load_config(str(path))
     assert set(config.clusters) >= {"east", "west"}
-    assert not config.ignored_keys
+    # the REST API's keys are the worker's, not a flow's (rest_api/security/settings.py reads them)
+    assert not [k for k in config.ignored_keys if not k.startswith(("listeners", "rest.", "mm2py.rest."))]
     if "clusters-only" not in path.name:
         assert config.enabled_flows(), f"{path.name} enables no flow"
 
@@ -65,13 +68,29 @@ def test_docker_compose_worker_reaches_the_compose_brokers(profile: str) -> None
     internal = _brokers(services)
     for alias, cluster in config.clusters.items():
         assert cluster.bootstrap_servers in internal.values(), (alias, cluster.bootstrap_servers, internal)
-    # started once the brokers (and whatever else it needs) are healthy: no failed first attempt
+    # started once the brokers (and whatever else it needs) are healthy, and the REST API's
+    # development certificate written: no failed first attempt
     assert set(internal) <= set(worker["depends_on"])
     for name, dependency in worker["depends_on"].items():
+        if services[name].get("command", [])[:3] == ["python", "-m", "mm2py.rest_api.security.dev_cert"]:
+            assert dependency == {"condition": "service_completed_successfully"}, name
+            assert services[name]["profiles"] == [profile], name
+            continue
         assert dependency == {"condition": "service_healthy"}, name
         assert "test" in services[name]["healthcheck"], name
+    # the REST API over HTTPS with Basic authentication (the config file's Connect keys), on the
+    # certificate and users the one-shot service wrote into the volume the worker reads
+    keys = parse_properties(config_path.read_text())
+    settings = rest_settings(keys, kafka_opts=worker["environment"]["KAFKA_OPTS"])
+    assert settings is not None and [(x.scheme, x.port) for x in settings.listeners] == [("https", 8083)]
+    certs = next(dst for src, dst in mounts.items() if src == "mm2py-certs")
+    assert settings.tls is not None and str(settings.tls.keystore_location).startswith(certs + "/")
+    assert settings.jaas_file == f"{certs}/rest-jaas.conf" and settings.authenticates
+    assert settings.read_only_users == {"viewer"}
+    probe = worker["healthcheck"]["test"]
+    assert "--probe" in probe and "https://localhost:8083/flows" in probe
     published = {p.split(":")[0] for p in worker.get("ports", [])}
-    assert {str(args.rest_port), str(args.metrics_port)} <= published
+    assert {"8083", str(args.metrics_port)} <= published
     volume = next(src for src, dst in mounts.items() if args.state_file.startswith(dst + "/"))
     assert volume in compose["volumes"]
 

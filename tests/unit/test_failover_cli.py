@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mm2py.failover import Row, group_rows
+from mm2py.operations.failover import Row, group_rows
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
 from mm2py.stores.admin import GroupOffset

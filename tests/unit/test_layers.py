@@ -1,8 +1,9 @@
 """Imports only point down: errors -> protocol -> client -> config -> stores -> engine -> connectors
--> runtime -> interfaces; inside the REST API, what its parts share -> its parts (``flows``,
-``connect``, ``ui``, ``security``, none importing another) -> the app and its server -> the CLI. No
-import cycle between modules (``TYPE_CHECKING`` imports included), no Kafka client library below the
-stores, no Spark module importing the in-process runtime."""
+-> operations (one-off operations against the clusters) -> runtime (the worker) -> interfaces; inside
+the REST API, what its parts share -> its parts (``flows``, ``connect``, ``ui``, ``security``, none
+importing another) -> the app and its server -> the CLI. No import cycle between modules
+(``TYPE_CHECKING`` imports included), no Kafka client library below the stores, no Spark module
+importing the in-process runtime."""
 
 from __future__ import annotations
 
@@ -26,24 +27,18 @@ LAYERS = {
     "mm2py.stores": 4,
     "mm2py.engine": 5,
     "mm2py.connectors": 6,
-    "mm2py.runtime": 7,
-    "mm2py.rest_api": 8,  # mm2py.rest_api.shared: what the API's parts share
-    "mm2py.rest_api.flows": 9,
-    "mm2py.rest_api.connect": 9,
-    "mm2py.rest_api.ui": 9,
-    "mm2py.rest_api.security": 9,
-    "mm2py.rest_api.app": 10,
-    "mm2py.rest_api.server": 10,
-    "mm2py.cli": 11,
-    "mm2py.demo": 11,
-    "mm2py.__main__": 12,  # python -m mm2py: the command line
-    "mm2py.command": 12,  # the command's entry: the Ctrl-C policy, then the CLI's imports
-    "mm2py.failover": 8,
-    "mm2py.failback": 8,
-    "mm2py.offsets_cli": 8,
-    "mm2py.offsets_rewrite": 8,
-    "mm2py.flow_offsets_cli": 8,
-    "mm2py.audit_cli": 8,
+    "mm2py.operations": 7,  # one-off operations against the clusters: translation, failover, audit...
+    "mm2py.runtime": 8,  # the worker (its REST routes reset a stopped flow's positions: an operation)
+    "mm2py.rest_api": 9,  # mm2py.rest_api.shared: what the API's parts share
+    "mm2py.rest_api.flows": 10,
+    "mm2py.rest_api.connect": 10,
+    "mm2py.rest_api.ui": 10,
+    "mm2py.rest_api.security": 10,
+    "mm2py.rest_api.app": 11,
+    "mm2py.rest_api.server": 11,
+    "mm2py.cli": 12,  # the command line: a module per command (run, dev, offsets, flow_offsets, audit, demo)
+    "mm2py.__main__": 13,  # python -m mm2py: the command line
+    "mm2py.command": 13,  # the command's entry: the Ctrl-C policy, then the CLI's imports
 }
 
 
@@ -78,6 +73,14 @@ def test_imports_only_point_down(module: str, path: Path) -> None:
         return  # mm2py.kafka_local (test/demo harness) and package roots stand outside the stack
     upward = [name for name in _imports(path) if (_layer(name) or -1) > own]
     assert not upward, f"{module} (layer {own}) imports higher layers: {upward}"
+
+
+def test_every_module_stands_in_a_layer() -> None:
+    """Each module sits in a room of the stack (issue 48: rooms by role); only the package root and
+    ``mm2py.kafka_local`` (the test and demo harness) stand beside it."""
+    outside = [m for m, _ in _modules() if _layer(m) is None and m != "mm2py"
+               and not m.startswith("mm2py.kafka_local")]
+    assert not outside, f"modules in no layer (add them to a room and to LAYERS): {outside}"
 
 
 def _imported_modules(module: str, path: Path) -> list[str]:

@@ -20,7 +20,8 @@ from mm2py.engine.translation import (
     PastLogEndError,
     TranslationError,
 )
-from mm2py.offsets_rewrite import RewriteError, rewrite_json_map, rewrite_spark_checkpoint
+from mm2py.operations.offsets_rewrite import RewriteError, rewrite_json_map, rewrite_spark_checkpoint
+from mm2py.operations.translator import FlowTranslator
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.spark_offsets import (
@@ -33,7 +34,6 @@ from mm2py.protocol.spark_offsets import (
     kafka_offsets,
 )
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.translator import FlowTranslator
 from tests.support.hypothesis_examples import examples
 
 FWD, BACK = Direction.FORWARD, Direction.BACK

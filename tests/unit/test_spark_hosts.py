@@ -6,6 +6,8 @@ host runs on Spark executors in tests/integration/test_spark_*.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import pickle
 import socket
 import threading
 import time
@@ -36,10 +38,15 @@ from mm2py.runtime.spark.lease_messages import (
 A, B, C = (TopicPartition("orders", p) for p in range(3))
 
 
+@dataclasses.dataclass(frozen=True)
 class FlowSettings:
     """A flow's configuration as far as a lease's work carries it (pickled to the host)."""
 
-    name = "f"
+    name: str = "f"
+    fetch_linger_partition_us: float = 25.0
+
+    def model_copy(self, update: dict[str, Any]) -> FlowSettings:
+        return dataclasses.replace(self, **update)
 
 
 class FakeFlow:
@@ -69,6 +76,7 @@ class FakeHosts:
 
     def __init__(self) -> None:
         self.placed: dict[str, list[str]] = {}  # host id -> the leases placed on it, in order
+        self.pacing: list[float] = []  # each placed lease's mm2py.fetch.linger.partition.us
         self.killed: set[str] = set()  # hosts killed: their socket closed, their job failed
         self.socks: dict[str, socket.socket] = {}
         self.lock = threading.Lock()
@@ -98,6 +106,7 @@ class FakeHosts:
                 if isinstance(msg, StartLease):
                     with self.lock:
                         self.placed[work.host_id].append(msg.lease)
+                        self.pacing.append(pickle.loads(msg.work).spec.flow.fetch_linger_partition_us)
                     send(Hello(msg.lease, work.token))
                 elif isinstance(msg, Ack) and msg.lease:  # HELLO accepted: the task is built
                     send(Ready(msg.lease, work.token))
@@ -224,5 +233,7 @@ async def test_four_leases_even_out_over_a_joining_host_in_two_moves_and_stay() 
             await asyncio.sleep(0.01)
         assert sched.started == 6, f"{sched.started - 4} moves for two"
         assert sorted(h.load for h in pool.hosts.values()) == [4, 4]
+        # HOSTS_PACE_AS_ONE: one host, the flow's pacing; two, each host's fetches twice as far apart
+        assert hosts.pacing == [25.0] * 4 + [50.0] * 2
     finally:
         await sched.stop(timeout=5)

@@ -13,11 +13,11 @@ import pytest
 
 from mm2py.config.models import FlowConfig
 from mm2py.engine.offset_syncs import OffsetSyncStore
+from mm2py.operations.translator import FlowTranslator
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition
 from mm2py.rest_api.app import create_app
-from mm2py.runtime.translator import FlowTranslator
 from tests.support.fake_flows import FakeWorker
 
 
@@ -82,7 +82,7 @@ def test_what_cannot_be_translated(get: Any) -> None:
 
 
 def test_failback_routes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mm2py.failover import Row, Translation
+    from mm2py.operations.failover import Row, Translation
     from mm2py.rest_api.flows import translate as translate_routes
     from mm2py.stores.admin import GroupOffset
 
@@ -125,7 +125,7 @@ def _get(app: Any, path: str) -> httpx.Response:
 
 
 def test_the_groups_a_failback_can_move(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mm2py import failback
+    from mm2py.operations import failback
     from mm2py.stores.admin import ClusterAdmin, GroupOffset
 
     # a target that refuses connections: the same 503 as the failback call (no broker involved)

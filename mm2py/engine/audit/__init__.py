@@ -1,6 +1,6 @@
 """The pure rules of ``mm2py audit``: a flow's source and target partitions compared, batch by
 batch where the bytes are the same and record by record where they are not (no I/O here; the
-reads are in :mod:`mm2py.runtime.audit`)."""
+reads are in :mod:`mm2py.operations.audit`)."""
 
 from mm2py.engine.audit.anchors import Anchor, AnchorBook, AnchorKind
 from mm2py.engine.audit.outcome import (

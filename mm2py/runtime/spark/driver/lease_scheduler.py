@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mm2py.config.models import FlowConfig
 from mm2py.engine.task_contract import RUN_COUNTERS, TaskMetrics, TaskSpec
 from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark.driver.host_pool import HostPool
@@ -68,6 +69,20 @@ class LeaseSettings:
     #: an in-place renewal gains nothing and costs a task build, a producer id and, as after any
     #: task start, an offset sync for each partition at its next record)
     renew_in_place: bool = False
+
+
+def paced_as_one(flow: FlowConfig, hosts: int) -> FlowConfig:
+    """HOSTS_PACE_AS_ONE: the flow as ``hosts`` mirror hosts run it, each pacing its fetch sessions
+    as though it held all of the flow's partitions (``mm2py.fetch.linger.partition.us`` times the
+    hosts). A host paces by its own partition count, and a source broker reads every partition of
+    a session at each fetch: unscaled, n hosts of 1/n of the partitions each would fetch n times as
+    often, the brokers reading n times the partitions a second of one process (two hosts of 1,000
+    partitions: 63 Fetch/s against 15). The same for every lease of a flow while the host count
+    holds, so its leases on a host share one set of clients (SHARED_UNTIL_LAST)."""
+    if hosts <= 1:
+        return flow
+    per_partition = min(10_000.0, flow.fetch_linger_partition_us * hosts)
+    return flow.model_copy(update={"fetch_linger_partition_us": per_partition})
 
 
 class LeaseScheduler:
@@ -230,8 +245,9 @@ class LeaseScheduler:
                 return
         lease = self.table.start(flow.name, task.task_id, partitions, now)
         s = self.settings
+        config = flow.flow if self.hosts is None else paced_as_one(flow.flow, self.hosts.wanted())
         work = LeaseWork(
-            TaskSpec(flow.flow, task.task_id, tuple(sorted(partitions))), lease.lease_id,
+            TaskSpec(config, task.task_id, tuple(sorted(partitions))), lease.lease_id,
             self.coordinator.address, self.coordinator.token, commit_interval=s.commit_interval,
             report_interval=s.report_interval, fence_seconds=s.fence_seconds,
             # a lease the driver forgets to stop (or cannot reach) still ends and commits; on a host

@@ -1,6 +1,6 @@
 """Consumer groups moved to the target cluster of a flow (failover), as ``mm2py offsets`` and the
-REST API's group routes do it (the command line is ``mm2py/offsets_cli.py``; failback's translation,
-``mm2py/failback.py``, commits through :func:`apply` too).
+REST API's group routes do it (the command line is ``mm2py/cli/offsets.py``; failback's translation,
+``failback.py``, commits through :func:`apply` too).
 
 ``translate`` prints, for each partition a group committed on the source, where that group should
 resume on the target: from the flow's checkpoints on the target (what MM2's
@@ -27,10 +27,10 @@ from mm2py.connectors.checkpoint import mirror_rule
 from mm2py.engine.checkpoints import CheckpointLog, translate_group
 from mm2py.engine.translation import Direction
 from mm2py.errors import ClusterUnreachableError, Mm2pyError
+from mm2py.operations.translator import read_offset_syncs, source_topic_of
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.translator import read_offset_syncs, source_topic_of
 from mm2py.stores.admin import (
     ClusterAdmin,
     GroupOffset,

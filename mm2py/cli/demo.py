@@ -140,7 +140,7 @@ async def _serve(worker: Worker, port: int) -> RestServer | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mm2py.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m mm2py.cli.demo", description=__doc__)
     parser.add_argument("--seconds", type=float, default=None, help="stop after this long")
     parser.add_argument("--rest-port", type=int, default=8083, help="REST API port (0: no API)")
     args = parser.parse_args(argv)

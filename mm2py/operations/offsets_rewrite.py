@@ -4,7 +4,7 @@ What it is for: consumers that keep their own offsets — a Spark Structured Str
 checkpoint, a service with a ``{topic: {partition: offset}}`` file or table — fail over (source →
 target, ``forward``) or fail back (``back``) without re-reading or skipping a record. Each offset is
 translated exactly by the flow's offset syncs and committed positions
-(``mm2py/runtime/translator.py``), and its topic renamed by the flow's replication policy
+(``mm2py/operations/translator.py``), and its topic renamed by the flow's replication policy
 (``orders`` ↔ ``east.orders``). Nothing is guessed: an offset that cannot be translated exactly
 fails the whole rewrite, naming it.
 
@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from mm2py.engine.translation import Direction, TranslationError
-from mm2py.failover import FailoverError
+from mm2py.operations.failover import FailoverError
+from mm2py.operations.translator import FlowTranslator
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.spark_offsets import (
     OffsetLogEntry,
@@ -46,7 +47,6 @@ from mm2py.protocol.spark_offsets import (
     encode_offset_log,
     kafka_offsets,
 )
-from mm2py.runtime.translator import FlowTranslator
 
 __all__ = ["CheckpointRewrite", "RewriteError", "rewrite_json_map", "rewrite_spark_checkpoint"]
 

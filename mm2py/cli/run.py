@@ -1,11 +1,12 @@
-"""The `mm2py` command line."""
+"""``mm2py run``: the enabled flows of a config file mirrored until SIGINT or SIGTERM, in this
+process or on Spark, with the REST API and the metrics page when asked for."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from mm2py import interrupts
 
@@ -22,31 +23,7 @@ if TYPE_CHECKING:
 Runnable = Union["Worker", "SparkWorker"]
 
 
-def _dev(args: argparse.Namespace) -> int:
-    from mm2py.kafka_local import dev
-
-    if args.dev_command == "up":
-        already = [s for s in dev.status() if s.running]
-        clusters = dev.up()
-        word = "already running" if already else "started"
-        print(f"dev clusters {word}:")
-        for c in clusters:
-            print(f"  {c.name:6} bootstrap.servers={c.bootstrap}")
-        return 0
-    if args.dev_command == "down":
-        names = dev.down()
-        print("stopped: " + (", ".join(names) if names else "nothing was running"))
-        return 0
-    rows = dev.status()
-    if not rows:
-        print("no dev clusters (run `mm2py dev up`)")
-        return 1
-    for row in rows:
-        print(row.line())
-    return 0 if all(r.running and r.reachable for r in rows) else 1
-
-
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     # Ctrl-C or SIGTERM before the event loop runs unwinds the command (status 130 or 143: nothing
     # started); from then on it stops the worker cleanly (status 0; mm2py.interrupts)
     import asyncio
@@ -245,119 +222,62 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _add_http_arguments(run: argparse.ArgumentParser) -> None:
+def _add_http_arguments(cmd: argparse.ArgumentParser) -> None:
     """``mm2py run``'s metrics port and REST API (its listeners and security are in the config file)."""
-    run.add_argument("--metrics-port", type=int, default=0,
+    cmd.add_argument("--metrics-port", type=int, default=0,
                      help="serve Prometheus metrics on this port (default: off)")
-    run.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")
-    run.add_argument("--metrics-secured", action="store_true",
+    cmd.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")
+    cmd.add_argument("--metrics-secured", action="store_true",
                      help="serve --metrics-port with the REST API's TLS settings (HTTPS when it has an "
                           "https listener) and behind its authentication (default: plain and open, as "
                           "Prometheus scrapes)")
-    run.add_argument("--rest-port", type=int, default=0,
+    cmd.add_argument("--rest-port", type=int, default=0,
                      help="serve the REST API (create/change/remove flows) on this port (default: off)")
-    run.add_argument("--rest-host", default="127.0.0.1", help="address for --rest-port")
-    run.add_argument("--rest-jaas-config", default=None, metavar="FILE",
+    cmd.add_argument("--rest-host", default="127.0.0.1", help="address for --rest-port")
+    cmd.add_argument("--rest-jaas-config", default=None, metavar="FILE",
                      help="the JAAS file of Kafka Connect's Basic authentication (with rest.extension."
                           "classes=...BasicAuthSecurityRestExtension; default: -Djava.security.auth."
                           "login.config in KAFKA_OPTS)")
-    run.add_argument("--rest-read-only", action="store_true",
+    cmd.add_argument("--rest-read-only", action="store_true",
                      help="the REST API refuses every change (403) and its page at /ui shows no actions")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mm2py", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    dev = sub.add_parser("dev", help="local Kafka clusters for trying mm2py out")
-    dev.add_argument("dev_command", choices=["up", "down", "status"])
-    dev.set_defaults(func=_dev)
-    run = sub.add_parser("run", help="run the enabled flows of a config file (in this process or on Spark)",
+def add_parser(sub: Any) -> None:
+    """Adds ``run`` to the ``mm2py`` command line."""
+    cmd = sub.add_parser("run", help="run the enabled flows of a config file (in this process or on Spark)",
                          epilog=RUN_EPILOG)
-    run.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
-    run.add_argument("--commit-interval", type=float, default=1.0,
+    cmd.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
+    cmd.add_argument("--commit-interval", type=float, default=1.0,
                      help="seconds between progress commits (default 1)")
-    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    run.add_argument("--log-repeat-seconds", type=float, default=60.0,
+    cmd.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    cmd.add_argument("--log-repeat-seconds", type=float, default=60.0,
                      help="a warning that repeats (the same kind, e.g. while a cluster is down) is "
                           "logged once, then at most once this often with a count (default 60)")
-    _add_http_arguments(run)
-    run.add_argument("--state-file", default=None,
+    _add_http_arguments(cmd)
+    cmd.add_argument("--state-file", default=None,
                      help="keep flows created or changed over REST in this JSON file across restarts")
-    run.add_argument("--runtime", choices=["inprocess", "spark"], default="inprocess",
+    cmd.add_argument("--runtime", choices=["inprocess", "spark"], default="inprocess",
                      help="where tasks run: in this process (default) or on Spark executors")
-    run.add_argument("--spark-master", default=None,
+    cmd.add_argument("--spark-master", default=None,
                      help="Spark master URL, e.g. local[4] or spark://host:7077 (default: embedded "
                           "local[N], N = total tasks.max; spark-submit's master under spark-submit)")
-    run.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+    cmd.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                      help="extra Spark setting (repeatable)")
-    run.add_argument("--spark-mode", choices=["leases", "lease-jobs", "rounds"], default="leases",
+    cmd.add_argument("--spark-mode", choices=["leases", "lease-jobs", "rounds"], default="leases",
                      help="leases (default): each task mirrors continuously, handing over to a "
                           "successor every --spark-lease-seconds, on a mirror host: one long-lived "
                           "process per executor running all its leases with one fetch session per "
                           "source broker; lease-jobs: each lease a Spark job and process of its "
                           "own; rounds: bounded rounds up to the end offsets seen at each round's "
                           "start (one-off backfills)")
-    run.add_argument("--spark-hosts", type=int, default=None, metavar="N",
+    cmd.add_argument("--spark-hosts", type=int, default=None, metavar="N",
                      help="mirror hosts carrying the leases (default: one per Spark executor)")
-    run.add_argument("--spark-lease-seconds", type=_positive_seconds, default=60.0,
+    cmd.add_argument("--spark-lease-seconds", type=_positive_seconds, default=60.0,
                      help="how long a Spark lease mirrors before a successor takes over (default 60)")
-    run.add_argument("--spark-fence-seconds", type=_positive_seconds, default=4.0,
+    cmd.add_argument("--spark-fence-seconds", type=_positive_seconds, default=4.0,
                      help="an executor that hears nothing from the driver for this long stops "
                           "mirroring; a lease whose executor is lost (its connection closed, or "
                           "Spark gave up on it) is leased again within twice this (default 4)")
-    run.add_argument("--spark-round-seconds", type=float, default=10.0,
+    cmd.add_argument("--spark-round-seconds", type=float, default=10.0,
                      help="longest Spark round before a task commits and the next round starts")
-    run.set_defaults(func=_run)
-    from mm2py.offsets_cli import add_parser as add_offsets_parser
-
-    add_offsets_parser(sub)
-    from mm2py.flow_offsets_cli import add_parser as add_flow_offsets_parser
-
-    add_flow_offsets_parser(sub)
-    from mm2py.audit_cli import add_parser as add_audit_parser
-
-    add_audit_parser(sub)
-    return parser
-
-
-def _import_kio_without_test_strategies() -> None:
-    """Import ``kio`` with ``hypothesis`` hidden. When hypothesis (a test dependency) is installed,
-    kio registers test-data strategies for its types at import: about a quarter of a second of
-    every command's start-up, for nothing a command uses. A process that has imported either
-    already (a test calling :func:`main`) is left as it is."""
-    if "hypothesis" in sys.modules or "kio" in sys.modules:
-        return
-    sys.modules["hypothesis"] = None  # type: ignore[assignment]  # `import hypothesis` raises ImportError
-    try:
-        import kio.static.primitive  # noqa: F401  (its _phantom looks for hypothesis)
-    finally:
-        del sys.modules["hypothesis"]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command: its exit status. A Ctrl-C while it loads or runs any command but ``run``'s
-    worker unwinds it: 130, no traceback (:mod:`mm2py.interrupts`)."""
-    with interrupts.handling():
-        try:
-            return _main(argv)
-        except KeyboardInterrupt:
-            return interrupts.interrupted_status()
-
-
-def _main(argv: Sequence[str] | None) -> int:
-    _import_kio_without_test_strategies()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except Exception as exc:  # a clear one-line error, not a traceback, for users
-        from mm2py.errors import Mm2pyError
-
-        if isinstance(exc, Mm2pyError | OSError):
-            print(f"mm2py: error: {exc}", file=sys.stderr)
-            return 2
-        raise
-
-
-if __name__ == "__main__":
-    sys.exit(interrupts.guarded(main))
+    cmd.set_defaults(func=run)

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig
 from mm2py.engine.audit import AnchorBook, PartitionAudit
-from mm2py.runtime.audit.driver import Progress, compare
-from mm2py.runtime.audit.reads import read_anchors
-from mm2py.runtime.audit.report import AnchorsRead, AuditReport
-from mm2py.runtime.audit.scope import connected, pairs_and_ends
+from mm2py.operations.audit.driver import Progress, compare
+from mm2py.operations.audit.reads import read_anchors
+from mm2py.operations.audit.report import AnchorsRead, AuditReport
+from mm2py.operations.audit.scope import connected, pairs_and_ends
 
 __all__ = ["audit_flow"]
 

@@ -17,7 +17,7 @@ from mm2py.engine.audit import (
     PartitionOutcome,
     PartitionStatus,
 )
-from mm2py.runtime.audit.scope import Pair
+from mm2py.operations.audit.scope import Pair
 
 __all__ = ["AuditReport", "Verdict", "partition_report", "table"]
 

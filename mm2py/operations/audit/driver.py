@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from mm2py.client.fetcher import FetchedPartition, FetcherConfig, RawFetcher
 from mm2py.engine.audit import PartitionAudit
+from mm2py.operations.audit.scope import STUCK_FETCHES, Clients, Pair
 from mm2py.protocol.errors import CorruptBatchError, ProtocolError
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.audit.scope import STUCK_FETCHES, Clients, Pair
 
 __all__ = ["Progress", "compare"]
 

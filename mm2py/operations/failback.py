@@ -13,7 +13,7 @@ where each of them came from.
 
 Partitions of topics the flow did not mirror (the target's own topics) are left alone; an offset that
 cannot be translated exactly (before the oldest sync still known, past what was mirrored) is left
-out with a note saying why, never guessed. Committing (``apply``) is ``mm2py/failover.py``'s, on
+out with a note saying why, never guessed. Committing (``apply``) is ``failover.py``'s, on
 the source cluster: only with ``--execute``, and only while the group has no members there.
 
 Which groups there are to fail back (``failback_groups``, the operator page's list): those committed
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 from mm2py.config.models import FlowConfig
 from mm2py.engine.translation import Direction, NotMirroredError, TranslationError
-from mm2py.failover import Row, Translation, UnknownGroupError
+from mm2py.operations.failover import Row, Translation, UnknownGroupError
+from mm2py.operations.translator import FlowTranslator, read_positions, source_topic_of
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.translator import FlowTranslator, read_positions, source_topic_of
 from mm2py.stores.admin import ClusterAdmin
 
 __all__ = ["FailbackGroup", "committed_on", "failback_groups", "translate_back"]

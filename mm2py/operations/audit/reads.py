@@ -16,12 +16,12 @@ from mm2py.client.cluster import EARLIEST, LATEST, ClusterClient
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.engine.audit import AnchorBook
 from mm2py.engine.audit.records import keys_and_values
+from mm2py.operations.audit.scope import STUCK_FETCHES, AuditError, Clients
 from mm2py.protocol.api_fetch import READ_COMMITTED
 from mm2py.protocol.connect_offsets import decode, progress_topic
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.audit.scope import STUCK_FETCHES, AuditError, Clients
 
 __all__ = ["AnchorCounts", "read_anchors"]
 

@@ -24,7 +24,7 @@ from mm2py.config.errors import ConfigError
 
 if TYPE_CHECKING:  # imported when the command runs: `mm2py --help` and the other commands skip them
     from mm2py.config.models import FlowConfig, MirrorMakerConfig
-    from mm2py.runtime.audit import Progress
+    from mm2py.operations.audit import Progress
 
 __all__ = ["add_parser", "run"]
 
@@ -94,7 +94,7 @@ class ProgressLine:
 
 def run(args: argparse.Namespace) -> int:
     from mm2py.config.models import load_config
-    from mm2py.runtime.audit import audit_flow, table
+    from mm2py.operations.audit import audit_flow, table
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     flow = pick_flow(load_config(args.config), args.flow, args.name)

@@ -1,13 +1,14 @@
 """``mm2py offsets``: move consumers between the clusters of a flow, either way.
 
 * ``translate`` / ``apply``: consumer groups. ``--direction forward`` (the default, failover): where
-  each group, as committed on the source, resumes on the target (``mm2py/failover.py``).
+  each group, as committed on the source, resumes on the target (``mm2py/operations/failover.py``).
   ``--direction back`` (failback): where each group, as committed on the target, resumes on the
-  source (``mm2py/failback.py``). ``apply`` commits on the cluster the groups move to, only with
-  ``--execute`` and only while the group has no members there.
+  source (``mm2py/operations/failback.py``). ``apply`` commits on the cluster the groups move to,
+  only with ``--execute`` and only while the group has no members there.
 * ``translate-offset``: one offset of one partition, either way.
 * ``rewrite``: offsets kept outside Kafka — a JSON ``{topic: {partition: offset}}`` map, or a Spark
-  Structured Streaming checkpoint — rewritten for the other cluster (``mm2py/offsets_rewrite.py``).
+  Structured Streaming checkpoint — rewritten for the other cluster
+  (``mm2py/operations/offsets_rewrite.py``).
 
 Errors are one line on stderr and exit code 2.
 """
@@ -25,11 +26,11 @@ from typing import Any
 
 from mm2py.config.models import FlowConfig, load_config
 from mm2py.engine.translation import Direction, TranslationError
-from mm2py.failback import translate_back
-from mm2py.failover import FailoverError, Row, apply, check_topic_regex, translate
-from mm2py.offsets_rewrite import load_json_map, rewrite_json_map, rewrite_spark_checkpoint
+from mm2py.operations.failback import translate_back
+from mm2py.operations.failover import FailoverError, Row, apply, check_topic_regex, translate
+from mm2py.operations.offsets_rewrite import load_json_map, rewrite_json_map, rewrite_spark_checkpoint
+from mm2py.operations.translator import FlowTranslator
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.translator import FlowTranslator
 from mm2py.stores.admin import GroupOffset
 
 __all__ = ["add_parser"]

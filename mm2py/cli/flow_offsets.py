@@ -26,9 +26,9 @@ from typing import Any
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig, load_config
+from mm2py.operations.flow_offsets import PartitionOffset, Reset, read_offsets, reset_offsets
 from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.protocol.types import TopicPartition
-from mm2py.runtime.flow_offsets import PartitionOffset, Reset, read_offsets, reset_offsets
 from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.progress_repair import repair
 
