@@ -35,11 +35,13 @@ from mm2py.client.errors import ClientError
 from mm2py.client.fetch_hub import HubMember, Linger
 from mm2py.client.fetched import fetched_bytes
 from mm2py.client.fetcher import FetchedPartition, FetcherConfig, RawFetcher
+from mm2py.client.linger import CORRUPT_BACKOFF, UNAVAILABLE_BACKOFF
 from mm2py.engine.task_contract import START_LOOKUP_SECONDS, Polled, TaskError
 from mm2py.protocol.connect_offsets import topic_id_text
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import OFFSET_OUT_OF_RANGE, BrokerError
 from mm2py.protocol.types import TopicPartition
+from mm2py.retry import Backoff
 
 __all__ = ["Linger", "MirrorSource", "SourceError"]
 
@@ -74,8 +76,10 @@ class MirrorSource:
         self.corrupt_batches_seen = 0
         self.unavailable_fetches = 0
         self.error_backoff = error_backoff
-        #: partitions whose last fetch failed: (time to fetch again, current delay)
-        self._failing: dict[TopicPartition, tuple[float, float]] = {}
+        #: a failing partition's delays: ``error_backoff[0]`` doubling to ``error_backoff[1]``
+        self._error_backoff = Backoff(*error_backoff)
+        #: partitions whose last fetch failed: (time to fetch again, failures in a row)
+        self._failing: dict[TopicPartition, tuple[float, int]] = {}
         self.linger = linger or Linger()
         self._linger_until = 0.0
         #: a poll through the hub returns empty after this long without news (the task's loop
@@ -120,7 +124,7 @@ class MirrorSource:
         self, positions: Mapping[TopicPartition, int], now: float, sessions: bool
     ) -> dict[TopicPartition, Polled]:
         ready = positions if not self._failing else {
-            tp: o for tp, o in positions.items() if self._failing.get(tp, (now, 0.0))[0] <= now}
+            tp: o for tp, o in positions.items() if self._failing.get(tp, (now, 0))[0] <= now}
         if positions and not ready:  # every partition waits after an error: wait for the first
             await asyncio.sleep(min(self._failing[tp][0] for tp in positions) - now)
             return {}
@@ -146,7 +150,7 @@ class MirrorSource:
                 # this fetch and try again; positions are unchanged, so nothing is skipped
                 self.unavailable_fetches += 1
                 log.warning("fetch from the source failed (%s); retrying", exc)
-                await asyncio.sleep(min(5.0, 0.5 * self.unavailable_fetches))
+                await asyncio.sleep(UNAVAILABLE_BACKOFF.delay(self.unavailable_fetches - 1))
                 return {}
             except CorruptBatchError as exc:
                 attempt += 1
@@ -155,7 +159,7 @@ class MirrorSource:
                           attempt, self.corrupt_retries, exc)
                 if attempt >= self.corrupt_retries:
                     raise
-                await asyncio.sleep(0.2 * attempt)
+                await asyncio.sleep(CORRUPT_BACKOFF.delay(attempt - 1))
         return fetched
 
     async def _polled(
@@ -203,9 +207,9 @@ class MirrorSource:
         return {tp for tp in positions if tp.topic in changed} if changed else set()
 
     def _back_off(self, tp: TopicPartition, error: str) -> None:
-        first, most = self.error_backoff
-        delay = min(most, self._failing[tp][1] * 2) if tp in self._failing else first
-        self._failing[tp] = (asyncio.get_running_loop().time() + delay, delay)
+        failures = self._failing[tp][1] if tp in self._failing else 0
+        delay = self._error_backoff.delay(failures)
+        self._failing[tp] = (asyncio.get_running_loop().time() + delay, failures + 1)
         log.warning("fetch %s: %s; fetching it again in %.1fs", tp, error, delay)
 
     async def close(self) -> None:

@@ -35,6 +35,7 @@ from mm2py.protocol.api import (
 )
 from mm2py.protocol.errors_codes import NONE, BrokerError, error_info
 from mm2py.protocol.types import TopicPartition
+from mm2py.retry import Backoff
 
 log = logging.getLogger(__name__)
 X = TypeVar("X")
@@ -77,22 +78,19 @@ class _Attempt:
             self.stale_topics.add(tp.topic)
 
 
-class Backoff:
-    """Exponential backoff with a total deadline."""
+def deadline_backoff(first: float, maximum: float, timeout: float) -> Backoff:
+    """A doubling back-off from ``first`` to ``maximum`` that runs out ``timeout`` seconds from now."""
+    return Backoff(first, maximum, timeout=timeout, since=time.monotonic())
 
-    def __init__(self, initial: float, maximum: float, timeout: float) -> None:
-        self._delay = initial
-        self._max = maximum
-        self.deadline = time.monotonic() + timeout
 
-    @property
-    def expired(self) -> bool:
-        return time.monotonic() >= self.deadline
+def backoff_expired(backoff: Backoff) -> bool:
+    """Whether ``backoff``'s time is up (by the monotonic clock)."""
+    return backoff.expired(time.monotonic())
 
-    async def sleep(self) -> None:
-        delay = min(self._delay, max(0.0, self.deadline - time.monotonic()))
-        self._delay = min(self._delay * 2, self._max)
-        await asyncio.sleep(delay)
+
+async def back_off(backoff: Backoff) -> None:
+    """Wait ``backoff``'s next delay, no longer than the time it has left."""
+    await asyncio.sleep(min(backoff.next_delay(), max(0.0, backoff.left(time.monotonic()))))
 
 
 def _parse_bootstrap(bootstrap: str | Iterable[str]) -> list[tuple[str, int]]:
@@ -217,10 +215,10 @@ class ClusterClient:
                     )
                     break
                 except ClientError as e:
-                    if not e.retriable or backoff.expired:
+                    if not e.retriable or backoff_expired(backoff):
                         raise
                     log.debug("metadata request failed (%r), retrying", e)
-                    await backoff.sleep()
+                    await back_off(backoff)
         self._apply_metadata(resp, wanted)
         return resp
 
@@ -277,7 +275,7 @@ class ClusterClient:
     # ---------------------------------------------------------------------- routing + retries
     def _backoff(self, timeout: float | None = None) -> Backoff:
         c = self.config
-        return Backoff(c.retry_backoff_s, c.retry_backoff_max_s, timeout or c.retry_timeout_s)
+        return deadline_backoff(c.retry_backoff_s, c.retry_backoff_max_s, timeout or c.retry_timeout_s)
 
     async def for_leaders(
         self,
@@ -304,13 +302,13 @@ class ClusterClient:
             if not attempt.retry:
                 break
             remaining = {tp: x for tp, x in remaining.items() if tp in attempt.retry}
-            if backoff.expired:
+            if backoff_expired(backoff):
                 if partial or all(tp in results for tp in remaining):
                     break
                 assert attempt.last_exc is not None
                 raise attempt.last_exc
             log.debug("retrying %d partitions (%r)", len(remaining), attempt.last_exc)
-            await backoff.sleep()
+            await back_off(backoff)
             if attempt.stale_topics:
                 self.invalidate(attempt.stale_topics)
                 with contextlib.suppress(ClientError):

@@ -40,10 +40,11 @@ from mm2py.client.cluster import ClusterClient
 from mm2py.client.errors import ClientError
 from mm2py.client.fetched import FetchedPartition, fetched_bytes
 from mm2py.client.fetcher import FetcherConfig, RawFetcher
-from mm2py.client.linger import Linger
+from mm2py.client.linger import CORRUPT_BACKOFF, UNAVAILABLE_BACKOFF, Linger
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import BrokerError
 from mm2py.protocol.types import TopicPartition
+from mm2py.retry import Backoff
 
 __all__ = ["FetchHub", "HubMember", "Linger"]
 
@@ -320,7 +321,7 @@ class FetchHub:
                     failures += 1
                     self.unavailable_fetches += 1
                     log.warning("fetch from source broker %d failed (%s); retrying", node, exc)
-                    await asyncio.sleep(min(5.0, 0.5 * failures))
+                    await asyncio.sleep(UNAVAILABLE_BACKOFF.delay(failures - 1))
                     continue
                 except CorruptBatchError as exc:
                     corrupt += 1
@@ -328,7 +329,7 @@ class FetchHub:
                     log.error("corrupt batch from source broker %d (attempt %d/%d), not forwarded: %s",
                               node, corrupt, self.corrupt_retries, exc)
                     if corrupt < self.corrupt_retries:
-                        await asyncio.sleep(0.2 * corrupt)
+                        await asyncio.sleep(CORRUPT_BACKOFF.delay(corrupt - 1))
                     else:  # its member's poll raises it; that partition is not fetched meanwhile
                         corrupt = 0
                         self._fail(exc, positions)
@@ -365,7 +366,7 @@ class FetchHub:
     async def _find_leaders(self) -> None:
         """Partitions without a known leader: the metadata asked again, 0.2 s doubling to 5 s,
         and each leader found gets its loop."""
-        delay = 0.2
+        backoff = Backoff(0.2, 5.0)
         try:
             while not self._closed:
                 with contextlib.suppress(ClientError, BrokerError):
@@ -378,8 +379,7 @@ class FetchHub:
                 self._start_broker_loops(plan)
                 if not plan.leaderless:
                     return
-                await asyncio.sleep(delay)
-                delay = min(5.0, delay * 2)
+                await asyncio.sleep(backoff.next_delay())
         finally:
             self._finding = None
 

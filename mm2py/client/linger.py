@@ -1,10 +1,20 @@
-"""How long a fetch loop waits before its next request when traffic trickles (pure)."""
+"""How long a fetch loop waits before its next request (pure): when traffic trickles
+(:class:`Linger`), and after a fetch that failed (:data:`UNAVAILABLE_BACKOFF`,
+:data:`CORRUPT_BACKOFF`; the task's source and the fetch hub wait alike)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Linger"]
+from mm2py.retry import Backoff
+
+__all__ = ["CORRUPT_BACKOFF", "UNAVAILABLE_BACKOFF", "Linger"]
+
+#: a fetch failed beyond the client's own retries (the broker unreachable or leaderless): 0.5 s
+#: more for each such failure in a row, at most 5 s (asked through ``delay``: it counts nothing)
+UNAVAILABLE_BACKOFF = Backoff(0.5, 5.0, linear=True)
+#: a fetch brought a corrupt batch: 0.2 s more for each attempt in a row (``delay`` only)
+CORRUPT_BACKOFF = Backoff(0.2, linear=True)
 
 
 @dataclass(frozen=True)

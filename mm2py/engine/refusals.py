@@ -16,19 +16,29 @@ missing WRITE grant (``TOPIC_AUTHORIZATION_FAILED``), a remote topic deleted
   a batch too large, which the sink splits) rests the partition for the plain retry back-off and
   is not shown as a refusal.
 
-:func:`describe` names each cause in words and says what to change; the task's status lists the
+:func:`describe` names each cause in words and says what to change; :func:`rest_failed` rests a
+failed put's partitions and names each refusal in the task's log; the task's status lists the
 refused partitions (REST, the operator page, ``/metrics``).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 
+from mm2py.engine.losses import LossWatch, Policy
+from mm2py.engine.task_contract import THROTTLE_KEY, RefusedRecord
+from mm2py.engine.task_positions import TaskPositions
 from mm2py.protocol import errors_codes as codes
-from mm2py.protocol.errors_codes import ERRORS
+from mm2py.protocol.errors_codes import ERRORS, BrokerError
 from mm2py.protocol.types import TopicPartition
+from mm2py.retry import Backoff
 
-__all__ = ["REFUSAL_BACKOFF_MAX", "PartitionRefusals", "Refusal", "describe"]
+__all__ = ["REFUSAL_BACKOFF_MAX", "PartitionRefusals", "Refusal", "describe", "hold_refused",
+           "rest_failed"]
+
+log = logging.getLogger("mm2py.engine.task")  # named in the task's log
 
 #: a refused partition is tried again at most this long after its last refusal
 REFUSAL_BACKOFF_MAX = 10.0
@@ -113,6 +123,8 @@ class PartitionRefusals:
     def __init__(self, retry_backoff: float, max_backoff: float = REFUSAL_BACKOFF_MAX) -> None:
         self.retry_backoff = retry_backoff
         self.max_backoff = max(max_backoff, retry_backoff)
+        #: a refused partition's rests: the retry back-off doubling with each refusal in a row
+        self.backoff = Backoff(retry_backoff, self.max_backoff)
         #: source partition -> when it may be fetched again (monotonic): every resting partition
         self._resting: dict[TopicPartition, float] = {}
         #: source partition -> the refusal it rests for (a subset of ``_resting``'s, or a partition
@@ -134,7 +146,7 @@ class PartitionRefusals:
             refusal = self.refused[tp] = Refusal(tp, target, code, wall)
         else:
             refusal.refusals += 1
-        backoff = min(self.max_backoff, self.retry_backoff * 2 ** (refusal.refusals - 1))
+        backoff = self.backoff.delay(refusal.refusals - 1)
         refusal.retry_at = self._resting[tp] = now + backoff
         return refusal
 
@@ -154,7 +166,47 @@ class PartitionRefusals:
         """When the first resting partition may be fetched again (monotonic), if any rests."""
         return min(self._resting.values(), default=None)
 
+    def status(self, now: float) -> list[dict[str, object]]:
+        """The partitions the target refuses, each with its cause, what to change, and its retry."""
+        return [r.status(now) for r in self.refused.values()]
+
     def drop(self, tp: TopicPartition) -> None:
         """The partition left the task."""
         self._resting.pop(tp, None)
         self.refused.pop(tp, None)
+
+
+def rest_failed(
+    refusals: PartitionRefusals, causes: Mapping[TopicPartition, tuple[TopicPartition, BaseException]],
+    assigned: Container[TopicPartition], now: float, wall: float, task: object,
+) -> bool:
+    """A put of task ``task`` failed with ``causes``: each failed partition still ``assigned`` rests
+    (ONE_PARTITION_WAITS), a refusal of the target named per partition in the log and the status;
+    True if every failure was such a refusal."""
+    all_refusals = bool(causes)
+    for tp, (target, cause) in causes.items():
+        if tp not in assigned:
+            continue
+        code = cause.code if isinstance(cause, BrokerError) else None
+        refusal = refusals.failed(tp, target, code, now, wall)
+        if refusal is None:
+            all_refusals = all_refusals and tp in refusals.refused  # a lane stopped behind one
+            continue
+        name, meaning, change = describe(refusal.code)
+        log.warning("task %s: the target refuses %s (%s): %s; to fix: %s. Retrying the partition "
+                    "alone in %.1fs (refusal %d), its siblings go on", task, target, name,
+                    meaning, change, refusal.retry_at - now, refusal.refusals,
+                    extra={THROTTLE_KEY: f"{name} on {target}"})
+    return all_refusals
+
+
+def hold_refused(r: RefusedRecord, positions: TaskPositions, losses: LossWatch) -> None:
+    """The sink held ``r.source`` right before a record the target refuses even alone: once the
+    partition is acknowledged up to it, the alarm, and the record left out (``skip``) or the
+    partition held there (``fail``); else (an earlier batch failed) it comes again."""
+    if r.source not in positions or positions.acked[r.source] != r.offset:
+        return
+    if losses.record_too_large(r.source, r.topic, r.offset, r.size, r.limit) is Policy.SKIP:
+        positions.skip_record(r.source, r.offset)
+    else:
+        positions.hold(r.source)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from mm2py.engine.task_contract import BatchSink, BatchSource, Delivered, ProgressKeeper, Reconciler
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
+from mm2py.retry import Backoff
 
 __all__ = ["Starts", "resolve_starts"]
 
@@ -123,19 +124,21 @@ class StartRetry:
     ``longest``; each deferral is logged with the partitions it concerns."""
 
     def __init__(self, clock: Callable[[], float], first: float = 0.2, longest: float = 5.0) -> None:
-        self.clock, self.first, self.longest = clock, first, longest
-        self.delay = first
+        self.clock = clock
+        #: the delays between the asks (counted from the first deferral since the last reset)
+        self.backoff = Backoff(first, longest)
         self._due = float("-inf")
 
     def due(self) -> bool:
         return self.clock() >= self._due
 
     def defer(self, task: object, partitions: Sequence[TopicPartition]) -> None:
-        self._due = self.clock() + self.delay
+        delay = self.backoff.next_delay()
+        self._due = self.clock() + delay
         log.info("task %s: %d new partitions wait for their leaders, e.g. %s; the others started; "
                  "asking again in %.1fs", task, len(partitions), ", ".join(map(str, partitions[:3])),
-                 self.delay)
-        self.delay = min(2 * self.delay, self.longest)
+                 delay)
 
     def reset(self) -> None:
-        self.delay, self._due = self.first, float("-inf")
+        self.backoff.reset()
+        self._due = float("-inf")

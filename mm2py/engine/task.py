@@ -21,18 +21,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
-from mm2py.engine.committer import Committer
+from mm2py.engine.committer import Committer, snapshot
 from mm2py.engine.idle_check import IdleCheck
 from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.losses import Alarm, LossWatch, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
-from mm2py.engine.refusals import PartitionRefusals, describe
+from mm2py.engine.refusals import PartitionRefusals, describe, hold_refused, rest_failed
 from mm2py.engine.scheduler import sleep_or_stop
-from mm2py.engine.starts import StartRetry
-from mm2py.engine.task_assignment import TaskAssignment
+from mm2py.engine.task_assignment import Reassignment
 from mm2py.engine.task_contract import (
     THROTTLE_KEY,
     BatchSink,
@@ -40,7 +39,6 @@ from mm2py.engine.task_contract import (
     Polled,
     ProgressKeeper,
     Reconciler,
-    RefusedRecord,
     SinkError,
     TaskMetrics,
     TaskSpec,
@@ -48,7 +46,6 @@ from mm2py.engine.task_contract import (
 )
 from mm2py.engine.task_positions import TaskPositions
 from mm2py.protocol.connect_offsets import Position
-from mm2py.protocol.errors_codes import BrokerError
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
@@ -59,7 +56,7 @@ log = logging.getLogger(__name__)
 Fetch = asyncio.Task[dict[TopicPartition, Polled]]
 
 
-class TaskRunner(TaskAssignment):
+class TaskRunner:
     """Runs one task's partitions until stopped (in process; a Spark lease) or to given offsets (a round)."""
 
     def __init__(
@@ -107,12 +104,45 @@ class TaskRunner(TaskAssignment):
         self.state = TaskState.UNASSIGNED
         self.trace: str | None = None
         self._pos = TaskPositions()  # where the task stands in each partition: their one owner
-        self._pending_assignment: tuple[TopicPartition, ...] | None = spec.partitions
-        self._assignment_applied = asyncio.Event()
-        self._start_retry = StartRetry(clock)  # paces new partitions whose start was deferred
-        #: positions handed over by the previous holder of a partition (Spark leases): trusted as
-        #: they are, so the partition needs neither the progress topic nor the tail reconciler
-        self._seeds: dict[TopicPartition, Position] = {}
+        #: the assignment waiting to be taken, its seeds, the pace of deferred starts: its one owner
+        self.reassignment = Reassignment(
+            spec, self._pos, progress=progress, reconcile=reconcile, planner=self.planner,
+            refusals=self.refusals, committer=self.committer, metrics=self.metrics, losses=self.losses,
+            clock=clock)
+
+    # -- assignment (what waits to be taken: :class:`Reassignment`) ----------------------------
+    @property
+    def partitions(self) -> tuple[TopicPartition, ...]:
+        return tuple(sorted(self._pos))
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """Acknowledged positions (next source offset not yet on the target)."""
+        return dict(self._pos.acked)
+
+    @property
+    def assignment(self) -> tuple[TopicPartition, ...]:
+        """The partitions this task is to mirror (an assignment not yet taken included)."""
+        return self.reassignment.assignment(self.partitions)
+
+    def committed_positions(self) -> dict[TopicPartition, Position]:
+        """Each partition's acknowledged position with the target end it maps to."""
+        pos = self._pos
+        return snapshot(pos.acked, pos.target_next, pos.acked, pos.topic_ids)
+
+    def seed(self, positions: Mapping[TopicPartition, Position]) -> None:
+        """Start these partitions, when assigned, exactly at ``positions`` (a clean hand-over)."""
+        self.reassignment.seed(positions)
+
+    def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Change the assignment; partitions kept keep their positions (no restart)."""
+        self.reassignment.assign(partitions)
+
+    async def release(self, keep: Sequence[TopicPartition], timeout: float = 60.0) -> bool:
+        """Give up every partition not in ``keep``; wait until the task no longer produces them and
+        has committed their positions (another task takes over). False if not within ``timeout``."""
+        self.assign([tp for tp in self.partitions if tp in set(keep)])
+        # not running: nothing is producing; the next owner resumes from the last commit
+        return self.state == TaskState.RUNNING and await self.reassignment.wait_applied(timeout)
 
     # -- main loop -----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -146,12 +176,12 @@ class TaskRunner(TaskAssignment):
         wakeup = Wakeup(stop)
         try:
             while not stop.is_set():
-                if puts and self._pending_assignment is not None and self._start_retry.due():
+                if puts and self.reassignment.due():
                     if not await puts.settle_all():  # the new owner starts from settled positions
                         prefetch = await self._recover(prefetch, stop)
                     continue
                 try:
-                    await self._apply_assignment()
+                    await self.reassignment.apply(self.source, self.sink, verify=self.verify)
                 except MirrorAlarmError:
                     raise  # an alarm under 'fail' at the start (target.truncated): not retried
                 except Exception as exc:  # e.g. the source or the target is unreachable right now
@@ -212,7 +242,7 @@ class TaskRunner(TaskAssignment):
 
     def _reached(self, until: dict[TopicPartition, int]) -> bool:
         pos = self._pos
-        if (unassigned := [tp for tp in until if tp not in pos]) and self._pending_assignment is None:
+        if (unassigned := [tp for tp in until if tp not in pos]) and self.reassignment.pending is None:
             raise ValueError(f"task {self.spec.task_id} does not mirror {unassigned}")
         acked = pos.acked
         return all(acked.get(tp, 0) >= o for tp, o in until.items())
@@ -282,7 +312,8 @@ class TaskRunner(TaskAssignment):
         except SinkError as exc:
             delivered, ok, failure = exc.delivered, False, exc
             self.metrics.sink_failures += 1
-            if exc.restart or not self._rest(exc):
+            if exc.restart or not rest_failed(self.refusals, exc.causes, self._pos, self.clock(),
+                                              self.wall_clock(), self.spec.task_id):
                 then = ("failing the task, whose restart reads what the target holds" if exc.restart
                         else "retrying from the last acknowledged batch")
                 # the log throttle folds repeats of one cause on one partition only (``throttle``)
@@ -322,7 +353,7 @@ class TaskRunner(TaskAssignment):
                     pos.pass_filtered(tp, batches[-1].next_offset, end)
         self.metrics.audit_verified_batches += verified
         for refused in failure.refused if failure is not None else ():
-            self._refused(refused)
+            hold_refused(refused, self._pos, self.losses)
         if syncs:
             self.metrics.syncs += len(syncs)
             self.progress.send_syncs(syncs)
@@ -332,42 +363,10 @@ class TaskRunner(TaskAssignment):
             raise alarm
         return ok
 
-    def _rest(self, exc: SinkError) -> bool:
-        """Each failed partition rests (ONE_PARTITION_WAITS), a refusal of the target named per
-        partition in the log and the status; True if every failure was such a refusal."""
-        now, wall, all_refusals = self.clock(), self.wall_clock(), bool(exc.causes)
-        for tp, (target, cause) in exc.causes.items():
-            if tp not in self._pos:
-                continue
-            code = cause.code if isinstance(cause, BrokerError) else None
-            refusal = self.refusals.failed(tp, target, code, now, wall)
-            if refusal is None:
-                all_refusals = all_refusals and tp in self.refusals.refused  # a lane stopped behind one
-                continue
-            name, meaning, change = describe(refusal.code)
-            log.warning("task %s: the target refuses %s (%s): %s; to fix: %s. Retrying the partition "
-                        "alone in %.1fs (refusal %d), its siblings go on", self.spec.task_id, target, name,
-                        meaning, change, refusal.retry_at - now, refusal.refusals,
-                        extra={THROTTLE_KEY: f"{name} on {target}"})
-        return all_refusals
-
     @property
     def refused_partitions(self) -> list[dict[str, object]]:
         """The partitions the target refuses, each with its cause, what to change, and its retry."""
-        now = self.clock()
-        return [r.status(now) for r in self.refusals.refused.values()]
-
-    def _refused(self, r: RefusedRecord) -> None:
-        """The sink held ``r.source`` right before a record the target refuses even alone: once the
-        partition is acknowledged up to it, the alarm, and the record left out (``skip``) or the
-        partition held there (``fail``); else (an earlier batch failed) it comes again."""
-        pos = self._pos
-        if r.source not in pos or pos.acked[r.source] != r.offset:
-            return
-        if self.losses.record_too_large(r.source, r.topic, r.offset, r.size, r.limit) is Policy.SKIP:
-            pos.skip_record(r.source, r.offset)
-        else:
-            pos.hold(r.source)
+        return self.refusals.status(self.clock())
 
     @property
     def held_partitions(self) -> list[str]:

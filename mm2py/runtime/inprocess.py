@@ -22,11 +22,15 @@ from mm2py.engine.losses import MirrorAlarmError
 from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task import TaskRunner
 from mm2py.engine.task_contract import TASK_COUNTERS, TaskSpec, TaskState
+from mm2py.retry import Backoff
 from mm2py.runtime.active_topics import WatchedSink
 from mm2py.runtime.flows import Claims, FlowRunnerBase
 from mm2py.runtime.worker_base import WorkerBase
 
 log = logging.getLogger(__name__)
+
+#: a failed task restarts 0.5 s later, doubling with each failure in a row up to 60 s (``delay`` only)
+TASK_RESTART_BACKOFF = Backoff(0.5, 60.0)
 
 TaskBuilder = Callable[[TaskSpec], Awaitable[TaskRunner]]
 
@@ -149,7 +153,7 @@ class FlowRunner(FlowRunnerBase[TaskRunner]):
                 return
             except Exception:  # state and trace are kept on the runner (FAILED) meanwhile
                 failures += 1
-            delay = min(60.0, 0.5 * 2 ** (failures - 1))
+            delay = TASK_RESTART_BACKOFF.delay(failures - 1)
             log.warning("%s task %d failed (%s); restarting it in %.1fs from its committed progress",
                         self.name, task_id, runner.trace, delay)
             with contextlib.suppress(asyncio.TimeoutError):
@@ -194,21 +198,18 @@ class Worker(WorkerBase[FlowRunner]):
     def __init__(
         self, config: MirrorMakerConfig, *, commit_interval: float = 1.0, state_file: str | None = None
     ) -> None:
-        self._init_steering(config, state_file)
+        super().__init__(config, state_file)
         self.commit_interval = commit_interval
         self.flows = self._initial_runners()
-        self._init_heartbeats(self.config)
 
     async def start(self) -> None:
-        self._started = True
-        self._start_heartbeats()
-        await self._start_flows(self._runnable())
+        self.startup.begin()
+        await self.startup.start_flows(self._runnable())
 
     async def stop(self) -> None:
-        self._beats_stop.set()
-        await self._stop_retries()
+        beats = await self.startup.stop()
         running = [f for name, f in self.flows.items() if name not in self.halted]
-        await asyncio.gather(*(f.stop() for f in running), *self._beats.values(), return_exceptions=True)
+        await asyncio.gather(*(f.stop() for f in running), *beats, return_exceptions=True)
         await self.state_file.written()  # active topics its tasks told while stopping
 
     def _new_runner(self, flow: FlowConfig, claims: Claims) -> FlowRunner:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig, check_flow_name, pair_name
 from mm2py.config.patch import FlowPatch, changed_settings
@@ -32,9 +32,9 @@ from mm2py.runtime.steering import (
     flow_keys,
     layered,
 )
-from mm2py.runtime.worker_startup import WorkerStartup
+from mm2py.runtime.worker_startup import HEARTBEAT_KEYS, WorkerStartup
 
-__all__ = ["WorkerBase"]
+__all__ = ["HEARTBEAT_KEYS", "WorkerBase"]
 
 log = logging.getLogger(__name__)
 
@@ -43,25 +43,29 @@ R = TypeVar("R", bound=FlowRunnerBase[Any])
 T = TypeVar("T")
 
 
-class WorkerBase(WorkerStartup[R]):
+class WorkerBase(Generic[R]):
     """What both runtimes' workers share: steering flows while running (add, change, restart,
-    remove; REST), MM2's heartbeats, and the periodic status lines.
+    remove; REST), MM2's heartbeats and the flows' first start (:attr:`startup`), and the periodic
+    status lines.
 
-    A runtime calls :meth:`_init_steering` and :meth:`_init_heartbeats` and implements
-    :meth:`_new_runner`; changes are serialised by one lock (the steering lock) and written to the
-    state file, under that lock, before they take effect; the worker alone writes the file.
+    A runtime calls this constructor, then builds its flows (:meth:`_initial_runners`) and
+    implements :meth:`_new_runner`; changes are serialised by one lock (the steering lock) and
+    written to the state file, under that lock, before they take effect; the worker alone writes the
+    file.
     """
 
-    flows: dict[str, R]
-    config: MirrorMakerConfig
-    _started: bool
-
-    def _init_steering(self, config: MirrorMakerConfig, state_file: str | None) -> MirrorMakerConfig:
+    def __init__(self, config: MirrorMakerConfig, state_file: str | None) -> None:
+        """``config``: as given (:attr:`config`: with the state file's run-time changes over it);
+        ``state_file``: where the worker keeps what it is told at run time (None: nowhere)."""
+        #: the configuration's own MM2 keys, under the run-time changes (:attr:`overlay`)
         self.base_keys = dict(config.source_keys)
+        #: serialises every change of the flows and every write of the state file
         self._steer_lock = asyncio.Lock()
         #: what the worker keeps across restarts; written only by :meth:`_write_state_file`
         self.state_file = StateFile(state_file, self._steer_lock)
+        #: the run-time changes as MM2 keys (:mod:`.steering`); kept in the state file
         self.overlay = self.state_file.load()
+        #: the configuration in force: :attr:`base_keys` with :attr:`overlay` over them
         self.config = layered(self.base_keys, self.overlay) if self.overlay else config
         #: flows kept PAUSED or STOPPED (tasks shut down) until resumed; kept in the state file
         self.halted: dict[str, str] = self.state_file.section("states")
@@ -72,8 +76,10 @@ class WorkerBase(WorkerStartup[R]):
         self.active_topics = ActiveTopics(self.state_file.section("topics"), self._write_state_file_soon)
         #: the flows with names of their own (several per pair); kept in the state file
         self.named = NamedFlows(self.state_file.section("flows"))
-        self._started = False
-        return self.config
+        #: the running flows by name; the runtime builds them (:meth:`_initial_runners`)
+        self.flows: dict[str, R] = {}
+        #: MM2's heartbeats, the flows' first start and its retries, whether the worker started
+        self.startup: WorkerStartup[R] = WorkerStartup(self.config, lambda name: self.flows.get(name))
 
     def _runnable(self) -> list[R]:
         """The flows to start: every one not kept paused or stopped."""
@@ -181,7 +187,7 @@ class WorkerBase(WorkerStartup[R]):
             if halted is not None:
                 self.halted[name] = halted
                 runner.state = TaskState(halted)
-            elif self._started:
+            elif self.startup.started:
                 try:
                     await runner.start()
                 except BaseException:
@@ -191,7 +197,7 @@ class WorkerBase(WorkerStartup[R]):
                 self.named.put(name, source, target, own)
             self._commit_overlay(overlay, config)
             self.flows[name] = runner
-            self._flow_added(runner.flow)
+            self.startup.flow_added(runner.flow)
             return runner
 
     async def update_flow(self, name: str, patch: FlowPatch) -> R:
@@ -217,7 +223,7 @@ class WorkerBase(WorkerStartup[R]):
                 self.named.put(name, flow.source, flow.target, own)
             self._commit_overlay(overlay, config)
             if changed & HEARTBEAT_KEYS and flow.label is None:
-                self._sync_heartbeat(flow)
+                self.startup.sync_heartbeat(flow)
             if not changed - FILTER_KEYS - HEARTBEAT_KEYS:
                 runner.flow = flow
                 runner.set_topic_filter(flow.topic_filter())
@@ -259,7 +265,7 @@ class WorkerBase(WorkerStartup[R]):
             config = layered(self.base_keys, overlay) if keys else self.config  # new clusters
             flow, overlay, config = self._patched(config.flow(source, target), patch, overlay, config)
             self._commit_overlay(overlay, config)
-            self._sync_heartbeat(flow)
+            self.startup.sync_heartbeat(flow)
             return flow
 
     async def restart_flow(self, name: str) -> R:
@@ -357,7 +363,7 @@ class WorkerBase(WorkerStartup[R]):
         self.flows[flow.name] = fresh
         if halted is not None:
             fresh.state = TaskState(halted)
-        elif self._started:
+        elif self.startup.started:
             await fresh.start()
         return fresh
 
@@ -388,10 +394,5 @@ class WorkerBase(WorkerStartup[R]):
 
 def _nothing() -> None:
     """No change: :meth:`WorkerBase.edit_state_file` just writes what is new."""
-
-
-#: settings only the worker's heartbeat emitter reads: no flow restart for them
-HEARTBEAT_KEYS = frozenset({"emit.heartbeats.enabled", "emit.heartbeats.interval.seconds",
-                            "heartbeats.topic.replication.factor"})
 
 

@@ -24,6 +24,7 @@ from mm2py.config.models import FlowConfig
 from mm2py.config.security import Kind, Side, cluster_security
 from mm2py.errors import Mm2pyError
 from mm2py.protocol.types import TopicPartition
+from mm2py.retry import Backoff
 from mm2py.stores.acls import TopicAclCalls
 from mm2py.stores.admin_settings import admin_settings
 from mm2py.stores.admin_types import GroupOffset, GroupState, TopicInfo, TopicSpec, in_calls
@@ -338,20 +339,19 @@ class ClusterAdmin(TopicAclCalls):
         """
         if not offsets:
             return
-        deadline = time.monotonic() + self.timeout
-        backoff = 0.1
+        backoff = Backoff(0.1, 1.0, timeout=self.timeout, since=time.monotonic())
         while True:
             errors = self._alter_group_offsets_once(group, offsets)
             if not errors:
                 return
             retriable = all(e.retriable() or e.code() in _RETRIABLE_GROUP_ERRORS for e in errors)
-            if not retriable or time.monotonic() + backoff > deadline:
+            delay = backoff.next_delay()
+            if not retriable or delay > backoff.left(time.monotonic()):  # it would end too late
                 raise GroupOffsetsRefusedError(
                     f"cluster '{self.alias}': committing offsets of group {group} failed: "
                     + "; ".join(sorted({e.str() for e in errors}))
                 )
-            time.sleep(backoff)
-            backoff = min(1.0, backoff * 2)
+            time.sleep(delay)
 
     def _alter_group_offsets_once(
         self, group: str, offsets: Mapping[TopicPartition, GroupOffset]

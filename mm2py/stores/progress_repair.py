@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from mm2py.protocol.connect_offsets import newest_partition
 from mm2py.protocol.partitioner import partition_for_key
+from mm2py.retry import Backoff
 from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.topic_tail import TopicTail
 
@@ -145,8 +146,8 @@ def _delete_below(client: AdminClient, topic: str, cuts: Mapping[int, int], time
     the metadata log, after the controller has answered the change: until then it refuses the
     deletion of a compacted topic's records as POLICY_VIOLATION, and the partitions it refused are
     asked again (0.1 s doubling to 1 s, within ``timeout``)."""
-    todo, pause = dict(cuts), 0.1
-    deadline = time.monotonic() + timeout
+    todo = dict(cuts)
+    backoff = Backoff(0.1, 1.0, timeout=timeout, since=time.monotonic())
     while True:
         futures = client.delete_records([CKTopicPartition(topic, p, o) for p, o in todo.items()],
                                         request_timeout=timeout)
@@ -155,15 +156,14 @@ def _delete_below(client: AdminClient, topic: str, cuts: Mapping[int, int], time
             try:
                 fut.result(timeout)
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.POLICY_VIOLATION or time.monotonic() >= deadline:
+                if exc.args[0].code() != KafkaError.POLICY_VIOLATION or backoff.expired(time.monotonic()):
                     raise
                 refused[tp.partition] = todo[tp.partition]
         if not refused:
             return
         log.debug("%s: the new cleanup.policy is not in effect yet on every broker; asking again", topic)
         todo = refused
-        time.sleep(pause)
-        pause = min(pause * 2, 1.0)
+        time.sleep(backoff.next_delay())
 
 
 def _produce(

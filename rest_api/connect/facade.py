@@ -121,7 +121,7 @@ class Facade:
         if kind != "source" and (halted := self.halted.get(name)) is not None:
             state = halted
         elif kind == "heartbeat":
-            state = TaskState.RUNNING if flow in self.worker.heartbeats else TaskState.UNASSIGNED
+            state = TaskState.RUNNING if flow in self.worker.startup.heartbeats else TaskState.UNASSIGNED
         elif runner is not None:
             st = runner.status()
             state, trace = _state(runner.state), st.get("trace")
@@ -301,7 +301,7 @@ class Facade:
     def _emitted(self, kind: Kind, flow: str) -> tuple[int, int, str] | None:
         """A checkpoint or heartbeat connector's writer (its identity), how much it wrote, where."""
         if kind == "heartbeat":
-            beats = self.worker.heartbeats.get(flow)
+            beats = self.worker.startup.heartbeats.get(flow)
             return None if beats is None else (id(beats), beats.sent, beats.topic)
         runner = self._runner_of(kind, flow)
         if runner is None or runner.checkpoints is None:

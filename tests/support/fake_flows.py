@@ -76,15 +76,14 @@ class FakeRunner:
 
 class FakeWorker(WorkerBase[FakeRunner]):
     def __init__(self, state_file: Path | None = None, **extra: str) -> None:
-        self._init_steering(MirrorMakerConfig.from_flat({**BASE, **extra}),
-                            str(state_file) if state_file else None)
+        super().__init__(MirrorMakerConfig.from_flat({**BASE, **extra}),
+                         str(state_file) if state_file else None)
         self.flows = self._initial_runners()
-        self._init_heartbeats(self.config)
 
     def _new_runner(self, flow: FlowConfig, claims: Claims) -> FakeRunner:
         return FakeRunner(flow, claims)
 
     async def start(self) -> None:
-        self._started = True
+        self.startup.begin()
         for runner in self._runnable():
             await runner.start()

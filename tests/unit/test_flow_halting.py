@@ -52,15 +52,14 @@ class FakeRunner:
 
 class FakeWorker(WorkerBase[FakeRunner]):
     def __init__(self, state_file: Path | None = None) -> None:
-        self._init_steering(MirrorMakerConfig.from_flat(BASE), str(state_file) if state_file else None)
+        super().__init__(MirrorMakerConfig.from_flat(BASE), str(state_file) if state_file else None)
         self.flows = {f.name: FakeRunner(f) for f in self.config.enabled_flows()}
-        self._init_heartbeats(self.config)
 
     def _new_runner(self, flow: FlowConfig, claims: Claims) -> FakeRunner:
         return FakeRunner(flow, claims)
 
     async def start(self) -> None:
-        self._started = True
+        self.startup.begin()
         for runner in self._runnable():
             await runner.start()
 

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = {
     "mm2py.errors": 0,
     "mm2py.interrupts": 0,  # the command's Ctrl-C policy: the standard library only
+    "mm2py.retry": 0,  # the one back-off helper: pure, the standard library only
     "mm2py.protocol": 1,
     "mm2py.client": 2,
     "mm2py.config": 3,

@@ -52,16 +52,14 @@ QUICK = {"east->west.mm2py.start.retry.backoff.ms": "50",
 
 class FlakyWorker(WorkerBase[FlakyRunner]):
     def __init__(self, failures: list[Exception], settings: dict[str, str] = QUICK) -> None:
-        self._init_steering(MirrorMakerConfig.from_flat({**BASE, **settings}), None)
+        super().__init__(MirrorMakerConfig.from_flat({**BASE, **settings}), None)
         self.flows = {f.name: FlakyRunner(f, failures) for f in self.config.enabled_flows()}
-        self._init_heartbeats(self.config)
 
     def _new_runner(self, flow: FlowConfig, claims: Claims) -> FlakyRunner:
         return FlakyRunner(flow, [], claims)
 
     async def shut(self) -> None:
-        self._beats_stop.set()
-        await self._stop_retries()
+        await self.startup.stop()
 
 
 def _down(n: int) -> list[Exception]:
@@ -81,7 +79,7 @@ def test_a_flow_whose_cluster_is_down_is_started_again_with_a_growing_delay(
     async def main() -> FlakyRunner:
         worker = FlakyWorker(_down(5))  # the first start and four retries fail, the fifth works
         runner = worker.flows["east->west"]
-        await worker._start_flows()  # does not wait for the retries
+        await worker.startup.start_flows(worker.flows.values())  # does not wait for the retries
         assert runner.state == "FAILED" and len(runner.attempts) == 1
         await _until(lambda: runner.state == "RUNNING")
         await worker.shut()
@@ -107,21 +105,21 @@ def test_a_flow_whose_cluster_is_down_is_started_again_with_a_growing_delay(
 def test_another_start_failure_gives_up_and_a_removed_flow_is_not_started() -> None:
     async def gives_up() -> FlakyRunner:
         worker = FlakyWorker([*_down(1), ValueError("the broker refused the topic config"), *_down(1)])
-        await worker._start_flows()
+        await worker.startup.start_flows(worker.flows.values())
         runner = worker.flows["east->west"]
         await _until(lambda: len(runner.attempts) == 2)
         await asyncio.sleep(0.5)  # no third attempt: the retry gave up
-        assert all(t.done() for t in worker._retries)
+        assert all(t.done() for t in worker.startup.retries)
         await worker.shut()
         return runner
 
     async def removed() -> FlakyRunner:
         worker = FlakyWorker(_down(1))
-        await worker._start_flows()
+        await worker.startup.start_flows(worker.flows.values())
         runner = worker.flows["east->west"]
         await worker.remove_flow("east->west")
         await asyncio.sleep(0.3)
-        assert all(t.done() for t in worker._retries)
+        assert all(t.done() for t in worker.startup.retries)
         await worker.shut()
         return runner
 
@@ -132,11 +130,11 @@ def test_another_start_failure_gives_up_and_a_removed_flow_is_not_started() -> N
 def test_stopping_the_worker_ends_the_retries_at_once() -> None:
     async def main() -> float:
         worker = FlakyWorker(_down(100), {"east->west.mm2py.start.retry.backoff.ms": "3600000"})
-        await worker._start_flows()
+        await worker.startup.start_flows(worker.flows.values())
         await asyncio.sleep(0.05)
         stopping = time.monotonic()
-        worker._beats_stop.set()
-        await asyncio.wait_for(asyncio.gather(*worker._retries), 5)  # ends by itself, not cancelled
+        worker.startup.stopping.set()
+        await asyncio.wait_for(asyncio.gather(*worker.startup.retries), 5)  # ends by itself, not cancelled
         assert len(worker.flows["east->west"].attempts) == 1
         return time.monotonic() - stopping
 

@@ -16,6 +16,7 @@ from mm2py.client.producer.results import LaneStoppedError, PartitionFailure
 from mm2py.protocol.batch_edit import for_produce, increment_sequence
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+from mm2py.retry import Backoff
 
 __all__ = ["Entry", "Lane", "stopped_error"]
 
@@ -79,7 +80,9 @@ class Lane:
     gap: bool = False
     trouble_since: float | None = None  # the first retriable failure since the last acknowledgment
     retry_at: float = 0.0  # no attempt before (backoff; 0: none due)
-    backoff: float = 0.0  # the next backoff
+    #: the delays before the re-sends of this trouble: the cluster's retry back-off, doubling (a
+    #: new one when a trouble begins with a retry; none waited before that)
+    backoff: Backoff = field(default_factory=lambda: Backoff(0.0, 0.0))
 
     # ------------------------------------------------------------------------------- state
     @property

@@ -80,6 +80,7 @@ from mm2py.protocol.api import ProducePartitionResponse
 from mm2py.protocol.errors_codes import NONE, BrokerError, invalidates_metadata
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+from mm2py.retry import Backoff
 
 __all__ = ["ProducePipeline"]
 
@@ -353,15 +354,16 @@ class ProducePipeline:
         now = time.monotonic()
         config = self.requests.cluster.config
         if lane.trouble_since is None:
-            lane.trouble_since, lane.backoff = now, config.retry_backoff_s
+            lane.trouble_since = now
+            lane.backoff = Backoff(config.retry_backoff_s, config.retry_backoff_max_s)
         elif now - lane.trouble_since >= self.requests.config.retry_timeout_s:
             self._stop(tp, lane, cause, refused)
             return
         log.debug("%s: sending %d unacknowledged batches again after %r", tp, len(lane.unacked), cause)
         lane.rewind()
-        lane.retry_at = now + lane.backoff
-        asyncio.get_running_loop().call_later(lane.backoff, self._wake.set)
-        lane.backoff = min(lane.backoff * 2, config.retry_backoff_max_s)
+        delay = lane.backoff.next_delay()
+        lane.retry_at = now + delay
+        asyncio.get_running_loop().call_later(delay, self._wake.set)
 
     def _stop(
         self, tp: TopicPartition, lane: Lane, cause: BaseException, refused: Entry | None = None

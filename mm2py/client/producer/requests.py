@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mm2py.client.cluster import Backoff, ClusterClient, topic_namer
+from mm2py.client.cluster import ClusterClient, back_off, backoff_expired, deadline_backoff, topic_namer
 from mm2py.client.connection import BrokerConnection
 from mm2py.client.errors import ClientError
 from mm2py.protocol.api import (
@@ -264,7 +264,7 @@ class ProduceRequests:
 
     async def init_producer_id(self) -> tuple[int, int]:
         """A new (producer id, epoch) from any broker, retried while the error is retriable."""
-        backoff = Backoff(0.05, 1.0, self.config.retry_timeout_s)
+        backoff = deadline_backoff(0.05, 1.0, self.config.retry_timeout_s)
         while True:
             try:
                 conn = await self.cluster.any_connection()
@@ -281,6 +281,6 @@ class ProduceRequests:
                     raise err
             except ClientError as exc:
                 err = exc
-            if backoff.expired:
+            if backoff_expired(backoff):
                 raise err
-            await backoff.sleep()
+            await back_off(backoff)

@@ -22,6 +22,7 @@ from mm2py.engine.controller import Plan
 from mm2py.engine.latency import PartitionTimes
 from mm2py.engine.task_contract import HALTED_STATES, RUN_COUNTERS, TaskMetrics, TaskState
 from mm2py.protocol.types import TopicPartition
+from mm2py.retry import Backoff
 from mm2py.runtime.active_topics import acknowledged_topics
 from mm2py.runtime.flows import Claims, FlowRunnerBase
 from mm2py.runtime.spark.driver.round_plan import plan_round
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
     from mm2py.runtime.spark.executor.lease import LeaseResult
 
 log = logging.getLogger(__name__)
+
+#: a failed task runs again 0.5 s later, doubling with each failure in a row up to 30 s
+#: (``delay`` only)
+TASK_RESTART_BACKOFF = Backoff(0.5, 30.0)
 
 
 
@@ -76,7 +81,7 @@ class SparkTask:
             self.retry_at = math.inf
             return
         self.metrics.restarts += 1
-        self.retry_at = now + min(30.0, 0.5 * 2 ** (self.consecutive_failures - 1))
+        self.retry_at = now + TASK_RESTART_BACKOFF.delay(self.consecutive_failures - 1)
 
 
 class SparkFlowRunner(FlowRunnerBase[SparkTask]):

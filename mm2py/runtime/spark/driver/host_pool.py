@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mm2py.retry import Backoff
 from mm2py.runtime.spark.driver.lease_coordinator import HostLine, LeaseCoordinator
 from mm2py.runtime.spark.driver.session import job_error
 from mm2py.runtime.spark.executor.host import HostResult, HostWork
@@ -36,6 +37,10 @@ from mm2py.runtime.spark.executor.lease import LeaseWork
 log = logging.getLogger(__name__)
 
 __all__ = ["HostPool", "MirrorHost"]
+
+#: a mirror host that ended is replaced 0.5 s later, doubling with each such end up to 30 s
+#: (``delay`` only)
+HOST_RESUBMIT_BACKOFF = Backoff(0.5, 30.0)
 
 
 @dataclass(eq=False)
@@ -107,7 +112,7 @@ class HostPool:
             self._lose_leases(host, why)
         if not self._stopping:
             self.failures += 1
-            self._next_submit = time.monotonic() + min(30.0, 0.5 * 2 ** min(self.failures - 1, 6))
+            self._next_submit = time.monotonic() + HOST_RESUBMIT_BACKOFF.delay(self.failures - 1)
             log.warning("mirror host %s (%s) ended: %s; another takes its place", host.host_id,
                         host.line.executor if host.line else "never connected", why)
 

@@ -79,7 +79,8 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
             raise ConfigError(f"Spark mode must be one of {', '.join(MODES)}, not {mode!r}")
         if hosts is not None and hosts < 1:
             raise ConfigError(f"the number of mirror hosts must be at least 1, not {hosts}")
-        config = self._init_steering(config, state_file)
+        super().__init__(config, state_file)
+        config = self.config
         self.mode = mode
         self.lease_settings = leases or LeaseSettings(commit_interval=commit_interval)
         self.leases: LeaseScheduler | None = None
@@ -88,7 +89,6 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         self.round_seconds = round_seconds
         self.commit_interval = commit_interval
         self.flows = self._initial_runners()
-        self._init_heartbeats(config)
         if master is None and spark is None:
             import os
 
@@ -133,13 +133,12 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
                                claims=claims)
 
     async def start(self) -> None:
-        self._started = True
-        self._start_heartbeats()
+        self.startup.begin()
         # the session starts while the controllers create topics; off the main thread, so that
         # pyspark leaves the process's SIGINT handling alone
         session = None if self.spark is not None else asyncio.to_thread(
             spark_session, self.master, self.spark_conf)
-        flows = self._start_flows(self._runnable())
+        flows = self.startup.start_flows(self._runnable())
         if session is not None:
             started = await asyncio.gather(session, flows, return_exceptions=True)
             if not isinstance(started[0], BaseException):
@@ -295,11 +294,8 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
     async def stop(self) -> None:
         if self.leases is not None:
             await self.leases.stop()
-        self._beats_stop.set()
-        await self._stop_retries()
-        await asyncio.gather(
-            *(f.stop() for f in self.flows.values()), *self._beats.values(), return_exceptions=True
-        )
+        beats = await self.startup.stop()
+        await asyncio.gather(*(f.stop() for f in self.flows.values()), *beats, return_exceptions=True)
         await self.state_file.written()  # active topics its leases reported while stopping
         if self._owns_spark and self.spark is not None:
             spark, self.spark = self.spark, None
