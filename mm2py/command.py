@@ -15,7 +15,7 @@ def _command() -> int:
 
 
 def main() -> int:
-    return interrupts.guarded(_command)
+    return interrupts.leave(interrupts.guarded(_command))
 
 
 def _demo() -> int:
@@ -26,4 +26,4 @@ def _demo() -> int:
 
 def demo() -> int:
     """``make demo`` (``python -c 'from mm2py.command import demo; ...'``)."""
-    return interrupts.guarded(_demo)
+    return interrupts.leave(interrupts.guarded(_demo))

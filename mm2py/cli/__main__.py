@@ -7,4 +7,4 @@ from mm2py import interrupts
 from mm2py.cli import main
 
 if __name__ == "__main__":
-    sys.exit(interrupts.guarded(main))
+    sys.exit(interrupts.leave(interrupts.guarded(main)))
