@@ -7,6 +7,7 @@ otherwise they go to the run's test-logs folder.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -428,21 +429,15 @@ def test_the_page_stays_responsive_with_20_flows_and_2000_partitions(
             future.exception(60)
 
 
-def test_the_page_works_behind_connects_basic_authentication(browser: Any, tmp_path: Path) -> None:
-    """With Connect's Basic extension on, the page opened as ``http://user:password@host/ui`` loads
-    and its own calls (``/ui/state``, from the origin: a fetch relative to an address holding
-    credentials is refused) carry the credentials the browser cached: the flow's card shows. The
-    worker's runners are faked."""
+@contextlib.contextmanager
+def _page_server(settings: Any) -> Iterator[Any]:
+    """A RestServer with ``settings`` on a worker with one faked flow, on an event loop of its own
+    thread (the browser tests stay synchronous); stopped on the way out."""
     import asyncio
 
-    from mm2py.rest_api.security.settings import BASIC_AUTH_EXTENSION, rest_settings
     from mm2py.rest_api.server import RestServer
     from tests.support.fake_flows import FakeWorker
-    from tests.support.rest_security import connect_basic_auth_files
 
-    jaas = connect_basic_auth_files(tmp_path, {"admin": "page-pw-5d1e"})
-    keys = {"listeners": "http://127.0.0.1:0", "rest.extension.classes": BASIC_AUTH_EXTENSION}
-    settings = rest_settings(keys, jaas_config=str(jaas))
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -456,28 +451,39 @@ def test_the_page_works_behind_connects_basic_authentication(browser: Any, tmp_p
 
     server = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
     try:
-        assert httpx.get(server.url + "/ui/state").status_code == 401
-        browser.get(f"http://admin:page-pw-5d1e@127.0.0.1:{server.port}/ui")
-        card = _card("east->west")
-        _until(browser, lambda: _text(browser, f"{card} .state") == "RUNNING", "the flow's card behind Basic")
+        yield server
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
 
 
+def test_the_page_works_behind_connects_basic_authentication(browser: Any, tmp_path: Path) -> None:
+    """With Connect's Basic extension on, the page opened as ``http://user:password@host/ui`` loads
+    and its own calls (``/ui/state``, from the origin: a fetch relative to an address holding
+    credentials is refused) carry the credentials the browser cached: the flow's card shows. The
+    worker's runners are faked."""
+    from mm2py.rest_api.security.settings import BASIC_AUTH_EXTENSION, rest_settings
+    from tests.support.rest_security import connect_basic_auth_files
+
+    jaas = connect_basic_auth_files(tmp_path, {"admin": "page-pw-5d1e"})
+    keys = {"listeners": "http://127.0.0.1:0", "rest.extension.classes": BASIC_AUTH_EXTENSION}
+    settings = rest_settings(keys, jaas_config=str(jaas))
+    with _page_server(settings) as server:
+        assert httpx.get(server.url + "/ui/state").status_code == 401
+        browser.get(f"http://admin:page-pw-5d1e@127.0.0.1:{server.port}/ui")
+        card = _card("east->west")
+        _until(browser, lambda: _text(browser, f"{card} .state") == "RUNNING", "the flow's card behind Basic")
+
+
 def test_the_page_asks_for_a_bearer_token_and_sends_it_with_its_calls(browser: Any, tmp_path: Path) -> None:
     """An API that takes bearer tokens (a local JWKS) and no Basic: the page's files open, its first
     call gets 401 with a Bearer challenge, so it shows the sign-in form; a refused token says why;
     with a good one its calls carry it and the flow's card shows. The runners are faked."""
-    import asyncio
-    import time
 
     from selenium.webdriver.common.by import By
 
     from mm2py.rest_api.security.settings import rest_settings
-    from mm2py.rest_api.server import RestServer
-    from tests.support.fake_flows import FakeWorker
     from tests.support.oidc_provider import LocalIdentityProvider
 
     idp = LocalIdentityProvider(tmp_path / "idp", {"ops": "ops-secret"})
@@ -485,19 +491,9 @@ def test_the_page_asks_for_a_bearer_token_and_sends_it_with_its_calls(browser: A
     keys = {"listeners": "http://127.0.0.1:0", "mm2py.rest.jwt.jwks.url": idp.jwks_url(),
             "mm2py.rest.jwt.issuer": idp.issuer}
     settings = rest_settings(keys)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def start() -> RestServer:
-        worker = FakeWorker(**{"east->west.enabled": "true"})
-        await worker.start()
-        server = RestServer(worker, settings=settings, ui_sample_seconds=0.5)
-        await server.start()
-        return server
-
-    server = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(idp.stop)
+        server = stack.enter_context(_page_server(settings))
         now = int(time.time())
         claims = {"sub": "ops", "iss": idp.issuer, "iat": now, "exp": now + 600}
         browser.get(f"http://127.0.0.1:{server.port}/ui")
@@ -515,8 +511,3 @@ def test_the_page_asks_for_a_bearer_token_and_sends_it_with_its_calls(browser: A
         _until(browser, lambda: _text(browser, f"{_card('east->west')} .state") == "RUNNING",
                "the flow's card behind a token")
         assert not browser.find_element(By.ID, "sign-in").is_displayed()
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(60)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        idp.stop()
