@@ -14,6 +14,8 @@ The policy, by phase of the process:
 * **A second signal**, in any phase after the first (the stop is still under way, or the
   unwinding is slow): the process says so on stderr and ends at once (``os._exit``) with status
   128 + the signal's number. Positions since the last commit are then not committed.
+* **The end**, once any signal was handled: the process ends at once with the command's status
+  (:func:`leave`), never by the interpreter's exit, which CPython 3.11 may turn into death by SIGINT.
 * **Any signal once the command has returned** (the interpreter joining threads at exit): the
   process ends at once with the command's own status, saying so.
 
@@ -167,14 +169,23 @@ def guarded(command: Callable[[], int]) -> int:
 
 
 def leave(status: int) -> int:
-    """The entry's last step: ``status``, or, when a signal unwound the command, the end of the
-    process at once with it (output flushed). Left to the interpreter's exit, a Ctrl-C caught while
-    the command's modules loaded ended a clean-clone test run with death by SIGINT (status -2)
-    instead of 130, and a thread still waiting on a cluster would hold the exit up: nothing was
-    started, so nothing is lost by not waiting."""
-    if _state.unwound:
+    """The entry's last step: ``status``, or, once any signal was handled, the end of the process at
+    once with it (output and logging flushed).
+
+    Why not the interpreter's own exit: CPython 3.11 remembers a ``KeyboardInterrupt`` that left any
+    ``exec`` of a string (``dataclasses`` builds every dataclass's methods that way, so most
+    imports run one) as "unhandled", even when it was caught further up, and then ends the process
+    by SIGINT (status -2) instead of with the status the command returned. A Ctrl-C while the
+    command's modules load lands there often (3 of 12 interrupts 0.1-0.3 s into the loading on
+    this machine); so does one a library caught before a clean stop. And a thread still waiting on
+    a cluster would hold the exit up: whatever the command was doing was stopped already."""
+    if _state.signals or _state.unwound:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+        logging = sys.modules.get("logging")
+        if logging is not None:
+            with contextlib.suppress(Exception):
+                logging.shutdown()
         os._exit(status)
     return status
