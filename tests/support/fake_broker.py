@@ -101,6 +101,8 @@ class FakeBroker:
         #: first time it arrives)
         self.refuse: dict[str, int] = {}
         self.refuse_once: dict[str, int] = {}
+        #: the next Produce answer asks for this throttle time (a quota, KIP-219), then 0 again
+        self.throttle_next_ms = 0
         self.metadata_requests = 0
         #: batches answered as repeats of a recent batch (not appended again)
         self.duplicates = 0
@@ -162,7 +164,8 @@ class FakeBroker:
                 code, offset = self._append(tp, b, value)
                 got.append(ProducePartitionResponse(topic, None, tp.partition, code, offset, -1, -1))
         self.events.append(("recv", n, seen))
-        return ProduceResponse(got, 0), any(v == self.lose_response_of for _, v, _, _ in seen)
+        throttle, self.throttle_next_ms = self.throttle_next_ms, 0
+        return ProduceResponse(got, throttle), any(v == self.lose_response_of for _, v, _, _ in seen)
 
     def _append(self, tp: TopicPartition, b: RecordBatch, value: str) -> tuple[int, int]:
         log = self.logs.setdefault(tp, PartitionLog())

@@ -16,7 +16,7 @@ import pytest
 from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import LaneStoppedError, ProduceError, ProducerConfig
 from mm2py.client.producer.pipeline import SHARED_PASS_BYTES
-from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER, BrokerError
+from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, BrokerError
 from mm2py.protocol.types import TopicPartition
 from tests.support.fake_broker import A, B, FakeBroker, batch, producer_on
 
@@ -135,14 +135,15 @@ async def test_the_retry_time_out_reports_the_failure_as_an_acknowledged_prefix(
     fb = FakeBroker()
     producer = await producer_on(fb, ProducerConfig(retry_timeout_s=0.5))
     assert await producer.produce([(A, batch("a0")), (B, batch("b0"))]) == [0, 0]
-    fb.refuse["a2"] = NOT_ENOUGH_REPLICAS
+    fb.refuse["a2"] = NOT_ENOUGH_REPLICAS_AFTER_APPEND  # retriable, and not a WAIT of the lane
     items = [(A, batch("a1")), (A, batch("a2")), (A, batch("a3")), (B, batch("b1"))]
     started = asyncio.get_running_loop().time()
     with pytest.raises(ProduceError) as err:
         await producer.produce(items)
     assert asyncio.get_running_loop().time() - started >= 0.5, "gave up before the retry time-out"
     assert err.value.offsets == [1, -1, -1, 1]
-    assert isinstance(err.value.cause, BrokerError) and err.value.cause.code == NOT_ENOUGH_REPLICAS
+    cause = err.value.cause
+    assert isinstance(cause, BrokerError) and cause.code == NOT_ENOUGH_REPLICAS_AFTER_APPEND
     assert len(fb.requests_with("a2")) > 2, "a2 was not sent again"
     assert fb.values(A) == ["a0", "a1"] and fb.values(B) == ["b0", "b1"]
     del fb.refuse["a2"]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from mm2py.client.producer import RequestMux
+from mm2py.client.producer.requests import Answers
 from mm2py.protocol.api import ProducePartitionResponse
 from mm2py.protocol.types import TopicPartition
 
@@ -32,8 +33,8 @@ class Requests:
         await asyncio.sleep(0)
         if self.fail is not None:
             raise self.fail
-        return {tp: ProducePartitionResponse(tp.topic, None, tp.partition, 0, len(data), -1, 0)
-                for tp, data in part.items()}
+        return Answers((tp, ProducePartitionResponse(tp.topic, None, tp.partition, 0, len(data), -1, 0))
+                       for tp, data in part.items())
 
 
 def test_parts_ready_together_go_out_as_one_request_each_caller_gets_its_own_answers() -> None:

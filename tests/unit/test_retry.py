@@ -25,7 +25,7 @@ from mm2py.connectors import mirror_source as source_module
 from mm2py.connectors.mirror_source import MirrorSource
 from mm2py.engine.starts import StartRetry
 from mm2py.protocol.errors import CorruptBatchError
-from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS
+from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS_AFTER_APPEND
 from mm2py.protocol.types import TopicPartition
 from mm2py.retry import Backoff
 from mm2py.runtime.inprocess import TASK_RESTART_BACKOFF
@@ -210,7 +210,7 @@ async def test_a_produce_lane_re_sends_after_the_clusters_retry_backoff_doubling
     monkeypatch.setattr(pipeline, "Backoff", Recorded)
     fb = FakeBroker()
     producer = await producer_on(fb, ProducerConfig(retry_timeout_s=0.5))
-    fb.refuse["a0"] = NOT_ENOUGH_REPLICAS
+    fb.refuse["a0"] = NOT_ENOUGH_REPLICAS_AFTER_APPEND  # retried (NOT_ENOUGH_REPLICAS waits instead)
     with pytest.raises(Exception):  # noqa: B017 - the lane gives up after the retry time-out
         await producer.produce([(A, batch("a0"))])
     first, most = producer.cluster.config.retry_backoff_s, producer.cluster.config.retry_backoff_max_s

@@ -4,7 +4,8 @@ Modules, each importing only those listed before it: ``batches`` (what a batch m
 before it is produced, waves), ``state`` (producer id, epoch, sequences), ``requests`` (building,
 sending and reading Produce / InitProducerId requests), ``results`` (what a submission came to:
 an acknowledged prefix per partition and its failure), ``lanes`` (one partition's queue and
-unacknowledged batches), ``pipeline`` (continuous idempotent produce, the window kept full across
+unacknowledged batches), ``leaders`` (lanes without a known leader), ``throttle`` (the target's
+quota throttling), ``pipeline`` (continuous idempotent produce, the window kept full across
 calls, each lane re-sending its own batches) and ``raw`` (:class:`RawProducer`, which ties them
 together). Callers above the producer use only what this package exports.
 """

@@ -154,11 +154,23 @@ class Lane:
             e is not refused or e.attempts > 1 for e in self.unacked
         )
 
-    def stop(self, tp: TopicPartition, cause: BaseException, refused: Entry | None = None) -> list[Entry]:
+    def surely_refused(self, e: Entry) -> bool:
+        """WAIT: whether the broker's refusal of ``e`` leaves nothing past the acknowledged prefix
+        on it: ``e`` is the first unacknowledged batch, sent once (a refusal of a re-send says
+        nothing of an earlier attempt: the broker checks the in-sync replicas before it looks for
+        a duplicate), and no failure in doubt came before. The batches after it were sent behind
+        it on one connection, so the broker refuses them too (out of sequence, or for the same
+        reason): they can only be in flight, not appended."""
+        return e is self.unacked[0] and e.attempts == 1 and not (self.blind or self.gap)
+
+    def stop(self, tp: TopicPartition, cause: BaseException, refused: Entry | None = None,
+             *, surely: bool = False) -> list[Entry]:
         """STOPPED: report ``cause``; every batch not acknowledged fails (returned, to be failed by
         the caller: the first with ``cause``, the others as stopped), the sequence goes back to
-        right after the acknowledged prefix, and nothing more is sent until :meth:`resume`."""
-        failure = PartitionFailure(cause, self.in_doubt(refused))
+        right after the acknowledged prefix, and nothing more is sent until :meth:`resume`
+        (``surely``: :meth:`surely_refused` held for ``refused``, so not in doubt; the attempts
+        still out are answered before the lane sends again, IN-ORDER)."""
+        failure = PartitionFailure(cause, False if surely else self.in_doubt(refused))
         self.stopped = failure
         self.blind = self.blind or failure.in_doubt
         self.rewind()

@@ -57,6 +57,13 @@ Invariants (each named where it is kept):
     to the first failure), with the failure's ``in_doubt`` (:mod:`.results`). Its sequence goes
     back to right after the prefix, and nothing later of it is appended until the caller, having
     seen the failure, calls :meth:`resume`; batches submitted meanwhile fail at once.
+``WAIT``
+    A refusal the broker may lift by itself (``NOT_ENOUGH_REPLICAS``: too few in-sync replicas for
+    acks=all) of the lane's first unacknowledged batch, sent once, stops the lane at once, not in
+    doubt (the lane's ``surely_refused``): the caller rests that partition alone, where retrying
+    until the time-out would hold up every later put of the caller.
+``THROTTLED``
+    A broker that answered with a throttle time (a quota, :mod:`.throttle`) gets nothing until it ends.
 ``ONE-PRODUCER-ID``
     A partition's in-flight batches all carry the same producer id: after the id was replaced (the
     broker forgot it), a partition sends new batches only once those it sent under the old id are
@@ -72,12 +79,14 @@ import time
 from collections.abc import Mapping, Sequence
 
 from mm2py.client.connection import BrokerConnection
-from mm2py.client.errors import ClientError, NoLeaderError, ResendRefusedError, is_retriable_error
+from mm2py.client.errors import ClientError, ResendRefusedError, is_retriable_error
 from mm2py.client.producer.lanes import Entry, Lane, stopped_error
-from mm2py.client.producer.requests import MAX_WINDOW, REMEMBERED, ProduceRequests
+from mm2py.client.producer.leaders import LeaderWait
+from mm2py.client.producer.requests import MAX_WINDOW, REMEMBERED, Answers, ProduceRequests
 from mm2py.client.producer.state import ProducerState, producer_state_lost
+from mm2py.client.producer.throttle import Throttles
 from mm2py.protocol.api import ProducePartitionResponse
-from mm2py.protocol.errors_codes import NONE, BrokerError, invalidates_metadata
+from mm2py.protocol.errors_codes import NONE, NOT_ENOUGH_REPLICAS, BrokerError, invalidates_metadata
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
 from mm2py.retry import Backoff
@@ -90,6 +99,8 @@ Answer = ProducePartitionResponse | BaseException
 
 #: SHARE: a pass's idle lanes whose batches to a broker total less than this go in one request
 SHARED_PASS_BYTES = 64 * 1024
+#: WAIT: refusals the broker lifts by itself, reported at once when nothing is in doubt
+WAIT_CODES = frozenset({NOT_ENOUGH_REPLICAS})
 
 
 class ProducePipeline:
@@ -115,10 +126,12 @@ class ProducePipeline:
         self._wake = asyncio.Event()
         self._pump_task: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[None]] = set()
-        self._refresh: asyncio.Task[None] | None = None
+        self._leaders = LeaderWait(requests, self._wake)  # lanes without a known leader
         self._closed = False
         self._answers = 0  # answers read so far (a lane ready before one came may not be after)
         self._out: dict[tuple[int, int], int] = {}  # SHARE: requests not answered per (leader, slot)
+        #: THROTTLED: the brokers' quota throttling of our requests (nothing sent to one before it ends)
+        self.throttles = Throttles()
 
     # ------------------------------------------------------------------------------ callers
     def submit(self, items: Sequence[tuple[TopicPartition, RecordBatch]]) -> list[asyncio.Future[int]]:
@@ -168,7 +181,7 @@ class ProducePipeline:
 
     async def close(self) -> None:
         self._closed = True
-        tasks = [t for t in (self._pump_task, self._refresh, *self._requests) if t is not None]
+        tasks = [t for t in (self._pump_task, self._leaders.refresh, *self._requests) if t is not None]
         for t in tasks:
             t.cancel()
         for t in tasks:
@@ -257,8 +270,11 @@ class ProducePipeline:
             lane.retry_at = 0.0
         leader = self.requests.cluster.leader_of(tp)
         if leader is None:
-            self._wait_for_leader(tp, lane)
+            if (gave_up := self._leaders.wait(tp, lane)) is not None:
+                self._stop(tp, lane, gave_up)
             return None
+        if self.throttles.blocking and self.throttles.blocked(leader):
+            return None  # THROTTLED (a wake-up is due when it ends)
         if lane.sent and lane.node != leader:
             return None  # IN-ORDER: what went to the old leader is answered first
         if lane.sent < len(lane.unacked):  # RE-SEND: as sent, or under the new id
@@ -309,6 +325,8 @@ class ProducePipeline:
             res = {tp: exc for tp in entries}
         finally:
             self._out[to] -= 1
+        if isinstance(res, Answers) and res.throttle_ms > 0:  # THROTTLED
+            asyncio.get_running_loop().call_later(self.throttles.note(to[0], res.throttle_ms), self._wake.set)
         for tp, e in entries.items():
             self._answer(e, res.get(tp, BrokerError(-1, f"no result for {tp}")))
         self._wake.set()
@@ -341,6 +359,8 @@ class ProducePipeline:
             self.state.forget(e.pid)
             lane.restamp = True
             self._retry(e.tp, lane, cause, refused)
+        elif code in WAIT_CODES and lane.surely_refused(e):  # WAIT
+            self._stop(e.tp, lane, cause, refused, surely=True)
         elif is_retriable_error(cause):
             self._retry(e.tp, lane, cause, refused)
         else:
@@ -365,33 +385,13 @@ class ProducePipeline:
         lane.retry_at = now + delay
         asyncio.get_running_loop().call_later(delay, self._wake.set)
 
-    def _stop(
-        self, tp: TopicPartition, lane: Lane, cause: BaseException, refused: Entry | None = None
-    ) -> None:
+    def _stop(self, tp: TopicPartition, lane: Lane, cause: BaseException, refused: Entry | None = None,
+              surely: bool = False) -> None:
         """STOPPED: the lane gives up; its batches not acknowledged fail, the first with ``cause``."""
-        failed = lane.stop(tp, cause, refused)
+        failed = lane.stop(tp, cause, refused, surely=surely)
         log.debug("%s stopped (in doubt: %s): %r", tp, lane.stopped and lane.stopped.in_doubt, cause)
         for i, e in enumerate(failed):
             e.fail(cause if i == 0 else stopped_error(tp, cause))
-
-    def _wait_for_leader(self, tp: TopicPartition, lane: Lane) -> None:
-        """No leader known: refresh metadata in the background; give up after the retry time-out."""
-        now = time.monotonic()
-        if lane.trouble_since is None:
-            lane.trouble_since = now
-        elif now - lane.trouble_since > self.requests.config.retry_timeout_s:
-            self._stop(tp, lane, NoLeaderError(f"no leader known for {tp}"))
-            return
-        if self._refresh is None or self._refresh.done():
-            self._refresh = asyncio.create_task(self._refresh_metadata({tp.topic}))
-
-    async def _refresh_metadata(self, topics: set[str]) -> None:
-        cluster = self.requests.cluster
-        cluster.invalidate(topics)
-        await asyncio.sleep(cluster.config.retry_backoff_s)
-        with contextlib.suppress(ClientError):
-            await cluster.refresh_metadata(topics)
-        self._wake.set()
 
 
 def _cause(tp: TopicPartition, out: Answer) -> BaseException:

@@ -73,20 +73,23 @@ class ProducerConfig:
             raise ValueError(f"connections_per_broker must be 1..{MAX_CONNECTIONS_PER_BROKER}")
 
 
-def by_partition(
-    resp: ProduceResponse, ids: Mapping[str, uuid.UUID | None]
-) -> dict[TopicPartition, ProducePartitionResponse]:
-    """A Produce response's partitions, keyed by (topic name, partition)."""
+class Answers(dict[TopicPartition, ProducePartitionResponse]):
+    """A Produce response's partitions, keyed by (topic name, partition), and the time the broker
+    asked us to wait for a quota (``throttle_ms``, KIP-219; see :mod:`.throttle`)."""
+
+    throttle_ms: int = 0
+
+
+def by_partition(resp: ProduceResponse, ids: Mapping[str, uuid.UUID | None]) -> Answers:
+    """A Produce response's partitions, keyed by (topic name, partition), with its throttle time."""
     name_of = topic_namer(ids)
-    out: dict[TopicPartition, ProducePartitionResponse] = {}
+    out = Answers()
+    out.throttle_ms = resp.throttle_time_ms
     for r in resp.partitions:
         name = name_of(r.topic, r.topic_id)
         if name is not None:
             out[TopicPartition(name, r.partition)] = r
     return out
-
-
-Answers = dict[TopicPartition, ProducePartitionResponse]
 
 
 class _Shared:
@@ -176,16 +179,25 @@ class RequestMux:
             merged.update(part)
         try:
             answers = await requests.request_now(conn, merged)
-        except BaseException as exc:
+            split = [(future, _share(part, answers)) for part, future in parts]
+        except BaseException as exc:  # every caller gets the failure: none is left waiting
             for _, future in parts:
                 if not future.done():
                     future.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        for part, future in parts:
+        for future, mine in split:
             if not future.done():
-                future.set_result({tp: answers[tp] for tp in part if tp in answers})
+                future.set_result(mine)
+
+
+def _share(part: Mapping[TopicPartition, bytes], answers: Answers) -> Answers:
+    """One caller's answers from a shared request: its own partitions, and the request's throttle
+    time (every producer in the request was throttled)."""
+    mine = Answers((tp, answers[tp]) for tp in part if tp in answers)
+    mine.throttle_ms = answers.throttle_ms
+    return mine
 
 
 class ProduceRequests:
@@ -227,18 +239,14 @@ class ProduceRequests:
         )
         return version, body, ids
 
-    async def request(
-        self, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]
-    ) -> dict[TopicPartition, ProducePartitionResponse]:
+    async def request(self, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]) -> Answers:
         """One Produce request on ``conn``; it is written before the coroutine first waits, or,
         with a mux, in the order of the calls on that connection."""
         if self.mux is not None:
             return await self.mux.request(self, conn, part)
         return await self.request_now(conn, part)
 
-    async def request_now(
-        self, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]
-    ) -> dict[TopicPartition, ProducePartitionResponse]:
+    async def request_now(self, conn: BrokerConnection, part: Mapping[TopicPartition, bytes]) -> Answers:
         """One Produce request on ``conn``, written before the coroutine first waits."""
         version, body, ids = self.encode(conn, part)
         timeout = conn.config.request_timeout_s + self.config.timeout_ms / 1000
