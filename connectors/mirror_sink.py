@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from mm2py.client.cluster import LATEST
 from mm2py.client.errors import ResendRefusedError
 from mm2py.client.producer import PartitionFailure, RawProducer, Submission
+from mm2py.client.producer.throttle import Throttles
 from mm2py.connectors.outgoing import CoalesceSettings, Outgoing, fit, prepare
 from mm2py.connectors.target_limits import TargetLimits
 from mm2py.engine.task_contract import START_LOOKUP_SECONDS, Delivered, RefusedRecord, SinkError
@@ -64,6 +65,15 @@ class MirrorSink:
         #: a put waiting for limits that could not be prepared (a corrupt batch): every later put
         #: fails with it, as a put prepared at once would have failed the task before the next
         self._broken: asyncio.Task[PendingPut] | None = None
+
+    @property
+    def throttles(self) -> Throttles:
+        """The target brokers' quota throttling of this sink's producer (its THROTTLED)."""
+        return self.producer.pipeline.throttles
+
+    @property
+    def throttled_ms(self) -> int:
+        return self.producer.pipeline.throttles.total_ms
 
     def target_partition(self, tp: TopicPartition) -> TopicPartition:
         name = self._names.get(tp.topic)

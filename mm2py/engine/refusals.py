@@ -12,6 +12,10 @@ missing WRITE grant (``TOPIC_AUTHORIZATION_FAILED``), a remote topic deleted
 - **RESUMES_BY_ITSELF**: each retry fetches the partition again from what the target acknowledged;
   the first batch the target takes clears the refusal (the target was fixed: a config changed,
   an ACL granted), with no restart and exactly where it stopped;
+- **WAITING_IS_NOT_FAILING**: a refusal the target lifts by itself (``NOT_ENOUGH_REPLICAS``: fewer
+  in-sync replicas than the remote topic's ``min.insync.replicas``) rests its partition the same
+  way, but it is shown as waiting for the target (``waiting_for_target``), logged at info, and
+  raises no alarm; so is the target's quota throttling, which the producer honours per broker;
 - a failure that is not the target's verdict on the partition (a connection lost, a leader moved,
   a batch too large, which the sink splits) rests the partition for the plain retry back-off and
   is not shown as a refusal.
@@ -24,8 +28,10 @@ refused partitions (REST, the operator page, ``/metrics``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from mm2py.engine.losses import LossWatch, Policy
 from mm2py.engine.task_contract import THROTTLE_KEY, RefusedRecord
@@ -35,8 +41,8 @@ from mm2py.protocol.errors_codes import ERRORS, BrokerError
 from mm2py.protocol.types import TopicPartition
 from mm2py.retry import Backoff
 
-__all__ = ["REFUSAL_BACKOFF_MAX", "PartitionRefusals", "Refusal", "describe", "hold_refused",
-           "rest_failed"]
+__all__ = ["REFUSAL_BACKOFF_MAX", "THROTTLED", "PartitionRefusals", "Refusal", "describe",
+           "hold_refused", "is_wait", "rest_failed", "waiting_status"]
 
 log = logging.getLogger("mm2py.engine.task")  # named in the task's log
 
@@ -78,12 +84,35 @@ _WORDS: dict[int, tuple[str, str]] = {
 }
 
 
+#: refusals the target lifts by itself: waited for, not failed (WAITING_IS_NOT_FAILING)
+_WAITS: dict[int, tuple[str, str]] = {
+    codes.NOT_ENOUGH_REPLICAS: (
+        "waiting for the target: the remote partition has fewer in-sync replicas than its "
+        "min.insync.replicas, so it takes no acks=all write now",
+        "nothing, if a target broker is only restarting: the partition goes on by itself once its "
+        "replicas are back in sync; else bring the target's brokers back, or lower the remote "
+        "topic's min.insync.replicas"),
+}
+#: the target's quota throttling (per broker), in the same words
+THROTTLED = ("THROTTLED",
+             "waiting for the target: the broker throttles the mirror's produce requests under a "
+             "client quota (producer_byte_rate or request_percentage of its client id or principal)",
+             "nothing, if this rate is meant; else raise the quota on the target (kafka-configs "
+             "--alter --entity-type clients or users --add-config producer_byte_rate=...), or give "
+             "the target connection its own client.id")
+
+
+def is_wait(code: int) -> bool:
+    """Whether a broker error is a refusal the target lifts by itself (waited for, no alarm)."""
+    return code in _WAITS
+
+
 def describe(code: int) -> tuple[str, str, str]:
     """The cause's name, what it means, and what to change, for a broker error ``code``."""
     name = ERRORS[code].name if code in ERRORS else f"UNKNOWN_CODE_{code}"
-    meaning, change = _WORDS.get(code, (
+    meaning, change = _WORDS.get(code) or _WAITS.get(code) or (
         f"the target refused the partition's batches with {name}",
-        "see the target brokers' log"))
+        "see the target brokers' log")
     return name, meaning, change
 
 
@@ -107,6 +136,11 @@ class Refusal:
     since: float  # wall clock, seconds
     refusals: int = 1
     retry_at: float = 0.0  # monotonic clock
+
+    @property
+    def waiting(self) -> bool:
+        """A refusal the target lifts by itself (WAITING_IS_NOT_FAILING)."""
+        return is_wait(self.code)
 
     def status(self, now: float) -> dict[str, object]:
         """The refusal as a task's status shows it (JSON)."""
@@ -138,7 +172,7 @@ class PartitionRefusals:
                wall: float) -> Refusal | None:
         """A put of ``tp`` failed with broker error ``code`` (None: not a broker's answer). The
         partition rests; returns its refusal when ``code`` is one (:func:`is_refusal`)."""
-        if code is None or not is_refusal(code):  # a longer rest (a refusal's) is not shortened
+        if code is None or not (is_refusal(code) or is_wait(code)):  # a refusal's rest is not shortened
             self._resting[tp] = max(self._resting.get(tp, 0.0), now + self.retry_backoff)
             return None
         refusal = self.refused.get(tp)
@@ -168,7 +202,11 @@ class PartitionRefusals:
 
     def status(self, now: float) -> list[dict[str, object]]:
         """The partitions the target refuses, each with its cause, what to change, and its retry."""
-        return [r.status(now) for r in self.refused.values()]
+        return [r.status(now) for r in self.refused.values() if not r.waiting]
+
+    def waiting(self, now: float) -> list[dict[str, object]]:
+        """The partitions waiting for the target (WAITING_IS_NOT_FAILING), as :meth:`status`."""
+        return [r.status(now) for r in self.refused.values() if r.waiting]
 
     def drop(self, tp: TopicPartition) -> None:
         """The partition left the task."""
@@ -193,11 +231,29 @@ def rest_failed(
             all_refusals = all_refusals and tp in refusals.refused  # a lane stopped behind one
             continue
         name, meaning, change = describe(refusal.code)
+        if refusal.waiting:  # WAITING_IS_NOT_FAILING: named when the wait begins, no alarm
+            say = log.info if refusal.refusals == 1 else log.debug
+            say("task %s: %s on %s (%s); to change: %s. Trying the partition alone again in %.1fs, "
+                "its siblings go on", task, meaning, target, name, change, refusal.retry_at - now,
+                extra={THROTTLE_KEY: f"{name} on {target}"})
+            continue
         log.warning("task %s: the target refuses %s (%s): %s; to fix: %s. Retrying the partition "
                     "alone in %.1fs (refusal %d), its siblings go on", task, target, name,
                     meaning, change, refusal.retry_at - now, refusal.refusals,
                     extra={THROTTLE_KEY: f"{name} on {target}"})
     return all_refusals
+
+
+def waiting_status(refusals: PartitionRefusals, now: float, throttles: Any = None) -> list[dict[str, object]]:
+    """What a task waits for the target on (WAITING_IS_NOT_FAILING): its partitions with too few
+    in-sync replicas, and the brokers throttling it under a quota now or a moment ago (the
+    producer's ``Throttles``, on the monotonic clock)."""
+    name, meaning, change = THROTTLED
+    brokers = [{"broker": t.broker, "cause": name, "meaning": meaning, "change": change,
+                "throttle_ms": t.last_ms, "throttled_seconds_total": round(t.total_ms / 1000, 3),
+                "retry_in_seconds": round(max(0.0, t.until - time.monotonic()), 3)}
+               for t in (throttles.recent() if throttles is not None else ())]
+    return [*refusals.waiting(now), *brokers]
 
 
 def hold_refused(r: RefusedRecord, positions: TaskPositions, losses: LossWatch) -> None:

@@ -29,7 +29,7 @@ from mm2py.engine.latency import observe_acks, observe_fetch
 from mm2py.engine.losses import Alarm, LossWatch, MirrorAlarmError, Policy
 from mm2py.engine.offset_syncs import OffsetSyncPlanner
 from mm2py.engine.puts import Put, PutQueue, Wakeup, cancel_fetch
-from mm2py.engine.refusals import PartitionRefusals, describe, hold_refused, rest_failed
+from mm2py.engine.refusals import PartitionRefusals, describe, hold_refused, rest_failed, waiting_status
 from mm2py.engine.scheduler import sleep_or_stop
 from mm2py.engine.task_assignment import Reassignment
 from mm2py.engine.task_contract import (
@@ -369,6 +369,11 @@ class TaskRunner:
         return self.refusals.status(self.clock())
 
     @property
+    def waiting_for_target(self) -> list[dict[str, object]]:
+        """Partitions with too few in-sync replicas and brokers throttling the task (a quota)."""
+        return waiting_status(self.refusals, self.clock(), getattr(self.sink, "throttles", None))
+
+    @property
     def held_partitions(self) -> list[str]:
         """The partitions held at a record the target refuses (``target.too.large`` under ``fail``)."""
         return sorted(str(tp) for tp in self._pos.held)
@@ -378,6 +383,7 @@ class TaskRunner:
             raise alarm  # target.foreign (or truncated) under fail, found on an idle partition
 
     async def _commit(self, force: bool) -> None:
+        self.metrics.target_throttle_ms = getattr(self.sink, "throttled_ms", 0)  # the sink's so far
         if force:  # now, every partition (snapshotted on the event loop); raises if it failed
             await self.committer.now(self.committed_positions)
         else:  # in the background when due: what moved since the last periodic commit

@@ -265,6 +265,8 @@ class TaskMetrics:
     audit_target_truncated: int = 0
     audit_foreign_records: int = 0
     audit_records_too_large: int = 0
+    #: time the target's brokers asked the task's producer to wait under a quota (throttle_time_ms)
+    target_throttle_ms: int = 0
     lag: dict[TopicPartition, int] = field(default_factory=dict)
     #: replication latency, record age and lag in time per partition (see engine.latency)
     times: dict[TopicPartition, PartitionTimes] = field(default_factory=dict)

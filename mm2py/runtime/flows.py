@@ -325,4 +325,7 @@ def _task_status(task_id: int, task: TaskView) -> dict[str, Any]:
         "held_partitions": list(getattr(task, "held_partitions", ())),
         # partitions the target refuses, each resting alone: cause, what to change, next retry
         "refused_partitions": list(getattr(task, "refused_partitions", ())),
+        # what the task waits for the target on, with no alarm: partitions with too few in-sync
+        # replicas, brokers throttling it under a quota (engine/refusals.py)
+        "waiting_for_target": list(getattr(task, "waiting_for_target", ())),
     }

@@ -41,6 +41,8 @@ _TASK_COUNTER_HELP = {
     "audit_target_truncated": "Alarms: the target went back below the end of the mirror's last batch",
     "audit_foreign_records": "Alarms: records of another producer found between the mirror's on the target",
     "audit_records_too_large": "Alarms: records larger than the target topic accepts even alone",
+    "target_throttle_ms": ("Milliseconds the target's brokers asked the task's producer to wait under a "
+                           "client quota (throttle_time_ms; honoured, no alarm)"),
 }
 #: one help text per task counter, in TASK_COUNTERS' order (a counter without one fails at import)
 _TASK_COUNTERS = {name: _TASK_COUNTER_HELP[name] for name in TASK_COUNTERS}
@@ -98,6 +100,10 @@ class WorkerCollector(Collector):
             "mm2py_partition_refused", "1 while the target refuses the source partition's batches "
             "(it rests alone and is retried; the cause as the broker's error name)",
             labels=["flow", "topic", "partition", "cause"])
+        waiting = GaugeMetricFamily(
+            "mm2py_partition_waiting", "1 while the source partition waits for the target (too few "
+            "in-sync replicas: it rests alone and is retried, no alarm; the cause as the broker's "
+            "error name)", labels=["flow", "topic", "partition", "cause"])
         for flow_name, flow in self.flows.items():
             for task_id, runner in flow.tasks.items():
                 values = [flow_name, str(task_id)]
@@ -111,11 +117,16 @@ class WorkerCollector(Collector):
                 for r in getattr(runner, "refused_partitions", ()):
                     topic, _, partition = str(r["partition"]).rpartition("-")
                     refused.add_metric([flow_name, topic, partition, str(r["cause"])], 1.0)
+                for w in getattr(runner, "waiting_for_target", ()):
+                    if "partition" in w:  # a broker's throttle is counted in target_throttle_ms
+                        topic, _, partition = str(w["partition"]).rpartition("-")
+                        waiting.add_metric([flow_name, topic, partition, str(w["cause"])], 1.0)
         yield from counters.values()
         yield lag
         yield up
         yield partitions
         yield refused
+        yield waiting
         if self.partition_times:
             yield from self._time_metrics()
         yield from self._checkpoint_metrics()

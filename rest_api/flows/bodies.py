@@ -114,6 +114,10 @@ class TaskStatus(BaseModel):
     #: ``meaning``, ``change`` (what to change on the target), ``since``, ``refusals``,
     #: ``retry_in_seconds`` (mm2py/engine/refusals.py)
     refused_partitions: list[dict[str, Any]] = Field(default_factory=list)
+    #: what the task waits for the target on, with no alarm: a partition with too few in-sync
+    #: replicas (``partition``, ``cause`` NOT_ENOUGH_REPLICAS, ...), a broker throttling it under a
+    #: quota (``broker``, ``cause`` THROTTLED, ``throttle_ms``, ``throttled_seconds_total``)
+    waiting_for_target: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class FlowStatus(BaseModel):

@@ -71,7 +71,8 @@ def _task_row(task_id: int, task: Any) -> dict[str, Any]:
             # partitions held at a record the target refuses even alone (target.too.large: fail)
             "held_partitions": list(getattr(task, "held_partitions", ())),
             # partitions the target refuses, each named with its cause and what to change
-            "refused_partitions": list(getattr(task, "refused_partitions", ()))}
+            "refused_partitions": list(getattr(task, "refused_partitions", ())),
+            "waiting_for_target": list(getattr(task, "waiting_for_target", ()))}
 
 
 def _dumps(value: Any) -> str:

@@ -41,7 +41,7 @@ def test_a_refused_partition_backs_off_doubling_to_the_cap_and_a_taken_batch_cle
 
 def test_a_failure_that_is_not_the_targets_verdict_rests_the_plain_back_off_and_names_nothing() -> None:
     r = PartitionRefusals(retry_backoff=0.5)
-    for code in (None, codes.NOT_LEADER_OR_FOLLOWER, codes.MESSAGE_TOO_LARGE, codes.NOT_ENOUGH_REPLICAS):
+    for code in (None, codes.NOT_LEADER_OR_FOLLOWER, codes.MESSAGE_TOO_LARGE):
         assert r.failed(SIBLING, REMOTE, code, now=0.0, wall=0.0) is None
     assert r.resting(0.49) == {SIBLING} and r.resting(0.5) == set() and not r.refused
     # a lane stopped behind a refusal (no broker answer of its own) does not shorten the refusal's rest
@@ -65,8 +65,9 @@ class RefusingTarget(MemorySink):
     """A target that refuses TP's batches with INVALID_RECORD while ``broken``, as the real sink
     reports it: the other partitions' batches of the put are acknowledged, TP's none."""
 
-    def __init__(self) -> None:
+    def __init__(self, code: int = codes.INVALID_RECORD) -> None:
         super().__init__()
+        self.code = code
         self.broken = True
         self.offered: list[int] = []  # the base offset of each put's first TP batch
 
@@ -77,7 +78,7 @@ class RefusingTarget(MemorySink):
                 self.offered.append(batches[0].base_offset)
         delivered = await super().put([(tp, bs) for tp, bs in work if not (refused and tp == TP)])
         if refused:
-            cause = BrokerError(codes.INVALID_RECORD, "Compacted topic cannot accept message without key")
+            cause = BrokerError(self.code, "Compacted topic cannot accept message without key")
             raise SinkError(str(cause), delivered, partitions=[REMOTE],
                             causes={TP: (REMOTE, cause)}) from cause
         return delivered
@@ -125,3 +126,46 @@ def test_a_refused_partition_waits_alone_its_sibling_flows_and_it_resumes_exactl
     assert sink.offered[:3] == [0, 0, 0]
     assert values(sink) == [f"v{o}".encode() for o in range(6)]
     assert values(sink, SIBLING) == [f"v{o}".encode() for o in range(10)]
+
+
+def test_too_few_in_sync_replicas_is_waited_for_apart_from_refusals_with_no_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """NOT_ENOUGH_REPLICAS rests TP alone like a refusal, but the status lists it under
+    ``waiting_for_target`` (not ``refused_partitions``) and the log names it at info, never as a
+    warning; once the target's replicas are back, TP resumes exactly."""
+    logs = {TP: Log([batch(0, 3), batch(3, 3)], end=6),
+            SIBLING: Log([batch(i, 1) for i in range(10)], end=10)}
+    now = [0.0]
+    sink = RefusingTarget(codes.NOT_ENOUGH_REPLICAS)
+    runner = TaskRunner(TaskSpec(None, 0, tuple(logs)), MemorySource(logs, per_fetch=1), sink,
+                        MemoryProgress(), offset_lag_max=5, commit_interval=0, retry_backoff=5.0,
+                        clock=lambda: now[0])
+
+    async def mirror() -> None:
+        stop = asyncio.Event()
+        running = asyncio.create_task(runner.run(stop))
+
+        async def until(done: Callable[[], bool]) -> None:
+            while not done():
+                assert not running.done(), running.exception()
+                await asyncio.sleep(0.001)
+
+        await until(lambda: runner.positions().get(SIBLING) == 10)
+        assert sink.offered == [0] and runner.refused_partitions == []
+        [wait] = runner.waiting_for_target
+        assert wait["partition"] == str(TP) and wait["cause"] == "NOT_ENOUGH_REPLICAS"
+        assert "min.insync.replicas" in str(wait["meaning"]) + str(wait["change"])
+        sink.broken = False  # a target broker is back in the ISR
+        now[0] = 5.0
+        await until(lambda: runner.positions().get(TP) == 6)
+        assert runner.waiting_for_target == []
+        stop.set()
+        await running
+
+    with caplog.at_level("INFO", logger="mm2py.engine.task"):
+        asyncio.run(asyncio.wait_for(mirror(), 30))
+    assert not [r for r in caplog.records if r.levelno >= 30], "waiting was logged as a failure"
+    assert any("NOT_ENOUGH_REPLICAS" in r.getMessage() for r in caplog.records)
+    assert runner.metrics.audit_records_too_large == 0 and not runner.losses.recent
+    assert values(sink) == [f"v{o}".encode() for o in range(6)]

@@ -227,7 +227,8 @@ def test_a_leases_report_names_only_the_partitions_whose_times_moved() -> None:
 
     metrics = TaskMetrics()
     metrics.times = {A: PartitionTimes(), B: PartitionTimes()}
-    runner = SimpleNamespace(metrics=metrics, held_partitions=[], refused_partitions=[])
+    runner = SimpleNamespace(metrics=metrics, held_partitions=[], refused_partitions=[],
+                             waiting_for_target=[])
     work = SimpleNamespace(lease_id="l1", token="t")
     sent: dict[Any, Any] = {}
     assert set(_report(work, runner, (0, 0), sent).times) == {A, B}  # type: ignore[arg-type]

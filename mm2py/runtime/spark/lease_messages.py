@@ -71,6 +71,8 @@ class Report:
     held: tuple[str, ...] = ()
     #: partitions the target refuses, as the task's status shows them (``refused_partitions``)
     refused: tuple[Mapping[str, Any], ...] = ()
+    #: what the task waits for the target on (``waiting_for_target``)
+    waiting: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,7 @@ def encode(msg: Message) -> bytes:
         doc = {"t": "report", "lease": msg.lease, "token": msg.token, "metrics": dict(msg.metrics),
                "lag": [[tp.topic, tp.partition, v] for tp, v in sorted(msg.lag.items())],
                "codec": list(msg.codec), "times": _times_out(msg.times), "held": list(msg.held),
-               "refused": [dict(r) for r in msg.refused]}
+               "refused": [dict(r) for r in msg.refused], "waiting": [dict(w) for w in msg.waiting]}
     elif isinstance(msg, Released):
         doc = {"t": "released", "lease": msg.lease, "token": msg.token,
                "positions": _positions_out(msg.positions)}
@@ -248,7 +250,8 @@ def decode(line: bytes) -> Message:
             d, c = doc["codec"]
             return Report(_str(doc["lease"]), _str(doc["token"]), metrics, lag, (_int(d), _int(c)),
                           _times_in(doc.get("times", [])), tuple(_str(h) for h in doc.get("held", [])),
-                          tuple(_object(r) for r in doc.get("refused", [])))
+                          tuple(_object(r) for r in doc.get("refused", [])),
+                          tuple(_object(w) for w in doc.get("waiting", [])))
         if kind == "released":
             return Released(_str(doc["lease"]), _str(doc["token"]), _positions_in(doc["positions"]))
         if kind == "go":

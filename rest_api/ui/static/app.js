@@ -359,7 +359,10 @@ function renderDetails(card) {
     `<details class="task-error" open><summary class="error">task ${t.id}: partitions held at a record the target refuses (see its alarms)</summary><pre class="trace">${esc(t.held_partitions.join("\n"))}</pre></details>`).join("") +
     f.tasks.filter((t) => (t.refused_partitions || []).length).map((t) =>
     `<details class="task-error" open><summary class="error">task ${t.id}: partitions the target refuses (each retried alone; the others flow)</summary><pre class="trace">${esc(t.refused_partitions.map((r) =>
-      `${r.target_partition} (from ${r.partition}): ${r.cause}, ${r.refusals} refusals, next try in ${r.retry_in_seconds} s\n  ${r.meaning}\n  to fix: ${r.change}`).join("\n"))}</pre></details>`).join("");
+      `${r.target_partition} (from ${r.partition}): ${r.cause}, ${r.refusals} refusals, next try in ${r.retry_in_seconds} s\n  ${r.meaning}\n  to fix: ${r.change}`).join("\n"))}</pre></details>`).join("") +
+    f.tasks.filter((t) => (t.waiting_for_target || []).length).map((t) =>
+    `<details class="task-wait" open><summary>task ${t.id}: waiting for the target (no alarm; the others flow)</summary><pre class="trace">${esc(t.waiting_for_target.map((w) =>
+      `${w.broker !== undefined ? `broker ${w.broker}` : `${w.target_partition} (from ${w.partition})`}: ${w.cause}, next try in ${w.retry_in_seconds} s\n  ${w.meaning}\n  to change: ${w.change}`).join("\n"))}</pre></details>`).join("");
   renderPartitions(card);
   if (card.selected) partitionChart(card);
 }

@@ -57,6 +57,7 @@ class SparkTask:
     #: even alone, and partitions the target refuses (each with its cause and what to change)
     held_partitions: list[str] = field(default_factory=list)
     refused_partitions: list[dict[str, Any]] = field(default_factory=list)
+    waiting_for_target: list[dict[str, Any]] = field(default_factory=list)
 
     def absorb(self, result: RoundResult, now: float) -> None:
         """Fold one round's outcome in: counters add up, lag is the latest, errors are kept."""
@@ -156,7 +157,8 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
     def report_lease(self, task_id: int, lag: Mapping[TopicPartition, int],
                      fold: Callable[[SparkTask], None],
                      times: Mapping[TopicPartition, PartitionTimes] | None = None,
-                     standing: tuple[Sequence[str], Sequence[Mapping[str, Any]]] = ((), ())) -> None:
+                     standing: tuple[Sequence[str], Sequence[Mapping[str, Any]],
+                                     Sequence[Mapping[str, Any]]] = ((), (), ())) -> None:
         """A running lease reported: its task runs; its counters and lag are the latest. A
         report of a lease still winding down after the flow was paused or stopped (its last,
         while it commits) leaves the task STOPPED: resuming makes a new runner."""
@@ -166,6 +168,7 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
                 return
             fold(task)
             task.held_partitions, task.refused_partitions = list(standing[0]), [dict(r) for r in standing[1]]
+            task.waiting_for_target = [dict(w) for w in standing[2]]
             mine = set(task.partitions)  # a tuple of thousands: ``in`` on it would scan it each time
             task.metrics.lag.update({tp: v for tp, v in lag.items() if tp in mine})
             if task.partitions and self.state not in HALTED_STATES:

@@ -328,7 +328,7 @@ class LeaseScheduler:
         book.report(report)
         changed = report.times.keys()
         flow.report_lease(lease.task_id, report.lag, lambda task: book.fold(task, changed), report.times,
-                          (report.held, report.refused))
+                          (report.held, report.refused, report.waiting))
 
     # -- figures ----------------------------------------------------------------------------------
     def codec_operations(self) -> tuple[int, int]:

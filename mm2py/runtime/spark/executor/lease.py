@@ -193,7 +193,7 @@ def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int],
             times[tp] = t
     return Report(work.lease_id, work.token, {n: int(getattr(m, n)) for n in RUN_COUNTERS}, dict(m.lag),
                   (d - codec_start[0], c - codec_start[1]), times, tuple(runner.held_partitions),
-                  tuple(runner.refused_partitions))
+                  tuple(runner.refused_partitions), tuple(runner.waiting_for_target))
 
 
 async def _hold(work: LeaseWork, runner: TaskRunner, link: LeaseLink, codec_start: tuple[int, int]) -> None:
