@@ -1,0 +1,127 @@
+"""A target that is not refusing but not ready (issue 46 item 3, WAITING_IS_NOT_FAILING), on real
+brokers: a remote topic with two replicas and ``min.insync.replicas=2`` whose follower's broker is
+down answers every Produce with NOT_ENOUGH_REPLICAS and writes nothing (a broker takes
+``min.insync.replicas`` up to the replication factor only, so the follower must really be gone).
+Its partitions are shown as waiting for the target (status, ``/metrics``) with no alarm, no warning
+and no task restart, while a sibling topic in the same task flows; once the broker is back they
+resume by themselves, exactly where they stopped: every record once and in order."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.core import CollectorRegistry
+
+from mm2py.kafka_local import KafkaCluster
+from mm2py.runtime.metrics import WorkerCollector
+from tests.support.brokers import (
+    BASE_TS,
+    BackgroundWorker,
+    Rec,
+    by_partition,
+    create_topic,
+    end_offsets,
+    mirror_config,
+    produce_records,
+    read_all,
+    unique,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _create_on(bootstrap: str, topic: str, replicas: list[list[int]], config: dict[str, str]) -> None:
+    client = AdminClient({"bootstrap.servers": bootstrap})  # must outlive its futures
+    new = NewTopic(topic, num_partitions=len(replicas), replica_assignment=replicas, config=config)
+    for future in client.create_topics([new]).values():
+        future.result(30)
+
+
+def _isr(bootstrap: str, topic: str) -> dict[int, list[int]]:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10).topics[topic]
+    return {p: sorted(m.isrs) for p, m in md.partitions.items()}
+
+
+def _recs(tag: str, n: int, partition: int) -> list[Rec]:
+    return [Rec(f"{tag}-{i}".encode(), f"{tag}-{i}".encode(), (), BASE_TS + i, partition) for i in range(n)]
+
+
+def _tasks(bg: BackgroundWorker) -> list[dict[str, Any]]:
+    return list(bg.worker.flows["east->trio"].status()["tasks"])
+
+
+def _waiting(bg: BackgroundWorker) -> dict[str, dict[str, Any]]:
+    return {w["partition"]: w for t in _tasks(bg) for w in t["waiting_for_target"] if "partition" in w}
+
+
+def _waiting_metric(bg: BackgroundWorker) -> set[tuple[str, str, str]]:
+    registry = CollectorRegistry()
+    registry.register(WorkerCollector(bg.worker, partition_times=False))
+    return {(s.labels["topic"], s.labels["partition"], s.labels["cause"])
+            for family in registry.collect() if family.name == "mm2py_partition_waiting"
+            for s in family.samples if s.value == 1.0}
+
+
+def test_too_few_in_sync_replicas_on_the_target_is_a_wait_shown_without_alarm_that_resumes_exactly(
+        east: KafkaCluster, trio: KafkaCluster, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="mm2py")
+    waits, flowing = unique("waits"), unique("flowing")
+    create_topic(east.bootstrap, waits, partitions=2)
+    create_topic(east.bootstrap, flowing, partitions=1)
+    # the platform team's remote topics: two replicas on nodes 1 and 2 that must both take a write;
+    # the sibling on node 1 alone
+    _create_on(trio.bootstrap, f"east.{waits}", [[1, 2], [1, 2]], {"min.insync.replicas": "2"})
+    _create_on(trio.bootstrap, f"east.{flowing}", [[1]], {})
+    produce_records(east.bootstrap, flowing, _recs("f", 100, 0))
+
+    flows = {"east->trio": {"topics": f"{waits},{flowing}", "tasks.max": 1,
+                            "sync.topic.configs.enabled": False, "emit.heartbeats.enabled": False,
+                            "emit.checkpoints.enabled": False}}
+    with BackgroundWorker(mirror_config({"east": east.bootstrap, "trio": trio.bootstrap}, flows)) as bg:
+        took = wait_until(lambda: end_offsets(trio.bootstrap, f"east.{flowing}").get(0) == 100, 120, 0.2,
+                          "the sibling's first records")
+        trio.kill_node(2)  # the follower's broker gone: once fenced, the ISR is node 1 alone
+        wait_until(lambda: _isr(trio.bootstrap, f"east.{waits}") == {0: [1], 1: [1]}, 60, 0.2,
+                   "the follower out of the ISR")
+        produce_records(east.bootstrap, waits, [*_recs("a", 100, 0), *_recs("b", 100, 1)])
+        wait = 30 + 10 * took
+        wait_until(lambda: len(_waiting(bg)) == 2, wait, 0.2, "both partitions named as waiting")
+        waiting = _waiting(bg)
+        for p in (0, 1):
+            entry = waiting[f"{waits}-{p}"]
+            assert entry["cause"] == "NOT_ENOUGH_REPLICAS", entry
+            assert entry["target_partition"] == f"east.{waits}-{p}"
+            assert "min.insync.replicas" in entry["meaning"], entry
+        assert _waiting_metric(bg) == {(waits, p, "NOT_ENOUGH_REPLICAS") for p in ("0", "1")}
+
+        # the sibling in the same task flows while they wait
+        produce_records(east.bootstrap, flowing, _recs("later", 100, 0))
+        wait_until(lambda: end_offsets(trio.bootstrap, f"east.{flowing}").get(0) == 200, wait, 0.2,
+                   "the sibling's later records")
+        assert end_offsets(trio.bootstrap, f"east.{waits}") == {0: 0, 1: 0}
+        tasks = _tasks(bg)
+        assert all(not t["refused_partitions"] for t in tasks), tasks  # a wait, not a refusal
+        assert all(sum(t["alarms"].values()) == 0 for t in tasks), tasks
+        assert [(t["state"], t["restarts"]) for t in tasks] == [("RUNNING", 0)]
+
+        # the broker back: both partitions resume by themselves, exactly where they stopped (a
+        # resting partition is tried again within the refusals' back-off, 10 s at most)
+        trio.start()
+        wait_until(lambda: end_offsets(trio.bootstrap, f"east.{waits}") == {0: 100, 1: 100}, wait + 10, 0.2,
+                   "the waiting partitions' records")
+        wait_until(lambda: not _waiting(bg), wait, 0.2, "the wait over in the status")
+        assert _waiting_metric(bg) == set()
+        tasks = _tasks(bg)
+    assert [(t["state"], t["restarts"]) for t in tasks] == [("RUNNING", 0)]
+    assert sum(tasks[0]["alarms"].values()) == 0
+    for topic in (waits, flowing):
+        mirrored = by_partition(read_all(trio.bootstrap, f"east.{topic}"))
+        assert mirrored == by_partition(read_all(east.bootstrap, topic))
+    warned = [r.getMessage() for r in caplog.records
+              if r.levelno >= logging.WARNING and "NOT_ENOUGH_REPLICAS" in r.getMessage()]
+    assert not warned, warned
+    assert any("NOT_ENOUGH_REPLICAS" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
