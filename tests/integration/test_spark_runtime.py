@@ -144,7 +144,7 @@ def test_spark_mirrors_exactly_resumes_exactly_and_picks_up_new_topics(
     assert set(status["tasks"][0]) == {"id", "state", "trace", "partitions", "batches", "records", "bytes",
                                        "rebuilt_batches", "split_batches", "syncs", "lag", "restarts",
                                        "verified_batches", "alarms", "recent_alarms", "held_partitions",
-                                       "refused_partitions"}
+                                       "refused_partitions", "waiting_for_target"}
     # the leases' and rounds' acknowledgements were verified where the last batch ended, no alarm
     assert sum(t["verified_batches"] for t in status["tasks"]) > 0
     assert all(t["alarms"] == {} and t["recent_alarms"] == [] for t in status["tasks"])

@@ -4,11 +4,15 @@ down answers every Produce with NOT_ENOUGH_REPLICAS and writes nothing (a broker
 ``min.insync.replicas`` up to the replication factor only, so the follower must really be gone).
 Its partitions are shown as waiting for the target (status, ``/metrics``) with no alarm, no warning
 and no task restart, while a sibling topic in the same task flows; once the broker is back they
-resume by themselves, exactly where they stopped: every record once and in order."""
+resume by themselves, exactly where they stopped: every record once and in order. Then a client
+quota on the target (``producer_byte_rate`` of the mirror's client id, set with Kafka's own
+``kafka-configs``): the throttle time the brokers ask for is honoured and counted, and shown as a
+wait, with no alarm."""
 
 from __future__ import annotations
 
 import logging
+import subprocess
 from typing import Any
 
 import pytest
@@ -16,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.core import CollectorRegistry
 
 from mm2py.kafka_local import KafkaCluster
+from mm2py.kafka_local.jars import java_executable, resolve_jars
 from mm2py.runtime.metrics import WorkerCollector
 from tests.support.brokers import (
     BASE_TS,
@@ -125,3 +130,48 @@ def test_too_few_in_sync_replicas_on_the_target_is_a_wait_shown_without_alarm_th
               if r.levelno >= logging.WARNING and "NOT_ENOUGH_REPLICAS" in r.getMessage()]
     assert not warned, warned
     assert any("NOT_ENOUGH_REPLICAS" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+
+
+def _client_quota(cluster: KafkaCluster, client_id: str, producer_byte_rate: int | None) -> None:
+    """Kafka's own ``kafka-configs --alter --entity-type clients`` on ``cluster`` (None: removed)."""
+    libs = resolve_jars(cluster.version, profile=cluster.jar_profile)
+    change = (["--add-config", f"producer_byte_rate={producer_byte_rate}"] if producer_byte_rate is not None
+              else ["--delete-config", "producer_byte_rate"])
+    command = [java_executable(), "-cp", f"{libs}/*", "kafka.admin.ConfigCommand",
+               "--bootstrap-server", cluster.bootstrap, "--alter", "--entity-type", "clients",
+               "--entity-name", client_id, *change]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_client_quota_on_the_target_is_honoured_and_shown_as_a_wait_without_alarm(
+        east: KafkaCluster, trio: KafkaCluster) -> None:
+    topic = unique("quota")
+    create_topic(east.bootstrap, topic, partitions=3)
+    records = [Rec(f"k{i}".encode(), bytes([i % 251]) * 2_000, (), BASE_TS + i, i % 3) for i in range(1_500)]
+    produce_records(east.bootstrap, topic, records)  # ~3 MB
+    flows = {"east->trio": {"topics": topic, "tasks.max": 1, "emit.heartbeats.enabled": False,
+                            "emit.checkpoints.enabled": False}}
+    # bytes/s per broker; a broker measures a rate over 10 s at least, so ~1 MB in a burst runs at
+    # ~100 KB/s for it: throttled for about as long again
+    _client_quota(trio, "mm2py", 50_000)
+    try:
+        with BackgroundWorker(mirror_config({"east": east.bootstrap, "trio": trio.bootstrap}, flows)) as bg:
+            def throttled() -> list[dict[str, Any]]:
+                return [w for t in _tasks(bg) for w in t["waiting_for_target"] if "broker" in w]
+
+            took = wait_until(lambda: bool(throttled()), 180, 0.1, "a broker named as throttling the mirror")
+            [entry, *_] = throttled()
+            assert entry["cause"] == "THROTTLED" and "producer_byte_rate" in entry["meaning"], entry
+            assert entry["throttle_ms"] > 0 and entry["throttled_seconds_total"] > 0, entry
+            wait_until(lambda: sum(end_offsets(trio.bootstrap, f"east.{topic}").values()) == len(records),
+                       60 + 20 * took, 0.2, "every record through the quota")
+            runner = bg.worker.flows["east->trio"].tasks[0]
+            assert runner.metrics.target_throttle_ms > 0
+            tasks = _tasks(bg)
+    finally:
+        _client_quota(trio, "mm2py", None)
+    assert [(t["state"], t["restarts"], sum(t["alarms"].values()), t["refused_partitions"]) for t in tasks] \
+        == [("RUNNING", 0, 0, [])]
+    mirrored = by_partition(read_all(trio.bootstrap, f"east.{topic}"))
+    assert mirrored == by_partition(read_all(east.bootstrap, topic))

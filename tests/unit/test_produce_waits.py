@@ -110,3 +110,18 @@ def test_throttles_block_only_their_broker_until_the_end_and_stay_shown_a_while(
     assert t.recent(now=111.0) == []
     t.note(1, 200, now=200.0)
     assert t.total_ms == 700 and t.by_broker[1].total_ms == 700
+
+
+def test_a_watched_sink_shows_its_inner_sinks_throttling() -> None:
+    """The task reads THROTTLED through the sink it holds; the runtime wraps the mirror sink."""
+    from types import SimpleNamespace
+
+    from mm2py.client.producer.throttle import Throttles
+    from mm2py.runtime.active_topics import WatchedSink
+
+    throttles = Throttles()
+    throttles.note(2, 300, now=0.0)
+    inner = SimpleNamespace(throttles=throttles, throttled_ms=throttles.total_ms)
+    watched = WatchedSink(inner, lambda _topics: None)  # type: ignore[arg-type]
+    assert watched.throttles is throttles and watched.throttled_ms == 300
+    assert WatchedSink(SimpleNamespace(), lambda _topics: None).throttles is None  # type: ignore[arg-type]
