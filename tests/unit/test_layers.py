@@ -164,6 +164,32 @@ def test_kafka_client_libraries_only_in_rdkafka_and_above() -> None:
     assert not engine, f"engine modules import confluent_kafka: {engine}"
 
 
+def _confluent_names(path: Path) -> set[str]:
+    """The names a module imports from confluent_kafka (``from confluent_kafka import Consumer``)."""
+    return {a.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] == "confluent_kafka" for a in node.names}
+
+
+def test_rdkafka_is_the_admin_side_and_stores_the_topic_backed_stores() -> None:
+    """Issue 48: ``mm2py.rdkafka`` is the admin side, ``mm2py.stores`` the stores built on it. No
+    rdkafka module imports a store, nor confluent-kafka's Consumer or Producer (it reads and writes
+    no store topic); every store module reads or writes its topic through one of them."""
+    rdkafka = _package_modules(ROOT / "mm2py" / "rdkafka")
+    stores = [(m, p) for m, p in _package_modules(ROOT / "mm2py" / "stores") if p.name != "__init__.py"]
+    assert {m.rpartition(".")[2] for m, _ in rdkafka} >= {
+        "admin", "admin_settings", "admin_types", "cluster_health", "reachability", "acls", "log"}
+    assert len(stores) >= 5, stores
+    clients = {"Consumer", "Producer"}
+    upward = {m: names for m, p in rdkafka if (names := sorted(
+        n for n in _imported_modules(m, p) if n.split(".")[:2] == ["mm2py", "stores"]))}
+    assert not upward, f"rdkafka modules import the stores: {upward}"
+    store_clients = {m: names for m, p in rdkafka if (names := sorted(_confluent_names(p) & clients))}
+    assert not store_clients, f"rdkafka modules import a store topic's client: {store_clients}"
+    bare = [m for m, p in stores if not _confluent_names(p) & clients]
+    assert not bare, f"stores modules that read or write no topic (move them to mm2py.rdkafka?): {bare}"
+
+
+
 def test_protocol_layer_does_no_io() -> None:
     """The sans-IO layers (``mm2py.errors`` and ``mm2py.protocol``) import nothing that does I/O."""
     checked = []
