@@ -29,8 +29,8 @@ from mm2py.config.models import FlowConfig
 from mm2py.engine.acls import acls_to_sync, missing
 from mm2py.engine.controller import Controller
 from mm2py.engine.scheduler import Scheduler
-from mm2py.stores.acls import NoAuthorizerError, TopicAcl
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.acls import NoAuthorizerError, TopicAcl
+from mm2py.rdkafka.admin import ClusterAdmin
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, HistorySync, OffsetSync
 from mm2py.protocol.partitioner import JAVA_PARTITIONER
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin, GroupOffsetsRefusedError, librdkafka_config
+from mm2py.rdkafka.admin import ClusterAdmin, GroupOffsetsRefusedError, librdkafka_config
 from mm2py.stores.topic_tail import TopicTail
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from mm2py.config.models import FlowConfig
 from mm2py.engine.scheduler import Scheduler
 from mm2py.protocol.mm2_records import Heartbeat
 from mm2py.protocol.partitioner import JAVA_PARTITIONER
-from mm2py.stores.admin import ClusterAdmin, librdkafka_config
+from mm2py.rdkafka.admin import ClusterAdmin, librdkafka_config
 
 
 class HeartbeatEmitter:

@@ -58,7 +58,7 @@ from mm2py.protocol.consumer_offsets import OffsetCommit, decode_record
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin, librdkafka_config
+from mm2py.rdkafka.admin import ClusterAdmin, librdkafka_config
 from mm2py.stores.commit_feed import CommitFeedRefusedError, ConsumerOffsetsFeed, RawRecord
 
 __all__ = ["Checkpointer", "LiveGroupSync"]

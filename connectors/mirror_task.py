@@ -23,7 +23,7 @@ from mm2py.engine.task_contract import TaskSpec
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin, librdkafka_security
+from mm2py.rdkafka.admin import ClusterAdmin, librdkafka_security
 from mm2py.stores.positions import PositionStore
 from mm2py.stores.sync_writer import OffsetSyncWriter
 

@@ -23,7 +23,7 @@ from mm2py.engine.sync_history import SyncHistory
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import HistorySync
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin, librdkafka_config
+from mm2py.rdkafka.admin import ClusterAdmin, librdkafka_config
 from mm2py.stores.topic_tail import TopicTail, bounds
 
 __all__ = ["SyncHistoryPruner"]

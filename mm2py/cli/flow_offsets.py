@@ -29,7 +29,7 @@ from mm2py.config.models import FlowConfig, load_config
 from mm2py.operations.flow_offsets import PartitionOffset, Reset, read_offsets, reset_offsets
 from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 from mm2py.stores.progress_repair import repair
 
 __all__ = ["add_parser", "run"]

@@ -31,7 +31,7 @@ from mm2py.operations.failover import FailoverError, Row, apply, check_topic_reg
 from mm2py.operations.offsets_rewrite import load_json_map, rewrite_json_map, rewrite_spark_checkpoint
 from mm2py.operations.translator import FlowTranslator
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import GroupOffset
+from mm2py.rdkafka.admin import GroupOffset
 
 __all__ = ["add_parser"]
 

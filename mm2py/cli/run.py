@@ -112,7 +112,7 @@ def _stopper(stop: asyncio.Event) -> Callable[[], None]:
     and end admin calls still waiting for an unreachable cluster."""
     import asyncio
 
-    from mm2py.stores.admin import interrupt_admin_calls
+    from mm2py.rdkafka.admin import interrupt_admin_calls
 
     def on_loop() -> None:
         stop.set()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from mm2py.stores.acls import TopicAcl
+from mm2py.rdkafka.acls import TopicAcl
 
 WILDCARD = "*"
 

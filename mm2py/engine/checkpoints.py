@@ -30,7 +30,7 @@ from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import GroupOffset
+from mm2py.rdkafka.admin import GroupOffset
 
 
 def translate_offset(

@@ -19,7 +19,7 @@ from mm2py.config.filters import ConfigPropertyFilter, TopicFilter
 from mm2py.config.policy import ReplicationPolicy, is_cycle
 from mm2py.engine.assignment import assign
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin, TopicInfo, TopicSpec
+from mm2py.rdkafka.admin import ClusterAdmin, TopicInfo, TopicSpec
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.consumer_offsets import ConsumerOffsetsRecord, GroupRecord, OffsetCommit
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin_types import GroupOffset
+from mm2py.rdkafka.admin_types import GroupOffset
 
 __all__ = ["AcknowledgedView", "Change", "LiveGroups", "MirrorView", "TopicsView", "as_fetched",
            "exact_translation"]

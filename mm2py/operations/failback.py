@@ -33,7 +33,7 @@ from mm2py.operations.failover import Row, Translation, UnknownGroupError
 from mm2py.operations.translator import FlowTranslator, read_positions, source_topic_of
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 
 __all__ = ["FailbackGroup", "committed_on", "failback_groups", "translate_back"]
 

@@ -31,7 +31,7 @@ from mm2py.operations.translator import read_offset_syncs, source_topic_of
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import (
+from mm2py.rdkafka.admin import (
     ClusterAdmin,
     GroupOffset,
     GroupOffsetsRefusedError,

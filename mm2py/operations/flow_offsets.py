@@ -28,7 +28,7 @@ from mm2py.connectors.client_settings import raw_client_settings
 from mm2py.errors import Mm2pyError
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin, StoreError
+from mm2py.rdkafka.admin import ClusterAdmin, StoreError
 from mm2py.stores.positions import PositionStore
 
 __all__ = ["OffsetResetError", "PartitionOffset", "Reset", "read_offsets", "reset_offsets"]

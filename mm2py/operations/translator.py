@@ -43,7 +43,7 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import HistorySync, OffsetSync
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin, StoreError, librdkafka_config
+from mm2py.rdkafka.admin import ClusterAdmin, StoreError, librdkafka_config
 from mm2py.stores.positions import PositionStore
 from mm2py.stores.topic_tail import TopicTail, watermarks
 

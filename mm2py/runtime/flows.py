@@ -32,7 +32,7 @@ from mm2py.engine.scheduler import Scheduler
 from mm2py.engine.task_contract import TaskMetrics, TaskState
 from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 
 #: which older flow of a pair mirrors a topic (None: none does)
 Claims = Callable[[str], str | None]

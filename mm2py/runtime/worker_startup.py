@@ -17,8 +17,8 @@ from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.connectors.heartbeat import HeartbeatEmitter
 from mm2py.engine.scheduler import Scheduler
 from mm2py.errors import ClusterUnreachableError
+from mm2py.rdkafka.cluster_health import admin_calls_interrupted
 from mm2py.runtime.flows import FlowRunnerBase
-from mm2py.stores.cluster_health import admin_calls_interrupted
 
 __all__ = ["HEARTBEAT_KEYS", "WorkerStartup"]
 

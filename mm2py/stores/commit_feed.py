@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as CKTopicPartition
 
 from mm2py.protocol.consumer_offsets import CONSUMER_OFFSETS_TOPIC
-from mm2py.stores.admin import StoreError
+from mm2py.rdkafka.admin import StoreError
 from mm2py.stores.topic_tail import bounds
 
 __all__ = ["CommitFeedRefusedError", "ConsumerOffsetsFeed", "RawRecord"]

@@ -27,7 +27,7 @@ from mm2py.protocol.connect_offsets import (
 from mm2py.protocol.fetch_session import changed_keys
 from mm2py.protocol.partitioner import JAVA_PARTITIONER
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 from mm2py.stores.topic_tail import watermarks
 
 log = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from mm2py.protocol.connect_offsets import newest_partition
 from mm2py.protocol.partitioner import partition_for_key
+from mm2py.rdkafka.admin import ClusterAdmin
 from mm2py.retry import Backoff
-from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.topic_tail import TopicTail
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import Producer
 
 from mm2py.protocol.mm2_records import HistorySync, OffsetSync
-from mm2py.stores.admin import client_config
+from mm2py.rdkafka.admin import client_config
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from mm2py.client.fetcher import FetcherConfig, RawFetcher
 from mm2py.config.security import parse_security
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.types import TopicPartition
+from mm2py.rdkafka.acls import TopicAcl, to_binding
+from mm2py.rdkafka.admin import ClusterAdmin
 from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner
-from mm2py.stores.acls import TopicAcl, to_binding
-from mm2py.stores.admin import ClusterAdmin
 from tests.support.brokers import (
     SASL_USERS,
     BackgroundWorker,

@@ -224,7 +224,7 @@ def test_a_source_topic_created_again_with_fewer_records_while_the_flow_was_stop
     stand-in for a log truncated by an unclean leader election, which the harness's brokers (Kafka
     4.1, KRaft) do not reproduce cheaply. Both ``fail``: nothing of the new topic is mirrored."""
     from mm2py.protocol.connect_offsets import Position
-    from mm2py.stores.admin import ClusterAdmin
+    from mm2py.rdkafka.admin import ClusterAdmin
     from mm2py.stores.positions import PositionStore
 
     topic = create_topic(east.bootstrap, unique("alarm-truncated"))

@@ -18,8 +18,8 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
+from mm2py.rdkafka.admin import ClusterAdmin, GroupOffset
 from mm2py.runtime.metrics import WorkerCollector
-from mm2py.stores.admin import ClusterAdmin, GroupOffset
 from tests.support.brokers import (
     BackgroundWorker,
     config_file,

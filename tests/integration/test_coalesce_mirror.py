@@ -146,7 +146,7 @@ def test_restart_behind_the_target_recognises_merged_batches(
     """A position committed long before the crash: the restarted worker walks merged target
     batches against the source's small batches and mirrors nothing twice."""
     from mm2py.protocol.connect_offsets import Position
-    from mm2py.stores.admin import ClusterAdmin
+    from mm2py.rdkafka.admin import ClusterAdmin
     from mm2py.stores.positions import PositionStore
 
     topic = create_topic(east.bootstrap, unique("rewind"), partitions=PARTITIONS)

@@ -24,7 +24,7 @@ from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.consumer_offsets import CONSUMER_OFFSETS_TOPIC, OffsetCommit, decode_record
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin, GroupOffset
+from mm2py.rdkafka.admin import ClusterAdmin, GroupOffset
 from tests.support.brokers import (
     BackgroundWorker,
     create_topic,

@@ -197,7 +197,7 @@ def test_active_active_flows_never_mirror_back(east: KafkaCluster, west: KafkaCl
 def test_source_partitions_added_and_topic_configs_synced(east: KafkaCluster, west: KafkaCluster) -> None:
     from confluent_kafka.admin import ConfigResource
 
-    from mm2py.stores.admin import ClusterAdmin
+    from mm2py.rdkafka.admin import ClusterAdmin
 
     topic = create_topic(east.bootstrap, unique("cfg"), partitions=2,
                          config={"retention.ms": "123456789", "max.message.bytes": "2000000"})
@@ -331,7 +331,7 @@ def test_a_partition_moving_between_tasks_is_handed_over_without_duplicates(
                    60, 0.5, "both topics")
         owner = {tp.topic: tid for tid, r in flow.tasks.items() for tp in r.partitions}
         assert owner == {first: 0, second: 1}
-        from mm2py.stores.admin import ClusterAdmin
+        from mm2py.rdkafka.admin import ClusterAdmin
 
         admin = ClusterAdmin("east", east.bootstrap)
         admin._client.delete_topics([first])[first].result(30)
@@ -357,7 +357,7 @@ def test_remote_topics_are_created_with_the_sources_configs_when_config_sync_is_
     from mm2py.config.filters import ConfigPropertyFilter, TopicFilter
     from mm2py.config.policy import DefaultReplicationPolicy
     from mm2py.engine.controller import Controller
-    from mm2py.stores.admin import ClusterAdmin, TopicSpec
+    from mm2py.rdkafka.admin import ClusterAdmin, TopicSpec
 
     tag = uuid.uuid4().hex[:8]
     kept, table, theirs = f"kept-{tag}", f"table-{tag}", f"theirs-{tag}"

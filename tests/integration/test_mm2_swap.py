@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.connect_offsets import decode, progress_topic
 from mm2py.protocol.partitioner import partition_for_key
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 from tests.support.brokers import (
     create_topic,
     end_offsets,

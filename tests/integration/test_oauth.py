@@ -36,8 +36,8 @@ from mm2py.protocol.errors_codes import NONE
 from mm2py.protocol.record_codec import Record, build_batch, decode_records
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
+from mm2py.rdkafka.admin import ClusterAdmin
 from mm2py.runtime.metrics import WorkerCollector
-from mm2py.stores.admin import ClusterAdmin
 from tests.support.brokers import (
     BackgroundWorker,
     create_topic,

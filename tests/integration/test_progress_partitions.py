@@ -20,7 +20,7 @@ from mm2py.kafka_local.jars import QUICK_JVM, java_executable
 from mm2py.protocol.connect_offsets import Position, encode_key, encode_value, progress_topic
 from mm2py.protocol.partitioner import partition_for_key
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 from mm2py.stores.positions import PositionStore
 from mm2py.stores.progress_repair import repair
 from tests.support.brokers import create_topic, placed_records, unique

@@ -193,7 +193,7 @@ def test_restart_behind_the_target_skips_what_is_already_there(
 ) -> None:
     """A position committed long before the crash (across transaction gaps) still duplicates nothing."""
     from mm2py.protocol.connect_offsets import Position
-    from mm2py.stores.admin import ClusterAdmin
+    from mm2py.rdkafka.admin import ClusterAdmin
     from mm2py.stores.positions import PositionStore
 
     topic = create_topic(east.bootstrap, unique("behind"), partitions=1)
@@ -238,7 +238,7 @@ def test_a_later_load_of_the_progress_reads_only_what_was_appended(west: KafkaCl
     reads only the records appended since (another writer's commits and tombstones included) and
     folds to what a fresh full read finds."""
     from mm2py.protocol.connect_offsets import Position
-    from mm2py.stores.admin import ClusterAdmin
+    from mm2py.rdkafka.admin import ClusterAdmin
     from mm2py.stores.positions import PositionStore
 
     admin, alias = ClusterAdmin("west", west.bootstrap), unique("src")

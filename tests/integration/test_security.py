@@ -29,7 +29,7 @@ from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.record_codec import decode_records
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin, ClusterSecurityError
+from mm2py.rdkafka.admin import ClusterAdmin, ClusterSecurityError
 from mm2py.stores.positions import PositionStore
 from tests.support.brokers import (
     BackgroundWorker,

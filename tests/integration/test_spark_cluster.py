@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 from tests.support.brokers import (
     config_file,
     consume_and_commit,

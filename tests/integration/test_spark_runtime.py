@@ -18,10 +18,10 @@ from confluent_kafka import Producer
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.types import TopicPartition
+from mm2py.rdkafka.admin import ClusterAdmin
 from mm2py.rest_api.flows.bodies import FlowStatus
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseSettings
 from mm2py.runtime.spark.driver.worker import SparkWorker
-from mm2py.stores.admin import ClusterAdmin
 from mm2py.stores.positions import PositionStore
 from tests.support.brokers import (
     by_partition,

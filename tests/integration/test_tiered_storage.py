@@ -28,7 +28,7 @@ from mm2py.kafka_local import KafkaCluster
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.records import RecordBatch
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 from mm2py.stores.positions import PositionStore
 from tests.support.brokers import (
     BASE_TS,

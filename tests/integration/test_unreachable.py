@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mm2py.errors import ClusterUnreachableError
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 from tests.support.interrupted_run import LOADING, TIMED, CommandRun, assert_clean_stop, interrupt_at
 
 pytestmark = pytest.mark.integration
@@ -143,7 +143,7 @@ def test_sigint_against_a_silent_cluster_at_issue_48s_moments_stops_cleanly(
 
 def test_a_request_the_broker_refuses_is_not_called_unreachable(east: Any) -> None:
     """The cluster answered with an error code: a clear refusal naming the cluster, at once."""
-    from mm2py.stores.admin import BrokerRefusedError, TopicSpec
+    from mm2py.rdkafka.admin import BrokerRefusedError, TopicSpec
 
     admin = ClusterAdmin("east", east.bootstrap, timeout=60)
     started = time.monotonic()

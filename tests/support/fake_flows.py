@@ -9,9 +9,9 @@ from typing import Any
 
 from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.controller import Controller
+from mm2py.rdkafka.admin import TopicInfo
 from mm2py.runtime.flows import Claims, controller_for
 from mm2py.runtime.worker_base import WorkerBase
-from mm2py.stores.admin import TopicInfo
 
 
 class SourceTopics:

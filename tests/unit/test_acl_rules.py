@@ -6,7 +6,7 @@ import pytest
 
 from mm2py.config.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 from mm2py.engine.acls import acls_to_sync, missing, should_sync, target_acl
-from mm2py.stores.acls import TopicAcl, from_binding, to_binding
+from mm2py.rdkafka.acls import TopicAcl, from_binding, to_binding
 
 
 def acl(topic: str = "orders", operation: str = "READ", permission: str = "ALLOW",
@@ -170,7 +170,7 @@ def test_the_sync_job_counts_a_failure_retries_and_ends_for_good_without_an_auth
 
     from mm2py.config.models import MirrorMakerConfig
     from mm2py.connectors.acl_sync import TopicAclSync
-    from mm2py.stores.acls import NoAuthorizerError
+    from mm2py.rdkafka.acls import NoAuthorizerError
 
     flow = MirrorMakerConfig.from_mapping({
         "clusters": {"east": "127.0.0.1:1", "west": "127.0.0.1:2"},

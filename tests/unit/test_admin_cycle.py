@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 
 
 def test_a_dropped_admin_is_freed_at_once_without_a_collection() -> None:

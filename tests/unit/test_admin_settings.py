@@ -8,8 +8,8 @@ import pytest
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import MirrorMakerConfig
-from mm2py.stores.admin import ClusterAdmin
-from mm2py.stores.admin_settings import admin_settings
+from mm2py.rdkafka.admin import ClusterAdmin
+from mm2py.rdkafka.admin_settings import admin_settings
 
 
 def flow(**extra: str) -> object:
@@ -26,7 +26,7 @@ def test_admin_overrides_become_librdkafka_settings_of_the_admin_client_only(
     f = flow(**{"east.admin.client.id": "mirror-admin", "east.admin.request.timeout.ms": "5000",
                 "east.admin.metadata.max.age.ms": "30000", "east.admin.default.api.timeout.ms": "7000",
                 "east.admin.some.java.only.key": "x", "east.producer.client.id": "not-for-admin"})
-    with caplog.at_level(logging.WARNING, "mm2py.stores.admin_settings"):
+    with caplog.at_level(logging.WARNING, "mm2py.rdkafka.admin_settings"):
         tuned = admin_settings(f, "source")  # type: ignore[arg-type]
     assert tuned.librdkafka == {"client.id": "mirror-admin", "socket.timeout.ms": "5000",
                                 "metadata.max.age.ms": "30000"}
@@ -50,7 +50,7 @@ def test_a_flow_level_admin_override_wins_and_bad_values_name_their_key() -> Non
 def test_topic_creation_is_split_into_calls_a_kraft_controller_accepts() -> None:
     """A controller refuses more than 10,000 metadata records in one call: 100 topics of 100
     partitions (what a 10,000-partition mirror creates at its first plan) go in three calls."""
-    from mm2py.stores.admin_types import CONTROLLER_RECORDS_PER_CALL, TopicSpec, in_calls
+    from mm2py.rdkafka.admin_types import CONTROLLER_RECORDS_PER_CALL, TopicSpec, in_calls
 
     topics = [TopicSpec(f"t{i}", 100, 1, {"retention.ms": "1"}) for i in range(100)]
     calls = in_calls(topics, lambda t: 1 + t.partitions + len(t.config))

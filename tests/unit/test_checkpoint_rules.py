@@ -16,7 +16,7 @@ from mm2py.engine.offset_syncs import OffsetSyncPlanner, OffsetSyncStore
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import GroupOffset, GroupState
+from mm2py.rdkafka.admin import GroupOffset, GroupState
 from tests.support.hypothesis_examples import examples
 
 TP = TopicPartition("orders", 0)

@@ -1,4 +1,4 @@
-"""stores/cluster_health, an admin client's view of its cluster: which librdkafka errors are the
+"""rdkafka/cluster_health, an admin client's view of its cluster: which librdkafka errors are the
 cluster's refusal (a call fails at once, named as security) and which a dropped connection it
 connects again after. No broker is needed: creating the client does not connect."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError
 
-from mm2py.stores.admin import ClusterAdmin
+from mm2py.rdkafka.admin import ClusterAdmin
 
 
 def test_a_handshake_cut_by_a_dropped_connection_is_not_a_refusal() -> None:

@@ -14,7 +14,7 @@ from mm2py.config.filters import ConfigPropertyFilter, TopicFilter
 from mm2py.config.policy import DefaultReplicationPolicy
 from mm2py.engine.controller import TARGET_FIXED_CONFIGS, Controller
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import TopicInfo, TopicSpec
+from mm2py.rdkafka.admin import TopicInfo, TopicSpec
 
 
 class Topics:

@@ -44,7 +44,7 @@ def test_the_tree_drawn_in_mm2py_errors_names_every_family() -> None:
 
 def test_security_failures_are_their_own_kind() -> None:
     from mm2py.client.connection import AuthenticationError, TlsError
-    from mm2py.stores.admin import ClusterSecurityError
+    from mm2py.rdkafka.admin import ClusterSecurityError
 
     for kind in (AuthenticationError, TlsError, ClusterSecurityError):
         assert issubclass(kind, SecurityError)

@@ -12,7 +12,7 @@ import pytest
 from mm2py.operations.failover import Row, group_rows
 from mm2py.protocol.mm2_records import Checkpoint
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin import GroupOffset
+from mm2py.rdkafka.admin import GroupOffset
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,8 +1,9 @@
-"""Imports only point down: errors -> protocol -> client -> config -> stores -> engine -> connectors
+"""Imports only point down: errors -> protocol -> client -> config -> rdkafka (the confluent-kafka
+admin side) -> stores (the topic-backed stores) -> engine -> connectors
 -> operations (one-off operations against the clusters) -> runtime (the worker) -> interfaces; inside
 the REST API, what its parts share -> its parts (``flows``, ``connect``, ``ui``, ``security``, none
 importing another) -> the app and its server -> the CLI. No import cycle between modules
-(``TYPE_CHECKING`` imports included), no Kafka client library below the stores, no Spark module
+(``TYPE_CHECKING`` imports included), no Kafka client library below ``mm2py.rdkafka``, no Spark module
 importing the in-process runtime."""
 
 from __future__ import annotations
@@ -24,21 +25,22 @@ LAYERS = {
     "mm2py.protocol": 1,
     "mm2py.client": 2,
     "mm2py.config": 3,
-    "mm2py.stores": 4,
-    "mm2py.engine": 5,
-    "mm2py.connectors": 6,
-    "mm2py.operations": 7,  # one-off operations against the clusters: translation, failover, audit...
-    "mm2py.runtime": 8,  # the worker (its REST routes reset a stopped flow's positions: an operation)
-    "mm2py.rest_api": 9,  # mm2py.rest_api.shared: what the API's parts share
-    "mm2py.rest_api.flows": 10,
-    "mm2py.rest_api.connect": 10,
-    "mm2py.rest_api.ui": 10,
-    "mm2py.rest_api.security": 10,
-    "mm2py.rest_api.app": 11,
-    "mm2py.rest_api.server": 11,
-    "mm2py.cli": 12,  # the command line: a module per command (run, dev, offsets, flow_offsets, audit, demo)
-    "mm2py.__main__": 13,  # python -m mm2py: the command line
-    "mm2py.command": 13,  # the command's entry: the Ctrl-C policy, then the CLI's imports
+    "mm2py.rdkafka": 4,  # the confluent-kafka admin side: admin client, its values, health, ACLs, log
+    "mm2py.stores": 5,  # the topic-backed stores, on the admin client of mm2py.rdkafka
+    "mm2py.engine": 6,
+    "mm2py.connectors": 7,
+    "mm2py.operations": 8,  # one-off operations against the clusters: translation, failover, audit...
+    "mm2py.runtime": 9,  # the worker (its REST routes reset a stopped flow's positions: an operation)
+    "mm2py.rest_api": 10,  # mm2py.rest_api.shared: what the API's parts share
+    "mm2py.rest_api.flows": 11,
+    "mm2py.rest_api.connect": 11,
+    "mm2py.rest_api.ui": 11,
+    "mm2py.rest_api.security": 11,
+    "mm2py.rest_api.app": 12,
+    "mm2py.rest_api.server": 12,
+    "mm2py.cli": 13,  # the command line: a module per command (run, dev, offsets, flow_offsets, audit, demo)
+    "mm2py.__main__": 14,  # python -m mm2py: the command line
+    "mm2py.command": 14,  # the command's entry: the Ctrl-C policy, then the CLI's imports
 }
 
 
@@ -151,15 +153,40 @@ def test_a_cycle_would_be_found() -> None:
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_kafka_client_libraries_only_in_stores_and_above() -> None:
+def test_kafka_client_libraries_only_in_rdkafka_and_above() -> None:
     for module, path in _modules():
         level = _layer(module)
-        if level is not None and level < LAYERS["mm2py.stores"]:
+        if level is not None and level < LAYERS["mm2py.rdkafka"]:
             bad = [n for n in _imports(path) if n.split(".")[0] == "confluent_kafka"]
             assert not bad, f"{module} imports {bad}"
     engine = [m for m, p in _modules() if m.startswith("mm2py.engine")
               and any(n.split(".")[0] == "confluent_kafka" for n in _imports(p))]
     assert not engine, f"engine modules import confluent_kafka: {engine}"
+
+
+def _confluent_names(path: Path) -> set[str]:
+    """The names a module imports from confluent_kafka (``from confluent_kafka import Consumer``)."""
+    return {a.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] == "confluent_kafka" for a in node.names}
+
+
+def test_rdkafka_is_the_admin_side_and_stores_the_topic_backed_stores() -> None:
+    """Issue 48: ``mm2py.rdkafka`` is the admin side, ``mm2py.stores`` the stores built on it. No
+    rdkafka module imports a store, nor confluent-kafka's Consumer or Producer (it reads and writes
+    no store topic); every store module reads or writes its topic through one of them."""
+    rdkafka = _package_modules(ROOT / "mm2py" / "rdkafka")
+    stores = [(m, p) for m, p in _package_modules(ROOT / "mm2py" / "stores") if p.name != "__init__.py"]
+    assert {m.rpartition(".")[2] for m, _ in rdkafka} >= {
+        "admin", "admin_settings", "admin_types", "cluster_health", "reachability", "acls", "log"}
+    assert len(stores) >= 5, stores
+    clients = {"Consumer", "Producer"}
+    upward = {m: names for m, p in rdkafka if (names := sorted(
+        n for n in _imported_modules(m, p) if n.split(".")[:2] == ["mm2py", "stores"]))}
+    assert not upward, f"rdkafka modules import the stores: {upward}"
+    store_clients = {m: names for m, p in rdkafka if (names := sorted(_confluent_names(p) & clients))}
+    assert not store_clients, f"rdkafka modules import a store topic's client: {store_clients}"
+    bare = [m for m, p in stores if not _confluent_names(p) & clients]
+    assert not bare, f"stores modules that read or write no topic (move them to mm2py.rdkafka?): {bare}"
 
 
 

@@ -13,7 +13,7 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.consumer_offsets import CommittedOffset, GroupRecord, OffsetCommit, OtherRecord
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin_types import GroupOffset
+from mm2py.rdkafka.admin_types import GroupOffset
 from tests.support.hypothesis_examples import examples
 
 TP = TopicPartition("orders", 0)

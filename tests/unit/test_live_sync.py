@@ -26,7 +26,7 @@ from mm2py.protocol.consumer_offsets import (
 )
 from mm2py.protocol.mm2_records import Checkpoint, OffsetSync
 from mm2py.protocol.types import TopicPartition
-from mm2py.stores.admin_types import GroupOffset
+from mm2py.rdkafka.admin_types import GroupOffset
 from mm2py.stores.commit_feed import CommitFeedRefusedError, RawRecord
 
 TP = TopicPartition("orders", 0)

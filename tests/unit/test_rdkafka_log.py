@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from mm2py.stores.rdkafka_log import LibrdkafkaLog, problem_key
+from mm2py.rdkafka.log import LibrdkafkaLog, problem_key
 
 REFUSED = ("[thrd:127.0.0.1:{port}/bootstrap]: 127.0.0.1:{port}/bootstrap: Connect to ipv4#127.0.0.1:{port} "
            "failed: Connection refused (after {ms}ms in state CONNECT)")

@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from mm2py.errors import ClusterUnreachableError
-from mm2py.stores.admin import ClusterAdmin
-from mm2py.stores.reachability import accepts_connections
+from mm2py.rdkafka.admin import ClusterAdmin
+from mm2py.rdkafka.reachability import accepts_connections
 
 
 def _closed_port() -> int:

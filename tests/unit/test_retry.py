@@ -27,13 +27,13 @@ from mm2py.engine.starts import StartRetry
 from mm2py.protocol.errors import CorruptBatchError
 from mm2py.protocol.errors_codes import NOT_ENOUGH_REPLICAS_AFTER_APPEND
 from mm2py.protocol.types import TopicPartition
+from mm2py.rdkafka import admin as admin_module
+from mm2py.rdkafka.admin import ClusterAdmin, GroupOffsetsRefusedError
+from mm2py.rdkafka.admin_types import GroupOffset
 from mm2py.retry import Backoff
 from mm2py.runtime.inprocess import TASK_RESTART_BACKOFF
 from mm2py.runtime.spark.driver.host_pool import HOST_RESUBMIT_BACKOFF
-from mm2py.stores import admin as admin_module
 from mm2py.stores import progress_repair
-from mm2py.stores.admin import ClusterAdmin, GroupOffsetsRefusedError
-from mm2py.stores.admin_types import GroupOffset
 from tests.support.fake_broker import A, FakeBroker, batch, producer_on
 
 TP = TopicPartition("t", 0)

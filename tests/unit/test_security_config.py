@@ -14,7 +14,7 @@ from mm2py.config.models import MirrorMakerConfig
 from mm2py.config.security import cluster_security, parse_jaas_config, parse_security
 from mm2py.connectors.client_settings import raw_client_settings
 from mm2py.kafka_local.security import TlsFiles, generate_tls_files
-from mm2py.stores.admin import librdkafka_config
+from mm2py.rdkafka.admin import librdkafka_config
 
 SCRAM = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
          'username="alice" password="alice-secret";')

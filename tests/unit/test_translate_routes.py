@@ -83,8 +83,8 @@ def test_what_cannot_be_translated(get: Any) -> None:
 
 def test_failback_routes(monkeypatch: pytest.MonkeyPatch) -> None:
     from mm2py.operations.failover import Row, Translation
+    from mm2py.rdkafka.admin import GroupOffset
     from mm2py.rest_api.flows import translate as translate_routes
-    from mm2py.stores.admin import GroupOffset
 
     row = Row("billing", "orders", 0, 131, "east.orders", 120, "offset-syncs", "", "back")
     monkeypatch.setattr(translate_routes, "translate_back",
@@ -126,7 +126,7 @@ def _get(app: Any, path: str) -> httpx.Response:
 
 def test_the_groups_a_failback_can_move(monkeypatch: pytest.MonkeyPatch) -> None:
     from mm2py.operations import failback
-    from mm2py.stores.admin import ClusterAdmin, GroupOffset
+    from mm2py.rdkafka.admin import ClusterAdmin, GroupOffset
 
     # a target that refuses connections: the same 503 as the failback call (no broker involved)
     down = create_app(FakeWorker(**{"west.bootstrap.servers": "127.0.0.1:1", "admin.timeout.ms": "500"}))

@@ -2,7 +2,7 @@
 
 librdkafka reports trouble with a cluster through its error callback, not through the call that
 waits: a refused TLS handshake or SASL authentication, every broker down, the last broker error.
-:class:`ClusterHealth` keeps those for one :class:`~mm2py.stores.admin.ClusterAdmin`, says when a
+:class:`ClusterHealth` keeps those for one :class:`~mm2py.rdkafka.admin.ClusterAdmin`, says when a
 waiting call should give up before its time-out (refused; unreachable for
 ``mm2py.unreachable.timeout.ms``; the process stopping), and turns the give-up into one error of
 the tree that names the cluster and why.
@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from mm2py import interrupts
 from mm2py.errors import ClusterUnreachableError, Mm2pyError, SecurityError
-from mm2py.stores.reachability import accepts_connections
+from mm2py.rdkafka.reachability import accepts_connections
 
 __all__ = ["BrokerRefusedError", "ClusterHealth", "ClusterSecurityError", "StoreError",
            "admin_calls_interrupted", "interrupt_admin_calls"]

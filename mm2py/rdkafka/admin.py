@@ -24,18 +24,18 @@ from mm2py.config.models import FlowConfig
 from mm2py.config.security import Kind, Side, cluster_security
 from mm2py.errors import Mm2pyError
 from mm2py.protocol.types import TopicPartition
-from mm2py.retry import Backoff
-from mm2py.stores.acls import TopicAclCalls
-from mm2py.stores.admin_settings import admin_settings
-from mm2py.stores.admin_types import GroupOffset, GroupState, TopicInfo, TopicSpec, in_calls
-from mm2py.stores.cluster_health import (  # noqa: F401 - re-exported: the stores' errors
+from mm2py.rdkafka.acls import TopicAclCalls
+from mm2py.rdkafka.admin_settings import admin_settings
+from mm2py.rdkafka.admin_types import GroupOffset, GroupState, TopicInfo, TopicSpec, in_calls
+from mm2py.rdkafka.cluster_health import (  # noqa: F401 - re-exported: the stores' errors
     BrokerRefusedError,
     ClusterHealth,
     ClusterSecurityError,
     StoreError,
     interrupt_admin_calls,
 )
-from mm2py.stores.rdkafka_log import LibrdkafkaLog
+from mm2py.rdkafka.log import LibrdkafkaLog
+from mm2py.retry import Backoff
 
 log = logging.getLogger(__name__)
 _RETRIABLE_GROUP_ERRORS = frozenset({
