@@ -186,12 +186,13 @@ def secured_west() -> KafkaCluster:
 #: modules that alone use a cluster (or the embedded Spark) run on one xdist worker together, so it
 #: starts once
 SHARED_CLUSTER = {"test_acl_sync": "secured", "test_oauth": "secured", "test_security": "secured",
+                  "test_strimzi_resource": "secured",
                   "test_target_waits": "test_leadership",
                   "test_spark_runtime": "local-spark", "test_spark_halting": "local-spark"}
 #: about how many seconds each slow group of tests takes (summed test durations of a full run on
 #: this 2-core machine kind): the slowest start first, so that the workers finish together
 #: instead of one starting the Spark cluster's tests last; the rest weigh 1
-SLOW = {"test_spark_cluster": 170, "local-spark": 160, "secured": 150, "test_leadership": 135,
+SLOW = {"test_spark_cluster": 170, "secured": 180, "local-spark": 160, "test_leadership": 135,
         "test_connect_differential": 75, "test_mm2_swap": 75, "test_audit": 45,
         "test_mirror_flow": 65, "test_ui_browser": 60, "test_harness": 40, "test_outage": 35,
         "test_incremental_fetch_broker": 35, "test_raw_client": 30, "test_tiered_storage": 30,

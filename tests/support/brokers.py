@@ -353,15 +353,22 @@ def wait_until(predicate: object, timeout: float, interval: float = 0.5, what: s
 
 
 class BackgroundWorker:
-    """Runs an in-process :class:`Worker` on its own event loop in a thread (tests stay synchronous)."""
+    """Runs an in-process :class:`Worker` on its own event loop in a thread (tests stay synchronous).
 
-    def __init__(self, config: object, commit_interval: float = 0.5, **worker_options: Any) -> None:
+    A worker whose start failed raises its error on entering. The worker leaves a flow whose
+    cluster could not be reached FAILED and starts it again in the background; with
+    ``all_started=True`` such a flow is an error on entering too (the worker stopped, the flow's
+    reason named), for a test whose flows must all run: it fails at once instead of timing out."""
+
+    def __init__(self, config: object, commit_interval: float = 0.5, *, all_started: bool = False,
+                 **worker_options: Any) -> None:
         import asyncio
         import threading
 
         from mm2py.runtime.inprocess import Worker
 
         self.worker = Worker(config, commit_interval=commit_interval, **worker_options)  # type: ignore[arg-type]
+        self.all_started = all_started
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()
@@ -395,7 +402,18 @@ class BackgroundWorker:
         self._started.wait(120)
         if self.error is not None:
             raise self.error
+        failed = self.failed_flows() if self.all_started else {}
+        if failed:
+            self.stop()
+            raise AssertionError("flows not started: "
+                                 + "; ".join(f"{name}: {why}" for name, why in failed.items()))
         return self
+
+    def failed_flows(self) -> dict[str, str]:
+        """Each flow left FAILED (at start, or by a background start retry), with its reason."""
+        from mm2py.engine.task_contract import TaskState
+
+        return {name: str(f.trace) for name, f in self.worker.flows.items() if f.state == TaskState.FAILED}
 
     def call(self, coro_fn: object, timeout: float = 60) -> object:
         """Run a coroutine on the worker's loop and wait for its result."""
