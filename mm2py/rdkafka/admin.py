@@ -27,7 +27,7 @@ from mm2py.protocol.types import TopicPartition
 from mm2py.rdkafka.acls import TopicAclCalls
 from mm2py.rdkafka.admin_settings import admin_settings
 from mm2py.rdkafka.admin_types import GroupOffset, GroupState, TopicInfo, TopicSpec, in_calls
-from mm2py.rdkafka.cluster_health import (  # noqa: F401 - re-exported: the stores' errors
+from mm2py.rdkafka.cluster_health import (  # noqa: F401 - re-exported: the admin side's errors
     BrokerRefusedError,
     ClusterHealth,
     ClusterSecurityError,
