@@ -141,9 +141,10 @@ class Reach:
         tree = ast.parse(path.read_text(), str(path))
         how = {m: "" for m in _imports(tree, self.known, self.origins)}
         how.update((m, "") for m in self.known if _named_after(m, path))
-        for m in reach.entries_run(tree, self.known, self.executables) | reach.routes_called(
-                tree, self.routes, self.rewrites):
-            how.setdefault(m, "via HTTP" if m.startswith("mm2py.rest_api") else "via command")
+        for m in reach.entries_run(tree, self.known, self.executables):
+            how.setdefault(m, "via command")
+        for m in reach.routes_called(tree, self.routes, self.rewrites):
+            how.setdefault(m, "via HTTP")
         for helper in sorted(m for m, h in how.items() if h == "" and m in self.support):
             for m in self.of(self.support[helper]):
                 how.setdefault(m, f"via tests/support/{self.support[helper].name}")
