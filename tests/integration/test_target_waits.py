@@ -99,7 +99,10 @@ def test_too_few_in_sync_replicas_on_the_target_is_a_wait_shown_without_alarm_th
             produce_records(east.bootstrap, waits, [*_recs("a", 100, 0), *_recs("b", 100, 1)])
             wait = 30 + 10 * took
             waiting: dict[str, dict[str, Any]] = {}
-            wait_until(lambda: len(waiting | (waiting.update(_waiting(bg)) or {})) == 2, wait, 0.1,
+            # a stopped broker also holds up what the worker asks of it (its progress commit to an
+            # internal topic with a partition there, a metadata request) for a request time-out
+            # each before the first put is answered: two of the clients' 30 s on top
+            wait_until(lambda: len(waiting | (waiting.update(_waiting(bg)) or {})) == 2, wait + 60, 0.1,
                        "both partitions named as waiting")
             for p in (0, 1):
                 entry = waiting[f"{waits}-{p}"]
