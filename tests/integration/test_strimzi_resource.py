@@ -58,6 +58,14 @@ MIRRORED_S = 40
 SYNCED_S = 10
 #: Strimzi's example resources leave replication factors to the broker (-1: its default)
 BROKER_DEFAULT = -1
+#: the Connect storage topics' factors, left to the broker (what each resource's clusters carry)
+CONNECT_STORAGE = {"config.storage.replication.factor": BROKER_DEFAULT,
+                   "offset.storage.replication.factor": BROKER_DEFAULT,
+                   "status.storage.replication.factor": BROKER_DEFAULT}
+#: the sourceConnector config the resources share (factors left to the broker, ACL sync off)
+SOURCE_CONFIG = {"replication.factor": BROKER_DEFAULT,
+                 "offset-syncs.topic.replication.factor": BROKER_DEFAULT,
+                 "sync.topic.acls.enabled": "false"}
 
 
 def mount_secret(root: Path, name: str, data: Mapping[str, str | bytes]) -> Path:
@@ -180,9 +188,7 @@ def test_tls_and_scram_sha_512_from_mounted_secrets(
             "target": {"alias": "west", "bootstrapServers": west.bootstrap, "groupId": "scram-group",
                        "configStorageTopic": "scram-configs", "offsetStorageTopic": "scram-offsets",
                        "statusStorageTopic": "scram-status",
-                       "config": {"config.storage.replication.factor": BROKER_DEFAULT,
-                                  "offset.storage.replication.factor": BROKER_DEFAULT,
-                                  "status.storage.replication.factor": BROKER_DEFAULT}},
+                       "config": {**CONNECT_STORAGE}},
             "mirrors": [{
                 "source": {
                     "alias": "secured", "bootstrapServers": secured.bootstrap_for("SASL_SSL"),
@@ -191,10 +197,7 @@ def test_tls_and_scram_sha_512_from_mounted_secrets(
                     "authentication": {"type": "scram-sha-512", "username": "alice",
                                        "passwordSecret": {"secretName": "alice", "password": "password"}},
                 },
-                "sourceConnector": {"tasksMax": 2, "config": {
-                    "replication.factor": BROKER_DEFAULT,
-                    "offset-syncs.topic.replication.factor": BROKER_DEFAULT,
-                    "sync.topic.acls.enabled": "false"}},
+                "sourceConnector": {"tasksMax": 2, "config": {**SOURCE_CONFIG}},
                 "checkpointConnector": {"tasksMax": 1, "config": {
                     "checkpoints.topic.replication.factor": BROKER_DEFAULT}},
                 "topicsPattern": f"{prefix}-.*", "groupsPattern": ".*",
@@ -255,16 +258,11 @@ def test_mutual_tls_with_a_kafka_user_certificate(
                                                   "certificate": "ca.crt"}]},
                  "authentication": {"type": "tls", "certificateAndKey": {
                      "secretName": "mirror-user", "certificate": "user.crt", "key": "user.key"}},
-                 "config": {"config.storage.replication.factor": BROKER_DEFAULT,
-                            "offset.storage.replication.factor": BROKER_DEFAULT,
-                            "status.storage.replication.factor": BROKER_DEFAULT}},
+                 "config": {**CONNECT_STORAGE}},
             ],
             "mirrors": [{
                 "sourceCluster": "east", "targetCluster": "secured",
-                "sourceConnector": {"tasksMax": 2, "config": {
-                    "replication.factor": BROKER_DEFAULT,
-                    "offset-syncs.topic.replication.factor": BROKER_DEFAULT,
-                    "sync.topic.acls.enabled": "false"}},
+                "sourceConnector": {"tasksMax": 2, "config": {**SOURCE_CONFIG}},
                 "checkpointConnector": {"tasksMax": 1, "config": {
                     "checkpoints.topic.replication.factor": BROKER_DEFAULT}},
                 "topicsPattern": f"{prefix}-.*", "groupsPattern": ".*",
@@ -336,16 +334,11 @@ def test_sync_groups_translates_committed_offsets_exactly(
             "clusters": [
                 {"alias": "east", "bootstrapServers": east.bootstrap},
                 {"alias": "west", "bootstrapServers": west.bootstrap,
-                 "config": {"config.storage.replication.factor": BROKER_DEFAULT,
-                            "offset.storage.replication.factor": BROKER_DEFAULT,
-                            "status.storage.replication.factor": BROKER_DEFAULT}},
+                 "config": {**CONNECT_STORAGE}},
             ],
             "mirrors": [{
                 "sourceCluster": "east", "targetCluster": "west",
-                "sourceConnector": {"tasksMax": 1, "config": {
-                    "replication.factor": BROKER_DEFAULT,
-                    "offset-syncs.topic.replication.factor": BROKER_DEFAULT,
-                    "sync.topic.acls.enabled": "false"}},
+                "sourceConnector": {"tasksMax": 1, "config": {**SOURCE_CONFIG}},
                 "checkpointConnector": {"tasksMax": 1, "config": {
                     "checkpoints.topic.replication.factor": BROKER_DEFAULT,
                     "sync.group.offsets.enabled": "true",
@@ -398,9 +391,7 @@ def policy_resource(east: KafkaCluster, west: KafkaCluster, prefix: str, policy:
             "target": {"alias": "west", "bootstrapServers": west.bootstrap, "groupId": "policy-group",
                        "configStorageTopic": "policy-config", "offsetStorageTopic": "policy-offset",
                        "statusStorageTopic": "policy-status",
-                       "config": {"config.storage.replication.factor": BROKER_DEFAULT,
-                                  "offset.storage.replication.factor": BROKER_DEFAULT,
-                                  "status.storage.replication.factor": BROKER_DEFAULT}},
+                       "config": {**CONNECT_STORAGE}},
             "mirrors": [{
                 "source": {"alias": "east", "bootstrapServers": east.bootstrap},
                 "sourceConnector": {"tasksMax": 2, "config": {

@@ -84,27 +84,37 @@ class RefusingTarget(MemorySink):
         return delivered
 
 
+def _sibling_task(sink: RefusingTarget, now: list[float]) -> TaskRunner:
+    """A task of TP (two batches of three) and its SIBLING (ten of one) into ``sink``, on a clock
+    the test holds (``now``), retrying after 5 s."""
+    logs = {TP: Log([batch(0, 3), batch(3, 3)], end=6),
+            SIBLING: Log([batch(i, 1) for i in range(10)], end=10)}
+    return TaskRunner(TaskSpec(None, 0, tuple(logs)), MemorySource(logs, per_fetch=1), sink,
+                      MemoryProgress(), offset_lag_max=5, commit_interval=0, retry_backoff=5.0,
+                      clock=lambda: now[0])
+
+
+async def _until(running: asyncio.Task[None], done: Callable[[], bool]) -> None:
+    while not done():
+        assert not running.done(), running.exception()
+        await asyncio.sleep(0.001)
+
+
 def test_a_refused_partition_waits_alone_its_sibling_flows_and_it_resumes_exactly_once_fixed() -> None:
     """The target refuses TP: it is offered once and then rests (the clock is held still) while its
     sibling mirrors ten more fetches, none of them waiting on TP's back-off; the status names the
     cause and what to change. Each retry after the back-off is one offer; once the target takes TP
     again, it resumes where it stopped: every record once and in order, no refusal left."""
-    logs = {TP: Log([batch(0, 3), batch(3, 3)], end=6),
-            SIBLING: Log([batch(i, 1) for i in range(10)], end=10)}
     now = [0.0]
     sink = RefusingTarget()
-    runner = TaskRunner(TaskSpec(None, 0, tuple(logs)), MemorySource(logs, per_fetch=1), sink,
-                        MemoryProgress(), offset_lag_max=5, commit_interval=0, retry_backoff=5.0,
-                        clock=lambda: now[0])
+    runner = _sibling_task(sink, now)
 
     async def mirror() -> None:
         stop = asyncio.Event()
         running = asyncio.create_task(runner.run(stop))
 
         async def until(done: Callable[[], bool]) -> None:
-            while not done():
-                assert not running.done(), running.exception()
-                await asyncio.sleep(0.001)
+            await _until(running, done)
 
         acked = runner.positions
         await until(lambda: acked().get(SIBLING) == 10)
@@ -134,22 +144,16 @@ def test_too_few_in_sync_replicas_is_waited_for_apart_from_refusals_with_no_warn
     """NOT_ENOUGH_REPLICAS rests TP alone like a refusal, but the status lists it under
     ``waiting_for_target`` (not ``refused_partitions``) and the log names it at info, never as a
     warning; once the target's replicas are back, TP resumes exactly."""
-    logs = {TP: Log([batch(0, 3), batch(3, 3)], end=6),
-            SIBLING: Log([batch(i, 1) for i in range(10)], end=10)}
     now = [0.0]
     sink = RefusingTarget(codes.NOT_ENOUGH_REPLICAS)
-    runner = TaskRunner(TaskSpec(None, 0, tuple(logs)), MemorySource(logs, per_fetch=1), sink,
-                        MemoryProgress(), offset_lag_max=5, commit_interval=0, retry_backoff=5.0,
-                        clock=lambda: now[0])
+    runner = _sibling_task(sink, now)
 
     async def mirror() -> None:
         stop = asyncio.Event()
         running = asyncio.create_task(runner.run(stop))
 
         async def until(done: Callable[[], bool]) -> None:
-            while not done():
-                assert not running.done(), running.exception()
-                await asyncio.sleep(0.001)
+            await _until(running, done)
 
         await until(lambda: runner.positions().get(SIBLING) == 10)
         assert sink.offered == [0] and runner.refused_partitions == []
