@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import gc
 import logging
 import random
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,8 +155,9 @@ class TokenProvider:
         librdkafka asks again at 80% of the lifetime left of the token it was given, and
         re-authenticates (KIP-368) with the token it holds: a token with half its lifetime or less
         left is replaced first, so librdkafka never holds one whose sessions get ever shorter."""
-        token = self.token(fresh=0.5)
-        return token.value, token.expires_at, token.principal, dict(self.settings.extensions)
+        with _no_collection_on_this_thread():
+            token = self.token(fresh=0.5)
+            return token.value, token.expires_at, token.principal, dict(self.settings.extensions)
 
     def _obtain(self, now: float) -> AccessToken:
         s = self.settings
@@ -243,3 +246,44 @@ def token_fetches() -> dict[str, int]:
     for provider in providers:
         out[provider.settings.cluster] = out.get(provider.settings.cluster, 0) + provider.fetches
     return out
+
+
+class _CollectionHold:
+    """NO_COLLECTION_ON_LIBRDKAFKA_THREADS: librdkafka calls ``oauth_cb`` on a thread of its own
+    (confluent-kafka serves it in the background, so tokens refresh without a poll). A cyclic
+    garbage collection that happens to start there may destroy another, unreachable client, and
+    librdkafka aborts the process when a client is destroyed from one of its threads (seen once in
+    a clean-clone run: "Fatal Python error: Aborted", the collection inside the token fetch). So no
+    collection starts while any such callback runs: the collector is held off, process-wide, from
+    the first callback in to the last one out, and left as it was."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: callbacks inside now, and whether the collector was on when the first came in
+        self._inside = 0
+        self._was_enabled = False
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._inside == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._inside += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0 and self._was_enabled:
+                gc.enable()
+
+
+_HOLD = _CollectionHold()
+
+
+@contextlib.contextmanager
+def _no_collection_on_this_thread() -> Iterator[None]:
+    _HOLD.enter()
+    try:
+        yield
+    finally:
+        _HOLD.leave()

@@ -239,3 +239,31 @@ def test_an_unreachable_endpoint_fails_at_once() -> None:
     with pytest.raises(TokenError) as info:
         provider.token()
     assert "cannot reach the token endpoint" in str(info.value) and SECRET not in str(info.value)
+
+
+def test_no_garbage_collection_starts_inside_librdkafkas_token_callback(tmp_path: Path) -> None:
+    """librdkafka runs ``oauth_cb`` on a thread of its own, and aborts the process when a client is
+    destroyed there; a cyclic collection starting inside the callback could do that: the collector
+    is off while the token is fetched, and as it was afterwards."""
+    import gc
+
+    path = tmp_path / "token"
+    path.write_text(jwt({"sub": "m", "iat": 1000, "exp": 1100}))
+    seen: list[bool] = []
+
+    class Watching(TokenProvider):
+        def _obtain(self, now: float) -> Any:
+            seen.append(gc.isenabled())
+            return super()._obtain(now)
+
+    provider = Watching(OAuthSettings(token_endpoint_url=f"file://{path}", cluster="east"),
+                        clock=lambda: 1000.0, rnd=lambda: 0.0)
+    assert gc.isenabled()
+    _value, expires, principal, _ = provider.librdkafka_token("")
+    assert seen == [False] and gc.isenabled() and principal == "m" and expires == 1100
+    gc.disable()  # a process that turned it off keeps it off
+    try:
+        provider.librdkafka_token("")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
