@@ -71,10 +71,6 @@ class MirrorSink:
         """The target brokers' quota throttling of this sink's producer (its THROTTLED)."""
         return self.producer.pipeline.throttles
 
-    @property
-    def throttled_ms(self) -> int:
-        return self.producer.pipeline.throttles.total_ms
-
     def target_partition(self, tp: TopicPartition) -> TopicPartition:
         name = self._names.get(tp.topic)
         if name is None:

@@ -383,7 +383,8 @@ class TaskRunner:
             raise alarm  # target.foreign (or truncated) under fail, found on an idle partition
 
     async def _commit(self, force: bool) -> None:
-        self.metrics.target_throttle_ms = getattr(self.sink, "throttled_ms", 0)  # the sink's so far
+        throttles = getattr(self.sink, "throttles", None)  # the sink's throttling so far (THROTTLED)
+        self.metrics.target_throttle_ms = throttles.total_ms if throttles is not None else 0
         if force:  # now, every partition (snapshotted on the event loop); raises if it failed
             await self.committer.now(self.committed_positions)
         else:  # in the background when due: what moved since the last periodic commit

@@ -84,10 +84,6 @@ class WatchedSink:
         """The inner sink's quota throttling (THROTTLED), for the task's ``waiting_for_target``."""
         return getattr(self.inner, "throttles", None)
 
-    @property
-    def throttled_ms(self) -> int:
-        return int(getattr(self.inner, "throttled_ms", 0))
-
     async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         return await self.inner.end_offsets(partitions)
 
