@@ -13,10 +13,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from prometheus_client.core import CollectorRegistry
 
 from mm2py.kafka_local import KafkaCluster
-from mm2py.runtime.metrics import WorkerCollector
 from tests.support.brokers import (
     BASE_TS,
     BackgroundWorker,
@@ -30,6 +28,7 @@ from tests.support.brokers import (
     unique,
     wait_until,
 )
+from tests.support.worker_metrics import partitions_flagged
 
 pytestmark = pytest.mark.integration
 
@@ -61,11 +60,7 @@ def _alarms(bg: BackgroundWorker) -> dict[str, int]:
 
 
 def _refused_metric(bg: BackgroundWorker) -> set[tuple[str, str, str]]:
-    registry = CollectorRegistry()
-    registry.register(WorkerCollector(bg.worker, partition_times=False))
-    return {(s.labels["topic"], s.labels["partition"], s.labels["cause"])
-            for family in registry.collect() if family.name == "mm2py_partition_refused"
-            for s in family.samples if s.value == 1.0}
+    return partitions_flagged(bg.worker, "mm2py_partition_refused")
 
 
 def test_refused_partitions_are_named_wait_alone_and_resume_by_themselves_once_fixed(

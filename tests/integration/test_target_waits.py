@@ -17,11 +17,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from prometheus_client.core import CollectorRegistry
 
 from mm2py.kafka_local import KafkaCluster
 from mm2py.kafka_local.jars import java_executable, resolve_jars
-from mm2py.runtime.metrics import WorkerCollector
 from tests.support.brokers import (
     BASE_TS,
     BackgroundWorker,
@@ -35,6 +33,7 @@ from tests.support.brokers import (
     unique,
     wait_until,
 )
+from tests.support.worker_metrics import partitions_flagged
 
 pytestmark = pytest.mark.integration
 
@@ -64,11 +63,7 @@ def _waiting(bg: BackgroundWorker) -> dict[str, dict[str, Any]]:
 
 
 def _waiting_metric(bg: BackgroundWorker) -> set[tuple[str, str, str]]:
-    registry = CollectorRegistry()
-    registry.register(WorkerCollector(bg.worker, partition_times=False))
-    return {(s.labels["topic"], s.labels["partition"], s.labels["cause"])
-            for family in registry.collect() if family.name == "mm2py_partition_waiting"
-            for s in family.samples if s.value == 1.0}
+    return partitions_flagged(bg.worker, "mm2py_partition_waiting")
 
 
 def test_too_few_in_sync_replicas_on_the_target_is_a_wait_shown_without_alarm_that_resumes_exactly(
