@@ -371,7 +371,11 @@ def test_remote_topics_are_created_with_the_sources_configs_when_config_sync_is_
                             config_filter=ConfigPropertyFilter.from_config())
     plan = controller.refresh()
     assert sorted(plan.created) == sorted([f"east.{kept}", f"east.{table}"])
-    made = target.topic_configs([f"east.{kept}", f"east.{table}", f"east.{theirs}"])
+    # a topic just created can be unknown for a moment to the broker asked for its configs
+    made: dict[str, dict[str, str]] = {}
+    wait_until(lambda: len(made | (made.update(target.topic_configs([f"east.{kept}", f"east.{table}",
+                                                                      f"east.{theirs}"])) or {})) == 3,
+               30, 0.1, "the remote topics' configs")
     assert made[f"east.{kept}"]["retention.ms"] == "-1"
     assert made[f"east.{table}"]["cleanup.policy"] == "compact"
     assert made[f"east.{theirs}"]["retention.ms"] == "3600000"  # created beforehand: left as it is

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -266,18 +267,29 @@ def _task_log(cluster: SparkStandaloneCluster, app_id: str, worker: str) -> tupl
     return text.count("Executor: Running task"), text.count("Executor: Finished task")
 
 
-def _copying_on(cluster: SparkStandaloneCluster, app_id: str, west: KafkaCluster, topic: str) -> str | None:
-    """The worker on which a Spark task ran all through a short window in which every target
-    partition grew (with one task per partition, that task was producing: not starting up, not
-    done), or None. Spark places the leases: both may run on one worker."""
-    workers = [w.name for w in cluster.workers]
-    tasks, before = {w: _task_log(cluster, app_id, w) for w in workers}, _target_ends(west, topic)
+_PLACED = re.compile(r" lease (\S+) started for \d+ partitions on mirror host \S+ \(\S+:(\d+)\)")
+
+
+def _lease_holders(log: Path) -> dict[str, int]:
+    """The leases the driver placed on mirror hosts and has not given up: lease id -> the pid of
+    the host's process (the driver's INFO lines)."""
+    text = log.read_text(errors="replace")
+    placed = {m[1]: int(m[2]) for m in _PLACED.finditer(text)}
+    return {lease: pid for lease, pid in placed.items() if f" lease {lease} given up (" not in text}
+
+
+def _copying_on(cluster: SparkStandaloneCluster, app_id: str, west: KafkaCluster, topic: str,
+                driver_log: Path) -> str | None:
+    """A worker whose mirror host holds a lease while every target partition grows through a short
+    window (copying, not starting up, not done), or None. The driver places the leases: both may
+    be on one host, and a host may hold none."""
+    before = _target_ends(west, topic)
     time.sleep(0.4)
     after = _target_ends(west, topic)
-    running = {w: _task_log(cluster, app_id, w) for w in workers}
     if len(after) < 2 or not all(end > before.get(p, 0) for p, end in after.items()):
         return None
-    return next((w for w in workers if running[w] == tasks[w] and tasks[w][0] > tasks[w][1]), None)
+    holders = [cluster.worker_running(app_id, pid) for pid in _lease_holders(driver_log).values()]
+    return next((w for w in holders if w is not None), None)
 
 
 #: records per partition of the worker-kill test's backlog
@@ -303,12 +315,12 @@ def test_a_worker_killed_mid_copy_loses_nothing_and_duplicates_nothing(
         copying: list[str] = []
 
         def copying_on_a_worker() -> bool:
-            copying[:] = filter(None, [_copying_on(cluster, app, west, topic)])
+            copying[:] = filter(None, [_copying_on(cluster, app, west, topic, driver.log)])
             return bool(copying)
 
         try:  # the executors' JVMs and Python daemons start first: a minute on a loaded 2-core host
             wait_until(copying_on_a_worker, cluster.paced(180), 0.05,
-                       "both partitions copied, one by a task on a worker")
+                       "both partitions copied, a lease on a worker's mirror host")
         except AssertionError as exc:
             tasks = {w.name: _task_log(cluster, app, w.name) for w in cluster.workers}
             raise AssertionError(f"{exc}: Spark tasks (started, finished) {tasks}, target ends "

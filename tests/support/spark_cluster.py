@@ -292,6 +292,10 @@ class SparkStandaloneCluster:
         """The stderr logs of ``app_id``'s executors, by worker name (executors log INFO there)."""
         return {w.name: sorted((w.workdir / app_id).glob("*/stderr")) for w in self.workers}
 
+    def worker_running(self, app_id: str, pid: int) -> str | None:
+        """The worker on which process ``pid`` works for ``app_id``'s executors (None: no worker's)."""
+        return next((w.name for w in self.workers if pid in _tree(None, w.workdir / app_id)), None)
+
     def app_processes(self, app_id: str) -> list[int]:
         """The live processes of ``app_id``'s executors on every worker (JVMs and Python workers)."""
         found: set[int] = set()

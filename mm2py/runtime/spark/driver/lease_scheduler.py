@@ -264,8 +264,14 @@ class LeaseScheduler:
                 self._lost_on_host(lease.lease_id, f"its mirror host {host.host_id} hung up")
         else:
             self._jobs[lease.lease_id] = asyncio.create_task(self._job(flow, task, work))
-        log.debug("%s task %d: lease %s started for %d partitions%s", flow.name, task.task_id,
-                  lease.lease_id, len(partitions), f" on {host.host_id}" if host is not None else "")
+        # on a mirror host a lease runs until it moves (INFO: which process mirrors what); a lease
+        # run as its own Spark job is renewed every lease interval (DEBUG)
+        where, level = "", logging.DEBUG
+        if host is not None:
+            where = f" on mirror host {host.host_id} ({host.line.executor if host.line else '?'})"
+            level = logging.INFO
+        log.log(level, "%s task %d: lease %s started for %d partitions%s", flow.name, task.task_id,
+                lease.lease_id, len(partitions), where)
 
     async def _job(self, flow: SparkFlowRunner, task: SparkTask, work: LeaseWork) -> None:
         loop = asyncio.get_running_loop()
