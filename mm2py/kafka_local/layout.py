@@ -90,6 +90,8 @@ def server_properties(node: KafkaNode, voters: str, size: int) -> dict[str, str]
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",
         "log.cleaner.backoff.ms": "1000",
+        # retention is checked every 2 s, not every 5 minutes: a test sees it within its waits
+        "log.retention.check.interval.ms": "2000",
         "num.network.threads": "2",
         "num.io.threads": "4",
         # the active controller appends a no-op record when the metadata log was idle this long

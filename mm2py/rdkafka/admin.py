@@ -194,18 +194,24 @@ class ClusterAdmin(TopicAclCalls):
         """Each topic's ``max.message.bytes`` as the brokers apply it (set on the topic, or the
         broker's ``message.max.bytes`` default): the largest batch it accepts. A topic that cannot
         be described (absent, not allowed) is left out."""
+        key = "max.message.bytes"
+        return {t: int(c[key]) for t, c in self.applied_configs(topics, (key,)).items() if key in c}
+
+    def applied_configs(self, topics: Iterable[str], keys: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Each topic's ``keys`` as the brokers apply them (set on the topic, on the broker, or
+        Kafka's defaults). A topic that cannot be described (absent, not allowed) is left out."""
         resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
-        out: dict[str, int] = {}
+        wanted = frozenset(keys)
+        out: dict[str, dict[str, str]] = {}
         if not resources:
             return out
         for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
             try:
-                entry = self._result(fut, f"describing configs of {res.name}").get("max.message.bytes")
+                entries = self._result(fut, f"describing configs of {res.name}")
             except KafkaException as exc:
                 log.warning("describe configs of %s on %s: %s", res.name, self.alias, exc)
                 continue
-            if entry is not None and entry.value is not None:
-                out[res.name] = int(entry.value)
+            out[res.name] = {k: v.value for k, v in entries.items() if k in wanted and v.value is not None}
         return out
 
     def create_topics(self, topics: Iterable[TopicSpec]) -> list[str]:

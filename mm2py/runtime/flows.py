@@ -151,7 +151,8 @@ class FlowRunnerBase(Generic[T]):
         self._stop = asyncio.Event()
         self._checkpointing: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
-        self._pruner: SyncHistoryPruner | None = None
+        #: the sync history's pruner, which also raises target.retention (made at its first turn)
+        self.pruner: SyncHistoryPruner | None = None
         self._refresh_lock = asyncio.Lock()
         #: the internal topics to create with the next plan (set by start, taken by _plan)
         self._internal_topics: list[Callable[[], None]] = []
@@ -241,9 +242,9 @@ class FlowRunnerBase(Generic[T]):
         return jobs
 
     async def _prune_history(self) -> None:
-        if self._pruner is None:
-            self._pruner = await asyncio.to_thread(SyncHistoryPruner, self.flow)
-        await asyncio.to_thread(self._pruner.prune)
+        if self.pruner is None:
+            self.pruner = await asyncio.to_thread(SyncHistoryPruner, self.flow)
+        await asyncio.to_thread(self.pruner.prune)
 
     def _start_checkpoints(self) -> None:
         """MM2's checkpoint connector for this flow, when it emits checkpoints or syncs group
@@ -260,8 +261,8 @@ class FlowRunnerBase(Generic[T]):
             self._refresher.cancel()
             with contextlib.suppress(BaseException):
                 await self._refresher
-        if self._pruner is not None:
-            pruner, self._pruner = self._pruner, None
+        if self.pruner is not None:
+            pruner, self.pruner = self.pruner, None
             await asyncio.to_thread(pruner.close)
         if self.acl_sync is not None:
             await self.acl_sync.stop()
@@ -296,6 +297,9 @@ class FlowRunnerBase(Generic[T]):
                 "tasks": tasks,
                 "checkpoints": self.checkpoints.status() if self.checkpoints else None,
                 "acl_sync": self.acl_sync.status() if self.acl_sync else None,
+                # target.retention: records the target deleted that the source still holds, each
+                # with the remote topic's setting that did it (connectors/sync_history.py)
+                "target_retention": self.pruner.retention_status() if self.pruner else [],
             }
 
     def status_line(self) -> str:

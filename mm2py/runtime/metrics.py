@@ -131,6 +131,7 @@ class WorkerCollector(Collector):
             yield from self._time_metrics()
         yield from self._checkpoint_metrics()
         yield from self._acl_metrics()
+        yield from self._retention_metrics()
         yield from _client_metrics()
         codec = CounterMetricFamily(
             "mm2py_codec_operations",
@@ -202,6 +203,23 @@ class WorkerCollector(Collector):
                 for name, family in counters.items():
                     family.add_metric([flow_name], float(getattr(acl_sync.metrics, name)))
         yield from counters.values()
+
+    def _retention_metrics(self) -> Iterator[Metric]:
+        """The target.retention alarm (connectors/sync_history.py): raised so far per flow, and the
+        offsets each remote partition lost that its source still holds."""
+        raised = CounterMetricFamily("mm2py_alarm_target_retention", "target.retention alarms: the target "
+                                     "deleted records its source still holds", labels=["flow"])
+        lost = GaugeMetricFamily("mm2py_target_retention_offsets", "Offsets the target deleted that the "
+                                 "source still holds", labels=["flow", "topic", "partition"])
+        for flow_name, flow in self.flows.items():
+            pruner = getattr(flow, "pruner", None)  # None: no sync history kept (yet)
+            if pruner is not None:
+                raised.add_metric([flow_name], float(pruner.retention_alarms))
+                for loss, _cause in pruner.retention_losses.values():
+                    lost.add_metric([flow_name, loss.partition.topic, str(loss.partition.partition)],
+                                    float(loss.offsets))
+        yield raised
+        yield lost
 
 
 def _client_metrics() -> Iterator[Metric]:
