@@ -65,8 +65,10 @@ def test_the_heartbeat_keys_are_settings_of_a_flow() -> None:
                                   "heartbeats.topic.replication.factor": 1})
     assert (changed.emit_heartbeats_enabled, changed.emit_heartbeats_interval_seconds,
             changed.heartbeats_topic_replication_factor) == (False, 7, 1)
-    assert HEARTBEAT_KEYS == {"emit.heartbeats.enabled", "emit.heartbeats.interval.seconds",
-                              "heartbeats.topic.replication.factor"}
+    changed = flow.with_settings(dict.fromkeys(HEARTBEAT_KEYS, 2) | {"emit.heartbeats.enabled": False})
+    assert changed != flow, "a heartbeat key is no setting of a flow"
+    settings = {f.alias for f in FlowConfig.model_fields.values()}
+    assert not HEARTBEAT_KEYS - settings
 
 
 def _quiet_config() -> MirrorMakerConfig:
