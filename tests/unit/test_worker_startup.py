@@ -1,7 +1,7 @@
 """mm2py.runtime.worker_startup without brokers: which pairs get a heartbeat emitter, and the flows'
 first start (a flow whose cluster is unreachable started again in the background with back-off until
 it starts, dropped once replaced; any other failure stops the worker). The emitters' heartbeats on
-real clusters: tests/integration/test_heartbeats.py."""
+real clusters: tests/integration/test_heartbeat.py."""
 
 from __future__ import annotations
 
