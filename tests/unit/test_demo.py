@@ -2,7 +2,7 @@
 examples/east-to-west.properties (only the addresses differ), and a bad argument is refused before
 any cluster starts. (Running the demo starts the dev clusters on fixed ports and mirrors every topic
 of east: not something the shared test clusters can host; its offsets table's reader is checked on a
-real broker in tests/integration/test_demo.py.)"""
+real broker in tests/integration/test_demo_end_offsets.py.)"""
 
 from __future__ import annotations
 

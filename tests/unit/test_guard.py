@@ -83,7 +83,7 @@ def basic(tmp_path: Path) -> BasicAuth:
 
 
 def _connect(path: str) -> bool:
-    return path.startswith("/connectors")
+    return path.startswith("/c")
 
 
 async def test_without_credentials_the_caller_is_anonymous_or_the_certificates_subject(
@@ -91,14 +91,14 @@ async def test_without_credentials_the_caller_is_anonymous_or_the_certificates_s
     app = App()
     guard = Guard(app, settings=_settings(frozenset({"CN=viewer"})), in_connect=_connect)
     caplog.set_level(logging.INFO, AUDIT_LOGGER)
-    assert (await _call(guard, "POST", "/flows"))[0] == 200
-    status, _, body = await _call(guard, "POST", "/connectors", cert="CN=viewer,O=acme")
+    assert (await _call(guard, "POST", "/f"))[0] == 200
+    status, _, body = await _call(guard, "POST", "/c", cert="CN=viewer,O=acme")
     assert status == 403 and body is not None
     assert body["error_code"] == 403 and "CN=viewer,O=acme may read but not change" in body["message"]
-    assert app.calls == [("POST", "/flows")]
+    assert app.calls == [("POST", "/f")]
     lines = [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER]
-    assert lines == ['REST change: caller="anonymous" method=POST path=/flows status=200 client=10.0.0.7',
-                     'REST change: caller="CN=viewer,O=acme" method=POST path=/connectors status=403 '
+    assert lines == ['REST change: caller="anonymous" method=POST path=/f status=200 client=10.0.0.7',
+                     'REST change: caller="CN=viewer,O=acme" method=POST path=/c status=403 '
                      'client=10.0.0.7']
 
 
@@ -107,39 +107,39 @@ async def test_basic_credentials_are_checked_and_a_refusal_carries_connects_chal
     app = App()
     guard = Guard(app, settings=_settings(frozenset({"bob"})), in_connect=_connect, basic=basic)
     caplog.set_level(logging.INFO, AUDIT_LOGGER)
-    assert (await _call(guard, "GET", "/connectors", _basic("alice", "pw-a")))[0] == 200
+    assert (await _call(guard, "GET", "/c", _basic("alice", "pw-a")))[0] == 200
     for auth, words in [(None, "needs credentials: HTTP Basic"), (_basic("alice", "wrong"), "is wrong"),
                         ("Basic !!!", "malformed Basic"), ("Bearer rw:x", "does not take: use HTTP Basic")]:
-        status, headers, body = await _call(guard, "DELETE", "/connectors/x", auth)
+        status, headers, body = await _call(guard, "DELETE", "/c/x", auth)
         assert status == 401 and body is not None and words in body["message"], (auth, body)
         assert headers[b"www-authenticate"] == [b'Basic realm="KafkaConnect", charset="UTF-8"']
-    status, _, body = await _call(guard, "GET", "/flows", _basic("bob", "nope"))
+    status, _, body = await _call(guard, "GET", "/f", _basic("bob", "nope"))
     assert status == 401 and body == {"error": "the user name or password is wrong"}, "not a Connect route"
     # bob may read, and validate a config (it changes nothing), but not change
-    assert (await _call(guard, "GET", "/flows", _basic("bob", "pw-b")))[0] == 200
-    validate = "/connector-plugins/X/config/validate/"
+    assert (await _call(guard, "GET", "/f", _basic("bob", "pw-b")))[0] == 200
+    validate = "/c-plugins/X/config/validate/"
     assert (await _call(guard, "PUT", validate, _basic("bob", "pw-b")))[0] == 200
-    assert (await _call(guard, "PUT", "/connectors/x/pause", _basic("bob", "pw-b")))[0] == 403
-    assert (await _call(guard, "PUT", "/connectors/x/pause", _basic("alice", "pw-a")))[0] == 200
-    assert ("PUT", "/connectors/x/pause") in app.calls and ("DELETE", "/connectors/x") not in app.calls
+    assert (await _call(guard, "PUT", "/c/x/pause", _basic("bob", "pw-b")))[0] == 403
+    assert (await _call(guard, "PUT", "/c/x/pause", _basic("alice", "pw-a")))[0] == 200
+    assert ("PUT", "/c/x/pause") in app.calls and ("DELETE", "/c/x") not in app.calls
     lines = [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER]
     assert len(lines) == 7, lines  # every change, refused or not; no line for a read
-    assert lines[0].startswith('REST change: caller="-" method=DELETE path=/connectors/x status=401')
+    assert lines[0].startswith('REST change: caller="-" method=DELETE path=/c/x status=401')
     assert all("pw-" not in line for line in lines)
 
 
 async def test_bearer_tokens_name_the_caller_and_a_refused_one_says_invalid_token(basic: BasicAuth) -> None:
     app = App()
     guard = Guard(app, settings=_settings(), in_connect=_connect, basic=basic, tokens=Tokens())
-    assert (await _call(guard, "POST", "/flows", "Bearer rw:carol"))[0] == 200
-    status, _, body = await _call(guard, "POST", "/flows", "Bearer ro:dave")
+    assert (await _call(guard, "POST", "/f", "Bearer rw:carol"))[0] == 200
+    status, _, body = await _call(guard, "POST", "/f", "Bearer ro:dave")
     assert status == 403 and body == {"error": "dave may read but not change anything "
                                                "(mm2py.rest.read.only.users): nothing was changed"}
-    status, headers, _ = await _call(guard, "GET", "/flows", "Bearer forged")
+    status, headers, _ = await _call(guard, "GET", "/f", "Bearer forged")
     assert status == 401
     assert headers[b"www-authenticate"] == [b'Basic realm="KafkaConnect", charset="UTF-8"',
                                             b'Bearer realm="mm2py", error="invalid_token"']
-    status, headers, body = await _call(guard, "GET", "/flows")
+    status, headers, body = await _call(guard, "GET", "/f")
     assert status == 401 and body is not None and "HTTP Basic or a Bearer token" in body["error"]
     assert headers[b"www-authenticate"] == [b'Basic realm="KafkaConnect", charset="UTF-8"',
                                             b'Bearer realm="mm2py"']
@@ -151,7 +151,7 @@ async def test_with_tokens_only_the_pages_shell_is_open_without_one_and_nothing_
     guard = Guard(app, settings=_settings(), in_connect=_connect, tokens=Tokens())
     for path in ("/ui", "/ui/", "/ui/app.js", "/ui/style.css"):
         assert (await _call(guard, "GET", path))[0] == 200, path
-    assert (await _call(guard, "GET", "/ui/state"))[0] == 401
+    assert (await _call(guard, "GET", "/ui/data"))[0] == 401
     assert (await _call(guard, "POST", "/ui"))[0] == 401
     assert app.calls == [("GET", p) for p in ("/ui", "/ui/", "/ui/app.js", "/ui/style.css")]
 
@@ -160,9 +160,9 @@ async def test_a_failing_app_is_audited_as_500(caplog: pytest.LogCaptureFixture)
     guard = Guard(App(fail=True), settings=_settings(), in_connect=_connect)
     caplog.set_level(logging.INFO, AUDIT_LOGGER)
     with pytest.raises(RuntimeError, match="the app failed"):
-        await _call(guard, "PATCH", "/flows/a")
+        await _call(guard, "PATCH", "/f/a")
     assert [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER] == [
-        'REST change: caller="anonymous" method=PATCH path=/flows/a status=500 client=10.0.0.7']
+        'REST change: caller="anonymous" method=PATCH path=/f/a status=500 client=10.0.0.7']
 
 
 async def test_non_http_scopes_pass_through_unchecked() -> None:
