@@ -73,6 +73,9 @@ def test_skipped_offsets_are_noted_as_gaps() -> None:
     with_gap = Side(0, 100)
     with_gap.add(batches(3, 4, gaps=[1]), next_offset=15)  # 0-3, then 7-10: 4-6 were left out
     assert with_gap.gaps_seen
+    one_offset = Side(0, 100)
+    one_offset.add(batches(1, 4) + batches(1, 4, start=5), next_offset=9)  # offset 4 left out
+    assert one_offset.gaps_seen
     filtered_at_end = Side(0, 100)
     filtered_at_end.add(batches(2, 4), next_offset=12)  # the fetch moved past 8-11 with no batch
     assert filtered_at_end.gaps_seen and filtered_at_end.fetch_next == 12
