@@ -6,7 +6,9 @@ agrees, record by record."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +21,9 @@ from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient
 
+from mm2py.config.errors import ConfigError
 from mm2py.kafka_local import KafkaCluster
+from mm2py.operations.audit.run import audit_flow
 from tests.support.brokers import (
     BASE_TS,
     BackgroundWorker,
@@ -126,6 +130,20 @@ def test_a_mirrored_set_of_topics_agrees(east: KafkaCluster, west: KafkaCluster,
     assert parts[(txn, 0)]["source_verified"] == {"first": 0, "last": 213}  # markers, aborted records
     assert parts[(txn, 0)]["target_verified"] == {"first": 0, "last": visible - 1}
     assert report["anchors"]["offset_syncs"] > 0 and report["source_bytes"] > 4_000_000
+
+    # the same audit in process (mm2py.operations.audit.run), of the topics a pattern selects
+    flow = mirror_config(_clusters(east, west), flows).flows["east->west"]  # type: ignore[attr-defined]
+    subset = asyncio.run(audit_flow(flow, re.compile(re.escape(small))))
+    assert (subset.flow, subset.source, subset.target) == ("east->west", "east", "west")
+    assert subset.verdict == "agree", subset.partitions
+    assert sorted((p.topic, p.partition, p.target_topic) for p in subset.partitions) == [
+        (small, 0, f"east.{small}"), (small, 1, f"east.{small}")]
+    assert sum(p.records_compared for p in subset.partitions) == 4000
+    assert subset.source_bytes == sum(p.source_bytes for p in subset.partitions) > 0
+    assert 0 <= subset.compare_seconds <= subset.seconds
+    with pytest.raises(ConfigError, match=r"no topic matching '.*nothing-here' on 'east' is one flow") as err:
+        asyncio.run(audit_flow(flow, re.compile(f"{prefix}-nothing-here")))
+    assert err.value.key == "--topics"
 
 
 def test_a_record_produced_into_the_remote_topic_is_named_at_its_offset(
