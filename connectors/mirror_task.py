@@ -161,7 +161,8 @@ class FlowClients:
 
 
 def _linger(flow: FlowConfig) -> Linger:
-    return Linger(flow.fetch_linger_ms / 1000, flow.fetch_linger_bytes, flow.fetch_linger_partition_us / 1e6)
+    return Linger(flow.fetch_linger_ms / 1000, flow.fetch_linger_bytes, flow.fetch_linger_partition_us / 1e6,
+                  flow.fetch_linger_partitions_min)
 
 
 async def build_task(

@@ -28,6 +28,8 @@ class Linger:
     seconds: float = 0.0
     bytes: int = 0
     per_partition: float = 0.0
+    #: the per-partition part counts at least this many (a process pacing as one holding more)
+    min_partitions: int = 0
 
     def delay(self, partitions: int) -> float:
-        return max(self.seconds, self.per_partition * partitions)
+        return max(self.seconds, self.per_partition * max(partitions, self.min_partitions))

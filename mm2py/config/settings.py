@@ -121,6 +121,9 @@ class FlowSettings(BaseModel):
     #: a second)
     fetch_linger_partition_us: float = Field(25.0, alias="mm2py.fetch.linger.partition.us", ge=0,
                                              le=10_000)
+    #: ... counting at least this many partitions (a process holding part of a flow paces as one
+    #: holding all of it: the Spark driver sets the flow's partition count on its mirror hosts)
+    fetch_linger_partitions_min: int = Field(0, alias="mm2py.fetch.linger.partitions.min", ge=0)
     #: incremental fetch sessions (KIP-227) with the source brokers; false: every fetch names every
     #: partition (for a broker that misbehaves with sessions)
     fetch_sessions_enabled: bool = Field(True, alias="mm2py.fetch.sessions.enabled")

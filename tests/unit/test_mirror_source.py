@@ -120,6 +120,9 @@ async def test_a_small_fetch_over_many_partitions_lingers_longer() -> None:
     await source.poll({GOOD: 7})
     assert time.monotonic() - started >= 0.19, "the wait did not grow with the partitions fetched"
     assert Linger(0.002, 0, 0.0001).delay(40) == 0.004 and Linger(0.002, 0, 0.0001).delay(4) == 0.002
+    # a process pacing as one holding a whole flow of 1,000 partitions (a Spark mirror host)
+    assert Linger(0.002, 0, 0.0001, min_partitions=1000).delay(40) == 0.1
+    assert Linger(0.002, 0, 0.0001, min_partitions=1000).delay(2000) == 0.2
 
 
 async def test_a_topic_whose_id_changed_is_reported_recreated_once_from_the_new_topics_start() -> None:

@@ -43,7 +43,7 @@ class FlowSettings:
     """A flow's configuration as far as a lease's work carries it (pickled to the host)."""
 
     name: str = "f"
-    fetch_linger_partition_us: float = 25.0
+    fetch_linger_partitions_min: int = 0
 
     def model_copy(self, update: dict[str, Any]) -> FlowSettings:
         return dataclasses.replace(self, **update)
@@ -59,6 +59,9 @@ class FakeFlow:
         self.tasks = {i: SparkTask(i, parts) for i, parts in tasks.items()}
         self.absorbed: list[LeaseResult] = []
         self.failed: list[str] = []
+
+    def partition_count(self) -> int:
+        return sum(len(t.partitions) for t in self.tasks.values())
 
     def absorb_lease(self, result: LeaseResult, now: float) -> None:
         self.absorbed.append(result)
@@ -76,7 +79,7 @@ class FakeHosts:
 
     def __init__(self) -> None:
         self.placed: dict[str, list[str]] = {}  # host id -> the leases placed on it, in order
-        self.pacing: list[float] = []  # each placed lease's mm2py.fetch.linger.partition.us
+        self.pacing: list[int] = []  # each placed lease's mm2py.fetch.linger.partitions.min
         self.killed: set[str] = set()  # hosts killed: their socket closed, their job failed
         self.socks: dict[str, socket.socket] = {}
         self.lock = threading.Lock()
@@ -106,7 +109,7 @@ class FakeHosts:
                 if isinstance(msg, StartLease):
                     with self.lock:
                         self.placed[work.host_id].append(msg.lease)
-                        self.pacing.append(pickle.loads(msg.work).spec.flow.fetch_linger_partition_us)
+                        self.pacing.append(pickle.loads(msg.work).spec.flow.fetch_linger_partitions_min)
                     send(Hello(msg.lease, work.token))
                 elif isinstance(msg, Ack) and msg.lease:  # HELLO accepted: the task is built
                     send(Ready(msg.lease, work.token))
@@ -233,7 +236,9 @@ async def test_four_leases_even_out_over_a_joining_host_in_two_moves_and_stay() 
             await asyncio.sleep(0.01)
         assert sched.started == 6, f"{sched.started - 4} moves for two"
         assert sorted(h.load for h in pool.hosts.values()) == [4, 4]
-        # HOSTS_PACE_AS_ONE: one host, the flow's pacing; two, each host's fetches twice as far apart
-        assert hosts.pacing == [25.0] * 4 + [50.0] * 2
+        # HOSTS_PACE_AS_ONE: every lease paces as one process of the flow's eight partitions,
+        # whether placed before the second host was counted or after (one configuration: the
+        # leases on a host share one fetch session)
+        assert hosts.pacing == [8] * 6
     finally:
         await sched.stop(timeout=5)

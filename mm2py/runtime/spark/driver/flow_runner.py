@@ -137,6 +137,10 @@ class SparkFlowRunner(FlowRunnerBase[SparkTask]):
             return plan_round(self.flow, assignment, ends, self.positions, budget=self.round_seconds,
                               commit_interval=self.commit_interval, hold=hold)
 
+    def partition_count(self) -> int:
+        """The partitions the flow's tasks mirror now (its leases pace as one process of them)."""
+        return sum(len(task.partitions) for task in self.tasks.values())
+
     def absorb(self, result: RoundResult, now: float) -> None:
         with self._lock:
             task = self.tasks.setdefault(result.task_id, SparkTask(result.task_id))

@@ -71,18 +71,18 @@ class LeaseSettings:
     renew_in_place: bool = False
 
 
-def paced_as_one(flow: FlowConfig, hosts: int) -> FlowConfig:
-    """HOSTS_PACE_AS_ONE: the flow as ``hosts`` mirror hosts run it, each pacing its fetch sessions
-    as though it held all of the flow's partitions (``mm2py.fetch.linger.partition.us`` times the
-    hosts). A host paces by its own partition count, and a source broker reads every partition of
-    a session at each fetch: unscaled, n hosts of 1/n of the partitions each would fetch n times as
-    often, the brokers reading n times the partitions a second of one process (two hosts of 1,000
-    partitions: 63 Fetch/s against 15). The same for every lease of a flow while the host count
-    holds, so its leases on a host share one set of clients (SHARED_UNTIL_LAST)."""
-    if hosts <= 1:
-        return flow
-    per_partition = min(10_000.0, flow.fetch_linger_partition_us * hosts)
-    return flow.model_copy(update={"fetch_linger_partition_us": per_partition})
+def paced_as_one(flow: FlowConfig, partitions: int) -> FlowConfig:
+    """HOSTS_PACE_AS_ONE: the flow as mirror hosts run it, each pacing its fetch sessions as though
+    it held all of the flow's ``partitions`` (``mm2py.fetch.linger.partitions.min``). A host paces
+    by its own partition count, and a source broker reads every partition of a session at each
+    fetch: unscaled, n hosts of 1/n of the partitions each would fetch n times as often, the
+    brokers reading n times the partitions a second of one process (two hosts of 1,000 partitions:
+    63 Fetch/s against 15). It depends on the flow alone, not on how many hosts run now (counted
+    again as executors join): every lease of the flow carries the same configuration, so its
+    leases on a host share one set of clients, one fetch session (SHARED_UNTIL_LAST). Scaled by
+    the host count instead, leases placed before the second executor was counted kept a session
+    paced for one host beside the later leases' (52 Fetch/s where one process sends 18)."""
+    return flow.model_copy(update={"fetch_linger_partitions_min": partitions})
 
 
 class LeaseScheduler:
@@ -245,7 +245,7 @@ class LeaseScheduler:
                 return
         lease = self.table.start(flow.name, task.task_id, partitions, now)
         s = self.settings
-        config = flow.flow if self.hosts is None else paced_as_one(flow.flow, self.hosts.wanted())
+        config = flow.flow if self.hosts is None else paced_as_one(flow.flow, flow.partition_count())
         work = LeaseWork(
             TaskSpec(config, task.task_id, tuple(sorted(partitions))), lease.lease_id,
             self.coordinator.address, self.coordinator.token, commit_interval=s.commit_interval,
