@@ -29,6 +29,7 @@ from tests.support.brokers import (
     mirror_config,
     produce_records,
     read_all,
+    start_offsets,
     unique,
     wait_until,
 )
@@ -44,16 +45,6 @@ def _history(tag: str, partition: int) -> list[Rec]:
     year_ago = int(time.time() * 1000) - 365 * 24 * HOUR_MS
     return [Rec(f"{tag}-{i}".encode(), f"{tag}-{i}".encode(), (), year_ago + i * HOUR_MS // 6, partition)
             for i in range(RECORDS)]
-
-
-def _log_start(bootstrap: str, topic: str) -> dict[int, int]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("start")})
-    try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[0] for p in (0, 1)}
-    finally:
-        c.close()
 
 
 def test_records_the_target_deletes_while_the_source_keeps_them_raise_target_retention_with_the_cause(
@@ -79,7 +70,7 @@ def test_records_the_target_deletes_while_the_source_keeps_them_raise_target_ret
                                       for t in (kept, theirs)), 120, 0.2, "every record on the target")
         wait = 30 + 10 * took
         # the broker's retention deletes the rolled segments of the topic made with its 7 days
-        wait_until(lambda: all(s > 0 for s in _log_start(west.bootstrap, f"east.{theirs}").values()), wait,
+        wait_until(lambda: all(s > 0 for s in start_offsets(west.bootstrap, f"east.{theirs}").values()), wait,
                    0.2, "the target's retention to delete year-old segments")
         status: dict[str, Any] = {}
 
@@ -88,7 +79,7 @@ def test_records_the_target_deletes_while_the_source_keeps_them_raise_target_ret
             return len(status["target_retention"]) == 2
 
         wait_until(alarmed, wait, 0.2, "target.retention for both partitions in the flow's status")
-        starts = _log_start(west.bootstrap, f"east.{theirs}")
+        starts = start_offsets(west.bootstrap, f"east.{theirs}")
         for entry in status["target_retention"]:
             p = int(entry["partition"].rsplit("-", 1)[1])
             assert entry["partition"] == f"{theirs}-{p}"
@@ -111,7 +102,7 @@ def test_records_the_target_deletes_while_the_source_keeps_them_raise_target_ret
         assert sum(tasks[0]["alarms"].values()) == 0
     # the remote topic mm2py made keeps the source's retention.ms=-1: the same segments rolled and
     # the same retention check ran, and every record is there once, in order
-    assert _log_start(west.bootstrap, f"east.{kept}") == {0: 0, 1: 0}
+    assert start_offsets(west.bootstrap, f"east.{kept}") == {0: 0, 1: 0}
     mirrored = by_partition(read_all(west.bootstrap, f"east.{kept}"))
     assert mirrored == by_partition(read_all(east.bootstrap, kept))
     assert sum(map(len, mirrored.values())) == 2 * RECORDS

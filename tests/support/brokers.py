@@ -175,9 +175,20 @@ def produce_records(
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """Each partition's end offset (fresh metadata and a ListOffsets request each call)."""
+    return {p: end for p, (_start, end) in watermarks(bootstrap, topic).items()}
+
+
+def start_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's log start offset (moved by retention or DeleteRecords), asked as
+    :func:`end_offsets` asks the end."""
+    return {p: start for p, (start, _end) in watermarks(bootstrap, topic).items()}
+
+
+def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """Each partition's (log start, end) offsets: fresh metadata and ListOffsets requests each call."""
     c = _probe("consumer", bootstrap)
     md = c.list_topics(topic, timeout=10).topics[topic]
-    return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+    return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
             for p in md.partitions}
 
 
