@@ -7,8 +7,9 @@ and topics of its own, ``scale-<run>-<n>-<i>``, allowed by the regex ``scale-<ru
 1. creates ``--topics`` topics sharing ``--partitions`` partitions on the source and seeds every
    partition with ``--backlog`` records (one record per stored batch, as a trickle writes them)
    while no mirror runs;
-2. starts the peer and times the catch-up: from its start until every target partition holds the
-   backlog (its CPU until then too);
+2. starts the peer and times its first record on the target (from its start until any target
+   partition holds one) and the catch-up: until every target partition holds the backlog (its CPU
+   until then too);
 3. after ``--settle`` s, a trickle producer (its own process) writes ``--rate`` records/s for
    ``--seconds`` s, round-robin over all partitions, each record carrying its send time. Over that
    window: the mirror's CPU (process tree), the source and target brokers' CPU (``/proc``), the
@@ -38,7 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -151,13 +152,15 @@ def trickle_command(env: Env, topics: dict[str, int], first_seq: int, start_at: 
 
 
 def wait_ends(env: Env, want: dict[TP, int], proc: subprocess.Popen[bytes], timeout: float,
-              consumer: Consumer | None = None, received: Received | None = None) -> dict[TP, int]:
+              consumer: Consumer | None = None, received: Received | None = None,
+              first: Callable[[], bool] | None = None) -> dict[TP, int]:
     """Poll the target's end offsets (every 0.25 s) until each partition reached ``want``; consumes
-    meanwhile when given a consumer. Raises Stop after ``timeout`` s."""
+    meanwhile when given a consumer. Until ``first()`` says the target holds a record, it is asked
+    instead. Raises Stop after ``timeout`` s."""
     deadline, ends = time.monotonic() + timeout, None
     while True:
         alive(proc)
-        ends = env.tgt.end_offsets(want)
+        ends = env.tgt.end_offsets(want) if first is None or first() else None
         if ends is not None and all(ends[tp] >= n for tp, n in want.items()):
             return ends
         if time.monotonic() > deadline:
@@ -212,9 +215,15 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
             tops: Topics, backlog: dict[TP, int], first_seq: int) -> None:
     """Catch-up, settle, trickle window, drain: fills ``row``; raises Stop when it cannot go on."""
     start = time.monotonic()
-    wait_ends(env, tops.on_target(backlog), proc, args.catchup_timeout)
+    def first() -> bool:  # every target partition, until one holds a record
+        if row.first_s is None and env.tgt.holds_any(tops.on_target(backlog)):
+            row.first_s = time.monotonic() - start
+        return row.first_s is not None
+
+    wait_ends(env, tops.on_target(backlog), proc, args.catchup_timeout, first=first)
     row.catchup_s, row.catchup_cpu = time.monotonic() - start, env.cpu(proc.pid)
-    print(f"  caught up in {row.catchup_s:.1f} s ({fmt(row.catchup_cpu, '.1f')} CPU s)", flush=True)
+    print(f"  first record on the target after {fmt(row.first_s, '.1f')} s, caught up in "
+          f"{row.catchup_s:.1f} s ({fmt(row.catchup_cpu, '.1f')} CPU s)", flush=True)
     settle_end = time.monotonic() + args.settle
     while time.monotonic() < settle_end:
         alive(proc)

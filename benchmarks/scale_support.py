@@ -93,6 +93,22 @@ class Cluster:
             self.admin = admin_client(self.bootstrap)
             return None
 
+    def holds_any(self, parts: Iterable[TP], timeout: float = 10.0) -> bool:
+        """Whether any of ``parts`` holds a record. Asks only the partitions the cluster's metadata
+        lists (librdkafka fails a whole ListOffsets call for one partition not created yet); a failed
+        call replaces the admin client, as in ``end_offsets``."""
+        try:
+            known = {(t, p) for t, m in self.admin.list_topics(timeout=timeout).topics.items()
+                     if m.error is None for p in m.partitions}
+            request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in parts if (t, p) in known}
+            if not request:
+                return False
+            futures = self.admin.list_offsets(request, request_timeout=timeout)
+            return any(f.result().offset > 0 for f in futures.values())
+        except KafkaException:
+            self.admin = admin_client(self.bootstrap)
+            return False
+
 
 def create_topics(cluster: Cluster, topics: dict[str, int], timeout: float = 300.0) -> None:
     """Create ``topics`` (replication factor 1) and wait until every partition has a leader. At most
@@ -304,6 +320,7 @@ class Row:
     peer: str
     catchup_s: float | None = None  # peer start to the whole backlog on the target
     catchup_cpu: float | None = None
+    first_s: float | None = None  # peer start to the first record on the target
     window_s: float = 0.0
     cpu: float | None = None  # the mirror's process tree over the window
     #: that CPU by role (``bench_support.tree_cpu_parts``): main process, driver JVM, executors
@@ -347,13 +364,14 @@ def fmt(value: float | None, spec: str) -> str:
 
 
 def print_table(rows: list[Row]) -> None:
-    head = ("peer", "catch-up s", "catch-up CPU s", "CPU s", "CPU %", "peak RSS MiB", "src broker CPU s",
-            "tgt broker CPU s", "src Fetch/s", "src Produce/s", "tgt Produce/s", "sent", "by window end",
-            "after drain", "p50 ms", "p99 ms", "max ms", "missing", "dupes")
+    head = ("peer", "first record s", "catch-up s", "catch-up CPU s", "CPU s", "CPU %", "peak RSS MiB",
+            "src broker CPU s", "tgt broker CPU s", "src Fetch/s", "src Produce/s", "tgt Produce/s", "sent",
+            "by window end", "after drain", "p50 ms", "p99 ms", "max ms", "missing", "dupes")
     table: list[tuple[str, ...]] = [head]
     for r in rows:
         table.append((
-            r.peer, fmt(r.catchup_s, ".1f"), fmt(r.catchup_cpu, ".1f"), fmt(r.cpu, ".1f"),
+            r.peer, fmt(r.first_s, ".1f"), fmt(r.catchup_s, ".1f"), fmt(r.catchup_cpu, ".1f"),
+            fmt(r.cpu, ".1f"),
             fmt(None if r.cpu is None or not r.window_s else 100 * r.cpu / r.window_s, ".0f"),
             fmt(r.rss_mib, ".0f"), *(fmt(c, ".1f") for c in (r.broker_cpu or (None, None))),
             fmt(r.src_rates.get("Fetch"), ",.0f"), fmt(r.src_rates.get("Produce"), ",.0f"),
