@@ -12,6 +12,11 @@ while no worker runs the flow (or the flow is stopped), or the worker's next com
 (an older mm2py partitioned it otherwise, so MM2 could read a stale position; see
 ``mm2py/stores/progress_repair.py``): a dry run unless ``--execute``; stop every flow that uses the
 topic first, mm2py's and MM2's.
+
+``import`` moves a mirror from Kafka Connect (Strimzi) to mm2py: it reads the source connector's
+positions from the Connect cluster's offsets topic on the target (a Strimzi resource names both;
+``--from-topic``/``--connector`` otherwise) and writes them as the flow's, as ``reset`` does
+(:mod:`mm2py.operations.connect_import`): a dry run unless ``--execute``; stop the connector first.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig, load_config
+from mm2py.operations.connect_import import import_offsets, import_source
 from mm2py.operations.flow_offsets import PartitionOffset, Reset, read_offsets, reset_offsets
 from mm2py.protocol.connect_offsets import progress_topic
 from mm2py.protocol.types import TopicPartition
@@ -36,7 +42,9 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
-    """Adds ``flow-offsets get``, ``reset`` and ``repair`` to the ``mm2py`` command line."""
+    """Adds ``flow-offsets get``, ``reset``, ``repair`` and ``import`` to the ``mm2py`` command line."""
+    from mm2py.cli.run import add_secrets_dir
+
     cmd = sub.add_parser("flow-offsets", help="read or reset a flow's committed source positions")
     commands = cmd.add_subparsers(dest="flow_offsets_command", required=True)
     get = commands.add_parser("get", help="print each source partition's position and target offset")
@@ -47,7 +55,16 @@ def add_parser(sub: Any) -> None:
         "repair", help="move every progress record to the partition MM2 reads it from (dry run unless "
                        "--execute; only while no mirror, mm2py or MM2, runs the pair)")
     repair.add_argument("--execute", action="store_true", help="write and delete (without it: dry run)")
-    for c in (get, reset, repair):
+    imp = commands.add_parser(
+        "import", help="read a Kafka Connect (Strimzi) MirrorSourceConnector's positions into the flow's "
+                       "(dry run unless --execute; only once the connector is stopped)")
+    imp.add_argument("--from-topic", help="the Connect cluster's offsets topic on the target (default, "
+                                          "for a Strimzi resource: its offset storage topic)")
+    imp.add_argument("--connector", help="the source connector's name (default, for a Strimzi resource: "
+                                         "<source>-><target>.MirrorSourceConnector)")
+    imp.add_argument("--execute", action="store_true", help="write (without it: dry run)")
+    for c in (get, reset, repair, imp):
+        add_secrets_dir(c)
         c.add_argument("--config", "-c", required=True, help="mm2.properties, YAML or JSON")
         c.add_argument("--flow", required=True, help="source->target, e.g. east->west")
         c.add_argument("--name", help="a named flow of that pair (a Connect connector's name, e.g. "
@@ -96,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if args.flow.count("->") != 1:
         raise ConfigError(f"--flow must look like source->target, got {args.flow!r}", "--flow")
     source, target = (part.strip() for part in args.flow.split("->"))
-    flow = load_config(args.config).flow(source, target)
+    flow = load_config(args.config, args.secrets_dir).flow(source, target)
     if args.name:  # its positions are keyed by its name; the pair's replication policy names targets
         flow = flow.named(args.name, {})
     if args.flow_offsets_command == "repair":
@@ -105,8 +122,13 @@ def run(args: argparse.Namespace) -> int:
         rows = asyncio.run(read_offsets(flow))
         _print(rows, args.json)
         return 0
-    changes = _changes(args)
-    rows = asyncio.run(reset_offsets(flow, changes, execute=args.execute))
+    if args.flow_offsets_command == "import":
+        where = import_source(args.config, flow, args.from_topic, args.connector)
+        print(f"importing {where.connector}'s positions for '{flow.source}' from {where.topic} on "
+              f"'{flow.target}'", file=sys.stderr)
+        rows = asyncio.run(import_offsets(flow, where, execute=args.execute))
+    else:
+        rows = asyncio.run(reset_offsets(flow, _changes(args), execute=args.execute))
     _print(rows, args.json)
     if not args.execute:
         print("dry run: nothing written (add --execute; only while no worker runs the flow)", file=sys.stderr)

@@ -34,8 +34,8 @@ from mm2py.config.settings import FlowSettings
 from mm2py.config.strimzi_schema import IGNORED, check_resource
 from mm2py.config.strimzi_security import Mapped, Secrets, cluster_keys
 
-__all__ = ["DEFAULT_SECRETS_DIR", "SECRETS_DIR_ENV", "ResourceConfig", "is_resource", "resource_to_flat",
-           "secrets_directory"]
+__all__ = ["DEFAULT_OFFSETS_TOPIC", "DEFAULT_SECRETS_DIR", "SECRETS_DIR_ENV", "ResourceConfig",
+           "connect_offsets_of", "is_resource", "resource_to_flat", "secrets_directory"]
 
 KIND = "KafkaMirrorMaker2"
 GROUP = "kafka.strimzi.io/"
@@ -50,6 +50,8 @@ _CONNECTOR_IGNORED = {
     "alterOffsets": IGNORED["alterOffsets"], "version": "the connector plugin's version",
 }
 _ONE_JOB = "mm2py runs a flow's checkpoints and heartbeats in one job each; tasks.max is sourceConnector's"
+#: the Kafka Connect offsets topic Strimzi gives a KafkaMirrorMaker2 that names none
+DEFAULT_OFFSETS_TOPIC = "mirrormaker2-cluster-offsets"
 _TARGET_IGNORED = ("groupId", "configStorageTopic", "statusStorageTopic", "offsetStorageTopic")
 
 
@@ -66,6 +68,26 @@ def is_resource(doc: Any) -> bool:
     """Whether a parsed YAML/JSON document is a Strimzi ``KafkaMirrorMaker2`` resource."""
     return (isinstance(doc, Mapping) and doc.get("kind") == KIND
             and str(doc.get("apiVersion", "")).startswith(GROUP))
+
+
+def connect_offsets_of(doc: Mapping[str, Any], source: str, target: str) -> tuple[str, str]:
+    """(Kafka Connect offsets topic, source connector name) of the mirror ``source->target`` as Strimzi
+    runs it: the topic is v1's ``spec.target.offsetStorageTopic``, else the ``offset.storage.topic``
+    of the v1beta2 ``spec.connectCluster``'s ``config``, else :data:`DEFAULT_OFFSETS_TOPIC`; the
+    connector is ``<source>-><target>.MirrorSourceConnector``, as Strimzi names it."""
+    spec = doc.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    topic: Any = None
+    target_body = spec.get("target")
+    if isinstance(target_body, Mapping):
+        topic = target_body.get("offsetStorageTopic") or (target_body.get("config") or {}).get(
+            "offset.storage.topic")
+    else:
+        connect = spec.get("connectCluster")
+        for cluster in spec.get("clusters") or []:
+            if isinstance(cluster, Mapping) and cluster.get("alias") == connect:
+                topic = (cluster.get("config") or {}).get("offset.storage.topic")
+    return str(topic or DEFAULT_OFFSETS_TOPIC), f"{source}->{target}.MirrorSourceConnector"
 
 
 def secrets_directory(secrets_dir: str | Path | None = None) -> Path:
