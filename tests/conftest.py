@@ -40,7 +40,8 @@ from mm2py.kafka_local import BrokerSecurity, KafkaCluster, start_all
 from mm2py.kafka_local.cluster import PORTS_ENV, in_parallel
 from mm2py.kafka_local.jars import QUICK_JVM
 from tests.support import native_calls
-from tests.support.brokers import SASL_USERS
+from tests.support.brokers import SASL_USERS, unique
+from tests.support.connect_worker import ConnectWorker
 from tests.support.tiered_storage import tiered_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,6 +138,16 @@ def east() -> KafkaCluster:
 def west() -> KafkaCluster:
     """The cluster mirrored TO."""
     return _CLUSTERS.get("west")
+
+
+@pytest.fixture(scope="module")
+def connect_worker(west: KafkaCluster) -> Iterator[ConnectWorker]:
+    """Apache Kafka's own Kafka Connect worker (the real Mirror connectors) with its topics on
+    ``west``, one per module that asks; its work dir sits beside the clusters' (kept, ``connect.log``
+    included, after a failed run)."""
+    worker = ConnectWorker.create(west.workdir.parent / unique("connect"), west.bootstrap)
+    with worker:
+        yield worker
 
 
 @pytest.fixture

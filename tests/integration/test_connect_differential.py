@@ -390,15 +390,6 @@ def script(s: Side) -> list[Call]:
             *_loggers(s), *_teardown(s)]
 
 
-@pytest.fixture(scope="module")
-def connect_worker(east: KafkaCluster, west: KafkaCluster) -> Iterator[ConnectWorker]:
-    """Kafka Connect 4.1.1 with its topics on ``west``; its work dir sits beside the clusters' (kept,
-    ``connect.log`` included, after a failed run)."""
-    worker = ConnectWorker.create(west.workdir.parent / unique("connect"), west.bootstrap)
-    with worker:
-        yield worker
-
-
 @pytest.fixture
 def mm2py_client(east: KafkaCluster, west: KafkaCluster, tmp_path: Path) -> Iterator[httpx.Client]:
     """An in-process mm2py worker with its REST API (no flow yet), the log levels it changes put

@@ -64,6 +64,11 @@ class ConnectWorker:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def offsets_topic(self) -> str:
+        """The worker's ``offset.storage.topic``: where its source connectors' positions are kept."""
+        return f"{self.group_id}-offsets"
+
+    @property
     def log_file(self) -> Path:
         return self.workdir / "connect.log"
 
@@ -76,7 +81,7 @@ class ConnectWorker:
             "rest.advertised.host.name": "127.0.0.1",
             "rest.advertised.port": str(self.port),
             "config.storage.topic": f"{self.group_id}-configs",
-            "offset.storage.topic": f"{self.group_id}-offsets",
+            "offset.storage.topic": self.offsets_topic,
             "status.storage.topic": f"{self.group_id}-status",
             "config.storage.replication.factor": "1",
             "offset.storage.replication.factor": "1",
