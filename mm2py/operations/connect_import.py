@@ -28,8 +28,7 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import FlowConfig
 from mm2py.config.strimzi import connect_offsets_of, is_resource
-from mm2py.errors import Mm2pyError
-from mm2py.operations.flow_offsets import PartitionOffset, Reset, reset_offsets
+from mm2py.operations.flow_offsets import OffsetResetError, PartitionOffset, Reset, reset_offsets
 from mm2py.protocol.connect_offsets import (
     MalformedOffsetRecordError,
     Position,
@@ -45,8 +44,9 @@ __all__ = ["ConnectFold", "ConnectImportError", "ImportSource", "import_offsets"
            "read_connect_positions"]
 
 
-class ConnectImportError(Mm2pyError):
-    """A Connect offsets topic that cannot be imported (missing, malformed, nothing of the connector)."""
+class ConnectImportError(OffsetResetError):
+    """A Connect offsets topic that cannot be imported (missing, malformed, nothing of the connector):
+    a reset that cannot be done as asked."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ resource (v1beta2) names as its Connect cluster's ``offset.storage.topic``. The 
 records and is stopped (Connect commits its positions); M more are produced; ``mm2py flow-offsets
 import -c resource.yaml --flow source->target --execute`` reads the positions into the flow's, and
 mm2py, run on the same resource, must mirror exactly the M records Connect did not: every record of
-the source once, in order, in each partition of the target.
+the source once, in order, in each partition of the target. The refusals (a missing topic, one
+without a record of the connector, a malformed record) are checked to write nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from mm2py.config.models import load_config
 from mm2py.kafka_local import KafkaCluster
 from tests.support.brokers import (
     BackgroundWorker,
+    Rec,
     by_partition,
     create_topic,
     make_records,
@@ -169,3 +171,40 @@ def test_flow_offsets_import_moves_a_stopped_connect_mirror_to_mm2py_exactly(
     assert len(mirrored) == PARTITIONS * (CONNECT_N + MM2PY_M)
     source = read_all(east.bootstrap, topic)
     assert by_partition(mirrored) == by_partition(source) == by_partition(first + rest)
+
+
+def test_import_refuses_a_missing_topic_a_topic_without_the_connector_and_a_malformed_record(
+    east: KafkaCluster, west: KafkaCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each refusal is one line naming the cause, and writes nothing: the flow keeps no position."""
+    src, dst = unique("src"), unique("dst")
+    topic = create_topic(east.bootstrap, unique("move"))
+    produce_records(east.bootstrap, topic, make_records(5))
+    offsets_topic = unique("connect-offsets")
+    path = tmp_path / "resource.yaml"
+    path.write_text(yaml.safe_dump(resource(east, west, src, dst, topic, offsets_topic)))
+    name = f"{src}->{dst}.MirrorSourceConnector"
+
+    def cli(*args: str) -> tuple[int, str]:
+        code = main(["flow-offsets", *args, "-c", str(path), "--flow", f"{src}->{dst}"])
+        out, err = capsys.readouterr()
+        return code, out + err
+
+    def keyed(connector: str, **part: object) -> bytes:
+        return json.dumps([connector, part]).encode()
+
+    code, text = cli("import", "--execute")
+    assert code == 2 and f"no topic {offsets_topic}" in text
+    create_topic(west.bootstrap, offsets_topic)
+    checkpoint = Rec(keyed(f"{src}->{dst}.MirrorCheckpointConnector", group="g", topic=topic, partition=0),
+                     b'{"offset":3}', partition=0)
+    produce_records(west.bootstrap, offsets_topic, [checkpoint])
+    code, text = cli("import", "--execute")
+    assert code == 2 and f"holds no record of connector '{name}'" in text
+    good = Rec(keyed(name, cluster=src, topic=topic, partition=0), b'{"offset":2}', partition=0)
+    bad = Rec(keyed(name, cluster=src, topic=topic, partition=0), b'{"offset":"two"}', partition=0)
+    produce_records(west.bootstrap, offsets_topic, [good, bad])
+    code, text = cli("import", "--execute")
+    assert code == 2 and f"{offsets_topic} partition 0 offset 2" in text
+    code, text = cli("get", "--json")
+    assert code == 0 and json.loads(text) == []  # nothing was written by any of them
