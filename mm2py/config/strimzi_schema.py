@@ -95,7 +95,8 @@ IGNORED = {
     "configStorageTopic": "a Kafka Connect internal topic; mm2py keeps no connector configurations in Kafka",
     "statusStorageTopic": "a Kafka Connect internal topic; mm2py reports status over its REST API",
     "offsetStorageTopic": "a Kafka Connect internal topic; mm2py keeps a flow's positions in "
-                          "mm2-offsets.<source>.internal on the target, as MirrorMaker 2's dedicated mode",
+                          "mm2-offsets.<source>.internal on the target, as MirrorMaker 2's dedicated mode "
+                          "(mm2py flow-offsets import takes over the positions kept in it)",
     "autoRestart": "Kafka Connect's automatic restart of a failed connector; mm2py has no such policy "
                    "(restart a failed flow over its REST API)",
     "listOffsets": "Kafka Connect's offsets ConfigMaps; use mm2py's offsets commands",
