@@ -64,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
     if spark_conf is None or (args.runtime == "spark" and not _spark_installed()):
         return 2
     asyncio.run(_serve_worker(args, config, spark_conf))
+    if args.runtime == "spark":
+        from mm2py.runtime.spark.driver.session import end_driver_jvm
+
+        end_driver_jvm()
     return 0
 
 

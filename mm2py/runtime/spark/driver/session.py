@@ -8,8 +8,10 @@ retried by Spark (the driver retries at the next round, from the committed progr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -97,6 +99,37 @@ def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> d
     return settings
 
 
+def _quick_jvms(settings: dict[str, str], master: str | None) -> None:
+    """The JVMs that only coordinate start quick (:func:`coordinator_java_options`): the driver's,
+    and the executors' where they run on this machine (the archive is a file here). Here rather
+    than in :func:`session_conf`: an archive's recording is claimed for the JVM about to start."""
+    if "spark.driver.defaultJavaOptions" not in settings:
+        settings["spark.driver.defaultJavaOptions"] = coordinator_java_options("spark-driver")
+    if master is not None and runs_here(master) and "spark.executor.defaultJavaOptions" not in settings:
+        settings["spark.executor.defaultJavaOptions"] = coordinator_java_options("spark-executor")
+
+
+def coordinator_java_options(role: str) -> str:
+    """JVM options for Spark's JVMs under this runtime: C1 only, and the role's class-data archive
+    (``mm2py.kafka_local.class_archive``: recorded by the first such JVM's exit, mapped by every later
+    one; a JVM whose class path does not match runs without it). The mirror's bytes never pass
+    through these JVMs (a mirror host is a Python process; the JVMs schedule it and carry its
+    reports), so start-up is what their speed is for: on a 2-core machine the driver's session came
+    up in 2.4 s instead of 5.5-7 (``benchmarks/README.md``, "Spark start-up"), and under the load of
+    a 2,000-partition start the first record came that much sooner. ``MM2PY_CLASS_ARCHIVE=0`` leaves
+    the archive out."""
+    import pyspark
+
+    from mm2py.kafka_local.class_archive import class_archive_args
+    from mm2py.kafka_local.jars import QUICK_JVM
+
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    archive = class_archive_args(role, jars) if jars.is_dir() else []
+    # the recording JVM warns of every class it cannot archive (hundreds of lines in the command's
+    # output): class-data sharing's log goes nowhere
+    return " ".join([QUICK_JVM, *(a for a in archive if not a.startswith("-Xlog:cds*=warning"))])
+
+
 def spark_session(
     master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "mm2py"
 ) -> Any:
@@ -111,11 +144,31 @@ def spark_session(
     if master is not None and runs_here(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
-    for key, value in session_conf(master, conf).items():
+    settings = session_conf(master, conf)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # else spark-submit started the driver's JVM
+        _quick_jvms(settings, master)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def end_driver_jvm(timeout: float = 30.0) -> None:
+    """End the driver's JVM that pyspark started for this process, and wait for it (at most
+    ``timeout`` s): for a command about to exit. The JVM ends by itself once the process is gone,
+    but what kills the process's group then (a supervisor, a benchmark) would cut short the class
+    archive a first driver writes as it exits (:func:`coordinator_java_options`). Nothing to do when
+    spark-submit started the JVM."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return
+    with contextlib.suppress(OSError):
+        proc.stdin.close()  # pyspark's gateway server exits at the end of its standard input
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout)
 
 
 def job_error(exc: BaseException) -> str:
