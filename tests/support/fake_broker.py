@@ -113,6 +113,9 @@ class FakeBroker:
         #: Produce answers wait until this many requests were in flight at once (then no more;
         #: 10 s at most): a test of how many requests go out together holds on a slow host
         self.hold_answers_until_in_flight: int | None = None
+        #: ... and until one partition had this many batches in flight at once (a test of the
+        #: producer's window: on a loaded host an answer let out early would shrink what it sees)
+        self.hold_answers_until_partition_in_flight: int | None = None
         #: batches of one partition in flight at once (the producer's window), the most seen
         self.partition_in_flight: dict[TopicPartition, int] = {}
         self.max_partition_in_flight = 0
@@ -234,7 +237,9 @@ class FakeConnection:
             fb.max_partition_in_flight = max(fb.max_partition_in_flight, fb.partition_in_flight[tp])
         await asyncio.sleep(fb.answer_after)
         for _ in range(10_000):
-            if fb.hold_answers_until_in_flight is None or fb.max_in_flight >= fb.hold_answers_until_in_flight:
+            held, held_tp = fb.hold_answers_until_in_flight, fb.hold_answers_until_partition_in_flight
+            if ((held is None or fb.max_in_flight >= held)
+                    and (held_tp is None or fb.max_partition_in_flight >= held_tp)):
                 break
             await asyncio.sleep(0.001)
         while fb.lost_pending is not None and fb.lost_pending < n:

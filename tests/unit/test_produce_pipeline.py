@@ -33,6 +33,7 @@ async def confirmed_producer(fb: FakeBroker):  # type: ignore[no-untyped-def]
 async def test_a_second_call_is_sent_before_the_first_is_acknowledged_and_order_is_kept() -> None:
     fb = FakeBroker()
     producer = await confirmed_producer(fb)
+    fb.hold_answers_until_partition_in_flight = 5  # the window's worth, however slow the host
     first = producer.submit([(A, batch(f"a{i}")) for i in range(1, 4)]
                             + [(B, batch(f"b{i}")) for i in range(1, 4)])
     second = producer.submit([(A, batch(f"a{i}")) for i in range(4, 7)] + [(B, batch("b4"))])
