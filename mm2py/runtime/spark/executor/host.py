@@ -57,6 +57,7 @@ from mm2py.runtime.spark.lease_messages import (
     StopMsg,
     decode,
     encode,
+    open_line_connection,
 )
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ class _Host:
 
     async def run(self) -> None:
         w = self.work
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(*w.coordinator), 30)
+        reader, writer = await open_line_connection(w.coordinator)
         self.writer = writer
         try:
             await self.send(HostHello(w.host_id, w.token, self.result.executor))

@@ -48,6 +48,7 @@ from mm2py.runtime.spark.lease_messages import (
     StopMsg,
     decode,
     encode,
+    open_line_connection,
 )
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class _Link(LeaseLink):
     @classmethod
     async def open(cls, work: LeaseWork) -> _Link | StopMsg:
         """Connect and say HELLO: the link once the driver ACKs, or its STOP (attempt refused)."""
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(*work.coordinator), 30)
+        reader, writer = await open_line_connection(work.coordinator)
         writer.write(encode(Hello(work.lease_id, work.token)))
         await writer.drain()
         try:
