@@ -115,7 +115,9 @@ async def test_a_small_fetch_over_many_partitions_lingers_longer() -> None:
     await source.poll({GOOD: 7})  # one partition: 0.1 s
     started = time.monotonic()
     await source.poll({GOOD: 7, BAD: 3})  # two partitions: the next one waits 0.2 s
-    assert 0.05 < time.monotonic() - started < 0.19
+    # lower bounds only (a loaded host overshoots a sleep: G17 saw 0.194 s for this 0.1 s wait);
+    # that the first waits less than the second is the delay() arithmetic asserted below
+    assert time.monotonic() - started >= 0.09, "the fetch after a small one did not linger"
     started = time.monotonic()
     await source.poll({GOOD: 7})
     assert time.monotonic() - started >= 0.19, "the wait did not grow with the partitions fetched"
