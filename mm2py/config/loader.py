@@ -34,7 +34,8 @@ from typing import Any
 from mm2py.config.errors import ConfigError
 from mm2py.config.properties import decode_properties_bytes, parse_properties
 
-__all__ = ["ConfigSource", "flatten_document", "read_config", "read_flat_config", "source_of_document"]
+__all__ = ["ConfigSource", "flatten_document", "read_config", "read_document", "read_flat_config",
+           "source_of_document"]
 
 
 @dataclass(frozen=True)
@@ -137,18 +138,28 @@ def read_config(path: str | Path, secrets_dir: str | Path | None = None) -> Conf
     """Read a ``.properties``, ``.yaml``/``.yml`` or ``.json`` file (which may hold a Strimzi
     ``KafkaMirrorMaker2`` resource, its Secrets read from ``secrets_dir``)."""
     p = Path(path)
+    doc = read_document(p)
+    if doc is None:  # a .properties file
+        props = parse_properties(decode_properties_bytes(_read_bytes(p)))
+        return ConfigSource({k: v.strip() for k, v in props.items()})
+    return source_of_document(doc, secrets_dir)
+
+
+def read_document(path: str | Path) -> Any:
+    """The parsed document of a ``.yaml``/``.yml`` or ``.json`` configuration file (the one place such
+    a file is parsed: :func:`read_config` reads it so, and ``flow-offsets import`` looks in it for a
+    Strimzi resource's offsets topic); None for a ``.properties`` file, which holds no document.
+    Raises :class:`ConfigError` for a file of another type, one that cannot be read or parsed, and
+    an empty one."""
+    p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in (".properties", ".yaml", ".yml", ".json"):
         raise ConfigError(
             f"unsupported configuration file type {p.name!r}: use .properties, .yaml, .yml or .json"
         )
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read configuration file {str(p)!r}: {exc.strerror}") from None
     if suffix == ".properties":
-        props = parse_properties(decode_properties_bytes(data))
-        return ConfigSource({k: v.strip() for k, v in props.items()})
+        return None
+    data = _read_bytes(p)
     import yaml  # only YAML files need it (~15 ms of every start otherwise)
 
     try:
@@ -157,4 +168,11 @@ def read_config(path: str | Path, secrets_dir: str | Path | None = None) -> Conf
         raise ConfigError(f"cannot parse {p.name}: {exc}") from None
     if doc is None:
         raise ConfigError(f"{p.name} is empty")
-    return source_of_document(doc, secrets_dir)
+    return doc
+
+
+def _read_bytes(p: Path) -> bytes:
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {str(p)!r}: {exc.strerror}") from None

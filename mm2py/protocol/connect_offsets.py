@@ -160,7 +160,9 @@ class ProgressFold:
     partitions is logged once (``mm2py flow-offsets repair`` moves it where it belongs).
 
     ``partitions`` is the topic's partition count (to tell a key's proper partition); ``connector``
-    None folds every connector's records.
+    None folds every connector's records. ``records`` counts the records folded (the connector's, of
+    the source cluster, tombstones too): none tells a topic that never held the connector's positions
+    from one whose positions were all forgotten.
     """
 
     def __init__(
@@ -174,6 +176,7 @@ class ProgressFold:
         self._resolved: dict[TopicPartition, Position] = {}
         self._warned: set[TopicPartition] = set()
         self._home: dict[bytes, int] = {}  #: each key's proper partition (murmur2 once per key)
+        self.records = 0  #: records of the connector for the source cluster folded so far
 
     @property
     def partitions(self) -> int:
@@ -217,6 +220,7 @@ class ProgressFold:
             self._resolved.pop(tp, None)
         else:
             self._resolved[tp] = winner
+        self.records += 1
 
     def positions(self) -> dict[TopicPartition, Position]:
         """Each partition's resolved position (a copy)."""

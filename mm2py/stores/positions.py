@@ -4,6 +4,11 @@ The records are Kafka Connect's source-offset records as MM2 writes them
 (:mod:`mm2py.protocol.connect_offsets`). A position is only written after the target acknowledged
 every batch below it (at-least-once); its target offset lets a restart recognise batches that
 reached the target after the last commit (see ``connectors/resume.py``).
+
+The same layout is a Kafka Connect cluster's offsets topic: a store given ``topic=`` (and the
+connector's name) reads a Connect-run MirrorSourceConnector's positions there
+(``mm2py flow-offsets import``, :mod:`mm2py.operations.connect_import`), ``strict=True`` so that a
+record that is not Connect's layout fails the load instead of being skipped.
 """
 
 from __future__ import annotations
@@ -32,6 +37,19 @@ from mm2py.stores.topic_tail import watermarks
 
 log = logging.getLogger(__name__)
 
+
+class MalformedPositionError(MalformedOffsetRecordError):
+    """A strict store's load met a record that is not Connect's offset layout: named by its topic,
+    partition and offset."""
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        super().__init__(f"{topic} partition {partition} offset {offset}: {reason}")
+        self.topic, self.partition, self.offset, self.reason = topic, partition, offset, reason
+
+    def __reduce__(self) -> tuple[type[MalformedPositionError], tuple[str, int, int, str]]:
+        return (type(self), (self.topic, self.partition, self.offset, self.reason))
+
+
 class PositionStore:
     """Loads and commits one flow's source positions (next offset to fetch) of one source cluster."""
 
@@ -44,13 +62,20 @@ class PositionStore:
         partitions: int = 1,
         producer_overrides: Mapping[str, object] | None = None,
         connector: str | None = CONNECTOR_NAME,
+        topic: str | None = None,
+        strict: bool = False,
     ) -> None:
         self.admin = admin
         self.source_alias = source_alias
         #: whose positions these are (the flow's connector name: its records' key); None reads every
         #: connector's (a pair's flows have disjoint topics) and writes nothing
         self.connector = connector
-        self.topic = progress_topic(source_alias)
+        #: the topic of the positions: the source cluster's progress topic unless given (a Kafka
+        #: Connect cluster's offsets topic, say)
+        self.topic = progress_topic(source_alias) if topic is None else topic
+        #: a record that is not Connect's offset layout fails the load (:class:`MalformedPositionError`,
+        #: naming its partition and offset) instead of being logged and skipped
+        self.strict = strict
         self.replication_factor = replication_factor
         self.partitions = partitions  #: the topic's partition count when this store creates it
         self._producer_conf = admin.client_config(producer_overrides)  # the admin's security settings
@@ -68,6 +93,7 @@ class PositionStore:
         self._read_to: dict[int, int] = {}
         self._load_lock = threading.Lock()  # loads run in threads (asyncio.to_thread)
         self.records_read = 0  #: records the last load read from the topic
+        self.found = False  #: whether the last load found the topic (with partitions)
 
     def ensure_topic(self) -> None:
         self.admin.ensure_compacted_topic(self.topic, self.replication_factor, self.partitions)
@@ -79,7 +105,11 @@ class PositionStore:
         since (a task whose starts were deferred loads again for each retry: at thousands of
         partitions a full read each time cost seconds). A partition of the topic that now starts
         past, or ends before, where the last load stopped (deleted records, a recreated topic) is
-        read again from its start, with everything folded so far dropped."""
+        read again from its start, with everything folded so far dropped.
+
+        A missing topic loads as no position (:attr:`found` tells). A strict store's load raises
+        :class:`MalformedPositionError` at the first record that is not Connect's layout, and the next
+        load reads the topic from its start again."""
         with self._load_lock:
             conf = self.admin.client_config({
                 "group.id": f"mm2py-progress-reader-{self.source_alias}",
@@ -89,6 +119,7 @@ class PositionStore:
             consumer = Consumer(conf)
             try:
                 md = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+                self.found = md is not None and md.error is None and bool(md.partitions)
                 if md is None or md.error is not None:
                     return {}
                 parts = list(md.partitions)
@@ -101,13 +132,24 @@ class PositionStore:
                 self.records_read = 0
                 read_to = {p: max(self._read_to.get(p, 0), bounds[p][0]) for p in parts}
                 ends = {p: high for p, (_, high) in bounds.items()}
-                self._read(consumer, read_to, ends, timeout)
+                try:
+                    self._read(consumer, read_to, ends, timeout)
+                except MalformedPositionError:  # strict: nothing of this read counts, the next starts over
+                    self._fold = ProgressFold(self.source_alias, self.connector, len(parts))
+                    self._read_to = {}
+                    raise
             finally:
                 consumer.close()
             self._read_to = read_to
             positions = self._fold.positions()
             self._committed.update(positions)
             return positions
+
+    @property
+    def records_folded(self) -> int:
+        """The records of the connector for the source cluster folded into the positions (tombstones
+        too) since the topic was last read from its start: none, and the topic never held any."""
+        return self._fold.records
 
     def _read(
         self, consumer: Consumer, read_to: dict[int, int], ends: Mapping[int, int], timeout: float,
@@ -128,11 +170,14 @@ class PositionStore:
                     continue
                 raise KafkaException(err)
             self.records_read += 1
+            offset = msg.offset() or 0
             try:
                 self._fold.add(part, msg.timestamp()[1], msg.key(), msg.value())
             except MalformedOffsetRecordError as exc:
+                if self.strict:
+                    raise MalformedPositionError(self.topic, part, offset, str(exc)) from None
                 log.warning("%s: ignoring a malformed progress record: %s", self.topic, exc)
-            read_to[part] = (msg.offset() or 0) + 1
+            read_to[part] = offset + 1
             if read_to[part] >= ends[part]:
                 pending.discard(part)
 
