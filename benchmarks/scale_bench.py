@@ -84,6 +84,7 @@ from scale_support import (
     sample,
     seed,
 )
+from worker_kill import executors_cpu, kill_first_worker
 
 from mm2py.kafka_local import KafkaCluster, start_all
 from mm2py.kafka_local.cluster import free_port
@@ -107,6 +108,8 @@ class Env:
     jmx: list[int] = field(default_factory=list)  # their JMX ports
     data_dirs: list[Path] = field(default_factory=list)  # their log directories
     spark: Any = None  # --spark-workers: the standalone cluster the Spark peers run on
+    #: --kill-worker-at: the CPU s the killed worker's executors had spent, by role (still counted)
+    gone_parts: dict[str, float] = field(default_factory=dict)
 
     def executors(self) -> list[int]:
         """The processes of the Spark cluster's applications (executor JVMs, their Python): a
@@ -117,7 +120,7 @@ class Env:
 
     def cpu(self, pid: int) -> float | None:
         own = tree_cpu(pid)
-        return None if own is None else own + total_cpu(self.executors())
+        return None if own is None else own + total_cpu(self.executors()) + sum(self.gone_parts.values())
 
     def cpu_parts(self, pid: int) -> dict[str, float]:
         parts = tree_cpu_parts(pid)
@@ -126,6 +129,8 @@ class Env:
             if cpu is not None:
                 role = process_role(p)
                 parts[role] = parts.get(role, 0.0) + cpu
+        for role, cpu in self.gone_parts.items():
+            parts[role] = parts.get(role, 0.0) + cpu
         return parts
 
     def __post_init__(self) -> None:
@@ -189,6 +194,7 @@ def run_peer(peer: str, n: int, run: str, env: Env, args: argparse.Namespace) ->
         setup = Setup(env.source, env.target, f"scale-{run}-{n}-.*", env.workdir, tasks=args.tasks,
                       codec=args.codec, mm2py_props=args.mm2py_prop, mm2_props=args.mm2_prop,
                       spark_master=env.spark.master_url if env.spark is not None else "")
+        env.gone_parts = {}
         cmd = COMMANDS[peer](setup, tops.alias, f"dst{n}")
         if peer in ("mm2py", "mm2py-unverified"):  # its own request counts, per cluster and API
             row.metrics_port = free_port()
@@ -200,6 +206,8 @@ def run_peer(peer: str, n: int, run: str, env: Env, args: argparse.Namespace) ->
             row.leases_started = [int(m) for m in re.findall(r"Spark leases running.*?\((\d+) started", out)]
     except Exception as exc:  # Stop, or what Kafka, the peer's command or a file said
         row.error = str(exc)
+    if row.kill is not None:  # the next peer (or round) finds every worker running
+        env.spark.restore()
     try:
         if row.catchup_s is not None:  # the peer has stopped: nothing more can arrive
             check(row, env, tops, env.src.end_offsets(parts, 60))
@@ -247,9 +255,18 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
                     jmx.append(pool.submit(request_counts, env.jmx))
                 poll_once(consumer, received)
             t0, cpu0, parts0 = time.monotonic(), env.cpu(proc.pid), env.cpu_parts(proc.pid)
+            spark_peer = env.spark is not None and tag.endswith(("mm2py-spark", "mm2py-spark-jobs"))
+            kill_s = args.kill_worker_at if spark_peer else None
+            kill_at = None if kill_s is None else start_at + kill_s
+            hosts0 = executors_cpu(env.spark) if kill_at is not None else {}
             brokers0 = [cpu_seconds(b) or 0.0 for b in env.brokers]
             while time.time() < start_at + args.seconds:
                 alive(proc)
+                if kill_at is not None and row.kill is None and time.time() >= kill_at:
+                    row.kill = kill_first_worker(env.spark, hosts0)
+                    env.gone_parts = row.kill.gone_parts
+                    print(f"  SIGKILLed Spark {row.kill.victim} {time.time() - start_at:.1f} s into the "
+                          "window", flush=True)
                 poll_once(consumer, received)
             cpu1, brokers1 = env.cpu(proc.pid), [cpu_seconds(b) or 0.0 for b in env.brokers]
             parts1 = env.cpu_parts(proc.pid)
@@ -295,8 +312,11 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
             poll_once(consumer, received)
         if (ends := env.tgt.end_offsets(tops.on_target(src_ends))) is not None:
             row.after_drain = sum(ends.values()) - sum(backlog.values())
-        tally(row, received, read_seqs(env.source, {tp: (backlog[tp], src_ends[tp]) for tp in sampled}),
-              env.workdir / f"{tag}-latency.csv")
+        where: dict[int, TP] = {}  # seq -> its source partition
+        expected = read_seqs(env.source, {tp: (backlog[tp], src_ends[tp]) for tp in sampled}, where)
+        tally(row, received, expected, env.workdir / f"{tag}-latency.csv")
+        if row.kill is not None:
+            row.kill.measure(received, where)
         if len(jmx) == 2 and (before := jmx[0].result()) and (after := jmx[1].result()):
             row.src_rates, row.tgt_rates = rates(before[0], after[0]), rates(before[1], after[1])
             if row.src_rates and before[0] and after[0]:
@@ -374,6 +394,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="run the Spark peers on a standalone master with N workers of one core "
                          "each (from a clone: tests/support/spark_cluster.py), their executors' CPU "
                          "counted in the peer's (default: embedded local[N])")
+    ap.add_argument("--kill-worker-at", type=float, metavar="S",
+                    help="with --spark-workers >= 2: SIGKILL a Spark worker with its executor and mirror "
+                         "host S s into a Spark peer's window, and measure how long its partitions "
+                         "went without a mirror (benchmarks/worker_kill.py)")
     ap.add_argument("--precreate-target", action="store_true",
                     help="create the target topics before the peer starts (above ~9,900 partitions the "
                     "KRaft controller refuses the one CreateTopics request each mirror sends)")
@@ -397,6 +421,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ap.error("need --topics >= 1, --partitions >= --topics, --backlog >= 1, --sample-partitions >= 1")
     if args.rounds < 1:
         ap.error("need --rounds >= 1")
+    if args.kill_worker_at is not None and not (
+            args.spark_workers >= 2 and 0 < args.kill_worker_at < args.seconds):
+        ap.error("--kill-worker-at needs --spark-workers >= 2 and 0 < S < --seconds")
     if args.rate <= 0 or args.seconds <= 0 or args.settle < 0 or args.tasks < 1 or args.record_size < HEADER:
         ap.error(f"need --rate > 0, --seconds > 0, --settle >= 0, --tasks >= 1, --record-size >= {HEADER}")
     for kv in args.mm2py_prop + args.mm2_prop:

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench_support import make_values
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -179,8 +180,10 @@ def seed(bootstrap: str, parts: list[TP], per_partition: int, record_size: int, 
     return seq
 
 
-def read_seqs(bootstrap: str, ranges: dict[TP, tuple[int, int]]) -> set[int]:
-    """Sequence numbers of the records in ``ranges`` ([start, end) offsets) of a cluster's partitions."""
+def read_seqs(bootstrap: str, ranges: dict[TP, tuple[int, int]],
+              where: dict[int, TP] | None = None) -> set[int]:
+    """Sequence numbers of the records in ``ranges`` ([start, end) offsets) of a cluster's partitions
+    (each one's partition into ``where`` when given)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"scan-{uuid.uuid4()}",
                          "enable.auto.commit": False, "log_level": 3})
     try:
@@ -194,7 +197,10 @@ def read_seqs(bootstrap: str, ranges: dict[TP, tuple[int, int]]) -> set[int]:
                     raise RuntimeError(f"scan of {bootstrap}: {m.error()}")
                 tp, offset = (m.topic() or "", m.partition() or 0), m.offset() or 0
                 if tp in todo and offset < todo[tp][1]:
-                    out.add(parse_value(m.value() or b"")[0])
+                    seq = parse_value(m.value() or b"")[0]
+                    out.add(seq)
+                    if where is not None:
+                        where[seq] = tp
                     if offset + 1 >= todo[tp][1]:
                         del todo[tp]
         if todo:
@@ -345,6 +351,7 @@ class Row:
     bad_partitions: int = 0
     problems: list[str] = field(default_factory=list)
     error: str = ""
+    kill: Any = None  # --kill-worker-at: the worker_kill.WorkerKill of this peer's window
 
     def percentile(self, q: float) -> float | None:
         """Nearest rank over the sampled records; those never seen rank above all (infinity)."""
@@ -403,6 +410,8 @@ def print_table(rows: list[Row]) -> None:
         if r.latencies_ms or r.not_arrived:
             print(f"{r.peer}: latency over {len(r.latencies_ms) + r.not_arrived:,} records of the sampled "
                   "partitions")
+        if r.kill is not None:
+            print(r.kill.summary(r.peer))
         for what in ([f"FAILED - {r.error}"] if r.error else []) + r.problems:
             print(f"{r.peer}: {what}")
         if r.missing or r.dupes:
