@@ -22,6 +22,7 @@ from mm2py.runtime.spark.lease_messages import (
     Ack,
     GoMsg,
     Hello,
+    HostHello,
     LeaseWireError,
     Ready,
     Released,
@@ -55,6 +56,7 @@ messages = st.one_of(
     st.builds(GoMsg, positions),
     st.builds(StopMsg, st.text()),
     st.just(Ack()),
+    st.builds(HostHello, st.text(), st.text(), st.text(), st.integers(0, 1000)),
 )
 
 

@@ -81,10 +81,14 @@ class FakeHosts:
         self.placed: dict[str, list[str]] = {}  # host id -> the leases placed on it, in order
         self.pacing: list[int] = []  # each placed lease's mm2py.fetch.linger.partitions.min
         self.killed: set[str] = set()  # hosts killed: their socket closed, their job failed
+        #: hosts killed whose Spark job goes on (Spark runs the task again elsewhere) until set
+        self.retrying: dict[str, threading.Event] = {}
         self.socks: dict[str, socket.socket] = {}
         self.lock = threading.Lock()
 
-    def kill(self, host_id: str) -> None:
+    def kill(self, host_id: str, job_goes_on: bool = False) -> None:
+        if job_goes_on:
+            self.retrying[host_id] = threading.Event()
         self.killed.add(host_id)
         self.socks[host_id].shutdown(socket.SHUT_RDWR)
 
@@ -102,6 +106,8 @@ class FakeHosts:
             while True:
                 line = f.readline()
                 if work.host_id in self.killed:
+                    if work.host_id in self.retrying:  # the job ends when the test lets it
+                        self.retrying[work.host_id].wait(30)
                     raise RuntimeError("executor lost")
                 if not line:
                     return HostResult(work.host_id, "fake", reason="the driver hung up")
@@ -241,4 +247,48 @@ async def test_four_leases_even_out_over_a_joining_host_in_two_moves_and_stay() 
         # leases on a host share one fetch session)
         assert hosts.pacing == [8] * 6
     finally:
+        await sched.stop(timeout=5)
+
+
+async def test_a_host_spark_gave_up_on_loses_its_leases_at_once_not_after_the_fence() -> None:
+    """SPARK_GAVE_UP: a host's connection closes and its Spark job does not end (Spark lost the
+    executor and runs the task again elsewhere). While Spark counts no failed attempt of it, its
+    lease is fenced as before (held until two fence intervals of silence: a minute here); once
+    Spark counts the host's attempt failed, the lease is given up and its task leased again on the
+    other host, long before the fence."""
+    hosts = FakeHosts()
+    failed: dict[str, int] = {}  # host id -> failed attempts of its Spark task, as Spark counts
+
+    def no_job(work: LeaseWork) -> LeaseResult:  # pragma: no cover - hosts carry every lease
+        raise AssertionError("a lease ran as a Spark job of its own")
+
+    flow = FakeFlow({0: (A,), 1: (B, C)})
+    sched = LeaseScheduler({"f": flow}, no_job, LeaseSettings(fence_seconds=30.0),  # type: ignore[dict-item]
+                           collect_host=hosts.collect, wanted_hosts=lambda: 2,
+                           failed_host_attempts=lambda host_id: failed.get(host_id, 0))
+    assert sched.hosts is not None
+    pool = sched.hosts
+    await sched.start()
+    try:
+        await _until(lambda: sched.leases_running() == 2 and len(pool.placed_ids()) == 2, sched,
+                     "two leases running")
+        lease = next(x for x in sched.table.leases.values() if x.task_id == 1)
+        victim = pool.host_of(lease.lease_id)
+        assert victim is not None
+        hosts.kill(victim.host_id, job_goes_on=True)
+        await _until(lambda: victim.hung_up, sched, "the host's connection closed")
+        for _ in range(20):  # Spark counts no failed attempt: the lease stays fenced, holding
+            await sched.step()  # its partitions (a successor on the other host may wait for them)
+            await asyncio.sleep(0.02)
+        assert not lease.state.ended and not flow.failed
+        assert sched.table.holder("f", B) == lease.lease_id
+        failed[victim.host_id] = 1  # Spark gave up on the attempt (attempt 0) the host said HELLO in
+        await _until(lambda: lease.state is LeaseState.LOST, sched, "the lease given up")
+        assert "Spark lost its executor" in flow.failed[0] and victim.host_id in flow.failed[0]
+        await _until(lambda: any(x.task_id == 1 and x.state is LeaseState.RUNNING
+                                 and pool.host_of(x.lease_id) not in (None, victim)
+                                 for x in sched.table.leases.values()), sched, "task 1 on the other host")
+    finally:
+        for event in hosts.retrying.values():
+            event.set()
         await sched.stop(timeout=5)

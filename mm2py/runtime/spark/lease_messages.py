@@ -99,6 +99,7 @@ class HostHello:
     host: str
     token: str
     executor: str = ""  # where it runs (host name and the executor's Python daemon), for the logs
+    attempt: int = 0  # its Spark task's attempt number (SPARK_GAVE_UP in driver/host_pool.py)
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,8 @@ def _lease_of(doc: Mapping[str, Any]) -> str:
 def encode(msg: Message) -> bytes:
     doc: dict[str, Any]
     if isinstance(msg, HostHello):
-        doc = {"t": "host_hello", "host": msg.host, "token": msg.token, "executor": msg.executor}
+        doc = {"t": "host_hello", "host": msg.host, "token": msg.token, "executor": msg.executor,
+               "attempt": msg.attempt}
     elif isinstance(msg, Ended):
         doc = {"t": "ended", "lease": msg.lease, "token": msg.token, "granted": msg.granted,
                "error": msg.error, "halted": msg.halted,
@@ -271,7 +273,8 @@ def decode(line: bytes) -> Message:
         if kind == "ack":
             return Ack(_lease_of(doc))
         if kind == "host_hello":
-            return HostHello(_str(doc["host"]), _str(doc["token"]), _str(doc.get("executor", "")))
+            return HostHello(_str(doc["host"]), _str(doc["token"]), _str(doc.get("executor", "")),
+                             _int(doc.get("attempt", 0)))
         if kind == "start":
             return StartLease(_str(doc["lease"]), base64.b64decode(_str(doc["work"]), validate=True))
         if kind == "ended":

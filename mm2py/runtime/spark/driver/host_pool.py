@@ -14,6 +14,14 @@ host, and picks a host for a new lease:
 - **HOST_LOST**: a host whose Spark job ended, or whose connection closed, takes no more leases;
   each lease on it that did not say ENDED is reported lost once (``on_lost``: its task fails and
   is leased again from its committed progress; the lease table fences it first).
+- **SPARK_GAVE_UP**: a host whose connection closed while its Spark job still runs (Spark lost its
+  executor and will run the task again elsewhere: the job does not end) is asked after, at most
+  every ``GAVE_UP_POLL_S``: once Spark counts more failed attempts of the host's task
+  (``failed_attempts``) than the attempt number the host said HOST_HELLO with, that attempt
+  failed, and its leases are reported lost as if the job had ended. Spark has given up on the
+  process and its connection is closed: FENCING lets the partitions go at once, not two fence
+  intervals after the host was last heard (a killed worker's partitions mirror again within
+  seconds). Attempts before it failed before it started, so they never count for it.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ __all__ = ["HostPool", "MirrorHost"]
 #: a mirror host that ended is replaced 0.5 s later, doubling with each such end up to 30 s
 #: (``delay`` only)
 HOST_RESUBMIT_BACKOFF = Backoff(0.5, 30.0)
+#: SPARK_GAVE_UP: how often a hung-up host's Spark attempt is asked after (a call into the JVM)
+GAVE_UP_POLL_S = 0.25
 
 
 @dataclass(eq=False)
@@ -53,6 +63,7 @@ class MirrorHost:
     ended: bool = False  # its Spark job returned or failed
     hung_up: bool = False  # its connection closed
     job: asyncio.Task[None] | None = None
+    asked: float = 0.0  # SPARK_GAVE_UP: when Spark was last asked about its attempt (driver clock)
 
     @property
     def live(self) -> bool:
@@ -69,12 +80,15 @@ class HostPool:
         self, coordinator: LeaseCoordinator, collect: Callable[[HostWork], HostResult],
         pool: concurrent.futures.ThreadPoolExecutor, wanted: Callable[[], int],
         on_lost: Callable[[str, str], None],
+        failed_attempts: Callable[[str], int] = lambda host_id: 0,
     ) -> None:
         self.coordinator = coordinator
         self.collect = collect  # runs one host as a Spark job (blocking until the host stops)
         self.pool = pool
         self.wanted = wanted  # how many hosts there should be (one per executor)
         self.on_lost = on_lost  # (lease id, why): a lease whose host went away without its ENDED
+        #: host id -> how many attempts of its Spark task failed so far (SPARK_GAVE_UP)
+        self.failed_attempts = failed_attempts
         self.hosts: dict[str, MirrorHost] = {}
         self._ids = itertools.count()
         self.failures = 0  # host jobs that ended while the pool wanted them: paces resubmission
@@ -85,7 +99,14 @@ class HostPool:
 
     # -- keeping hosts ------------------------------------------------------------------------
     def keep(self, now: float) -> None:
-        """Submit a host's Spark job for each one missing (paced after failures)."""
+        """Submit a host's Spark job for each one missing (paced after failures); report the
+        leases of hosts Spark gave up on (SPARK_GAVE_UP)."""
+        for host in self.hosts.values():
+            gone = host.hung_up and not host.ended and host.leases and host.line is not None
+            if gone and host.line is not None and now - host.asked >= GAVE_UP_POLL_S:
+                host.asked = now
+                if self.failed_attempts(host.host_id) > host.line.attempt:
+                    self._lose_leases(host, "Spark lost its executor (its attempt failed)")
         live = [h for h in self.hosts.values() if h.live]
         missing = self.wanted() - len(live)
         if missing <= 0 or now < self._next_submit:

@@ -56,6 +56,7 @@ class HostLine:
     executor: str
     writer: asyncio.StreamWriter
     leases: set[str] = field(default_factory=set)
+    attempt: int = 0  # the Spark task attempt it runs in (0: the first)
 
     def send(self, msg: Message) -> bool:
         if self.writer.is_closing():
@@ -189,7 +190,7 @@ class LeaseCoordinator:
             self.dispatch(self.table.disconnected(lease_id, time.monotonic()))
 
     def _accept_host(self, msg: HostHello, writer: asyncio.StreamWriter) -> HostLine | None:
-        line = HostLine(msg.host, msg.executor, writer)
+        line = HostLine(msg.host, msg.executor, writer, attempt=msg.attempt)
         if self.on_host is None or not self.on_host(line):
             log.info("mirror host %s: refused", msg.host)
             writer.write(encode(StopMsg("unknown or ended mirror host")))

@@ -96,6 +96,7 @@ class LeaseScheduler:
         on_job_failed: Callable[[str], None] | None = None, halted: Mapping[str, str] | None = None,
         collect_host: Callable[[HostWork], HostResult] | None = None,
         wanted_hosts: Callable[[], int] = lambda: 1,
+        failed_host_attempts: Callable[[str], int] = lambda host_id: 0,
     ) -> None:
         """``collect_host``: runs a mirror host as a Spark job; given, leases are placed on hosts
         (``wanted_hosts`` of them) instead of each running as a Spark job through ``collect``."""
@@ -116,7 +117,7 @@ class LeaseScheduler:
         self.hosts: HostPool | None = None
         if collect_host is not None:
             self.hosts = HostPool(self.coordinator, collect_host, self._pool, wanted_hosts,
-                                  self._lost_on_host)
+                                  self._lost_on_host, failed_host_attempts)
             self.coordinator.on_ended = self._on_ended
         #: lease id -> its flow runner, task and work, while placed on a host and not ended
         self._placed: dict[str, tuple[SparkFlowRunner, SparkTask, LeaseWork]] = {}

@@ -24,7 +24,9 @@ Invariants (each named where the code keeps it):
   when it has not been heard from for two fence intervals and either Spark gave up on it or its
   connection closed (a killed executor: its partitions are leased again within two fence
   intervals, whatever Spark's own timeouts). A lease that is merely silent with its connection
-  open (a paused process) is not given up while its Spark job runs.
+  open (a paused process) is not given up while its Spark job runs. On a mirror host, Spark
+  giving up on the host's attempt counts as the job's end for each of its leases (SPARK_GAVE_UP
+  in ``host_pool.py``).
 - **HALTED**: a paused or stopped flow (:meth:`LeaseTable.halt`) gets no lease and none of its
   leases is granted; its running leases are stopped (they commit and release). Only once none of
   them holds a partition any more (:meth:`LeaseTable.writing`) may its positions be moved, and on

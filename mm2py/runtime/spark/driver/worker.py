@@ -158,7 +158,8 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
                                          host=host, max_jobs=jobs, on_job_failed=self._job_failed,
                                          halted=self.halted,
                                          collect_host=self._collect_host if on_hosts else None,
-                                         wanted_hosts=self._wanted_hosts)
+                                         wanted_hosts=self._wanted_hosts,
+                                         failed_host_attempts=self._failed_host_attempts)
             await self.leases.start()
 
     def _job_failed(self, error: str) -> None:
@@ -178,6 +179,19 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         sc.setJobGroup(work.host_id, f"mm2py mirror host {work.host_id}", interruptOnCancel=True)
         results: list[HostResult] = sc.parallelize([work], 1).map(run_host).collect()
         return results[0]
+
+    def _failed_host_attempts(self, host_id: str) -> int:
+        """The failed attempts of mirror host ``host_id``'s Spark task so far (SPARK_GAVE_UP): an
+        executor lost fails the attempt running on it, and Spark runs the task again."""
+        failed = 0
+        with contextlib.suppress(Exception):  # no Spark session (any more): none counted
+            tracker = self.spark.sparkContext.statusTracker()
+            for job_id in tracker.getJobIdsForGroup(host_id):
+                job = tracker.getJobInfo(job_id)
+                for stage_id in job.stageIds if job is not None else ():
+                    stage = tracker.getStageInfo(stage_id)
+                    failed += stage.numFailedTasks if stage is not None else 0
+        return failed
 
     def _wanted_hosts(self) -> int:
         """One mirror host per Spark executor (``local[N]`` is one executor), or ``hosts``; the

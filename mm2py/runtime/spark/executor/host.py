@@ -31,6 +31,7 @@ import logging
 import os
 import pickle
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +91,16 @@ def executor_name() -> str:
     """This executor as the logs name it: its host name and the Python daemon its workers fork
     from (one per executor)."""
     return f"{socket.gethostname()}:{os.getppid()}"
+
+
+def task_attempt() -> int:
+    """The attempt number of the Spark task this runs in (0: the first; Spark runs a task again
+    when its executor was lost), 0 outside Spark. Read from the pyspark worker that runs it, which
+    has loaded pyspark: executor modules import no pyspark of their own (they run outside Spark in
+    tests)."""
+    pyspark = sys.modules.get("pyspark")
+    ctx = pyspark.TaskContext.get() if pyspark is not None else None
+    return int(ctx.attemptNumber()) if ctx is not None else 0
 
 
 class _HostLink(LeaseLink):
@@ -159,7 +170,7 @@ class _Host:
         reader, writer = await open_line_connection(w.coordinator)
         self.writer = writer
         try:
-            await self.send(HostHello(w.host_id, w.token, self.result.executor))
+            await self.send(HostHello(w.host_id, w.token, self.result.executor, task_attempt()))
             answer = decode(await asyncio.wait_for(reader.readline(), 30))
             if not isinstance(answer, Ack):
                 self.result.reason = (answer.reason if isinstance(answer, StopMsg)
