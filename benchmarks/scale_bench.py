@@ -314,7 +314,7 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
             row.after_drain = sum(ends.values()) - sum(backlog.values())
         where: dict[int, TP] = {}  # seq -> its source partition
         expected = read_seqs(env.source, {tp: (backlog[tp], src_ends[tp]) for tp in sampled}, where)
-        tally(row, received, expected, env.workdir / f"{tag}-latency.csv")
+        tally(row, received, expected, env.workdir / f"{tag}-latency.csv", where)
         if row.kill is not None:
             row.kill.measure(received, where)
         if len(jmx) == 2 and (before := jmx[0].result()) and (after := jmx[1].result()):
@@ -341,13 +341,14 @@ def own_requests(port: int | None) -> dict[tuple[str, str], float]:
             for s in family.samples if s.name == "mm2py_requests_total"}
 
 
-def tally(row: Row, received: Received, expected: set[int], csv: Path) -> None:
-    """Latencies of the sampled partitions' trickle records (each also into ``csv``); what was seen
-    twice or not at all."""
+def tally(row: Row, received: Received, expected: set[int], csv: Path, where: dict[int, TP]) -> None:
+    """Latencies of the sampled partitions' trickle records (each also into ``csv``, with its source
+    partition from ``where``); what was seen twice or not at all."""
     seen = received.first
     row.latencies_ms = sorted(seen[s][1] / 1000 for s in expected & seen.keys())
-    csv.write_text("seq,sent_us,latency_us\n" + "".join(f"{s},{seen[s][0]},{seen[s][1]}\n"
-                                                         for s in sorted(expected & seen.keys())))
+    csv.write_text("seq,sent_us,latency_us,topic,partition\n" + "".join(
+        f"{s},{seen[s][0]},{seen[s][1]},{where.get(s, ('', -1))[0]},{where.get(s, ('', -1))[1]}\n"
+        for s in sorted(expected & seen.keys())))
     row.not_arrived = len(expected - seen.keys())
     twice = sum(n for s, n in received.extra.items() if s in expected)
     for count, what in ((row.not_arrived, "sampled records never received"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mm2py.client.cluster import LATEST
 from mm2py.client.errors import ResendRefusedError
@@ -65,6 +65,12 @@ class MirrorSink:
         #: a put waiting for limits that could not be prepared (a corrupt batch): every later put
         #: fails with it, as a put prepared at once would have failed the task before the next
         self._broken: asyncio.Task[PendingPut] | None = None
+
+    def learn_ahead(self, partitions: Iterable[TopicPartition]) -> None:
+        """Ask the limits of ``partitions``' target topics now (the task starts), before the first
+        put needs them (:meth:`TargetLimits.ask_ahead`)."""
+        if self.limits is not None:
+            self.limits.ask_ahead(self.target_partition(tp).topic for tp in partitions)
 
     @property
     def throttles(self) -> Throttles:

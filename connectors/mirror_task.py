@@ -196,6 +196,7 @@ async def build_task(
     producer.start()  # the producer id is asked for while the task resolves its starts
     sink = MirrorSink(producer, rename, coalesce_settings(flow), owns_cluster=clients is None,
                       limits=clients.limits if clients is not None else target_limits(flow))
+    sink.learn_ahead(spec.partitions)  # its first puts need not wait for them
     return TaskRunner(
         spec, source, sink, FlowProgressKeeper(flow, clients.on_syncs if clients is not None else None),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,

@@ -7,6 +7,11 @@ thread) and again after a refusal, so a batch over it is split up front instead 
 configured limit is exact; only when the brokers refuse a batch the configuration says fits (or the
 topic cannot be described) does the limit become half the refused batch, and half again on the
 next refusal, until batches pass.
+
+A task asks for its target topics' limits when it starts (:meth:`TargetLimits.ask_ahead`), in the
+background, so that its first puts do not wait for them: a task that starts idle (a lease moved to
+another Spark host) had each first put to a topic wait for a DescribeConfigs, and every put after
+it, when traffic came.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class TargetLimits:
         self._refused: dict[str, int] = {}
         #: the limit in force: the lower of the two above
         self._limits: dict[str, int] = {}
+        #: topic -> the question about it under way (``ask_ahead``): a put's ``learn`` waits for it
+        self._asking: dict[str, asyncio.Future[None]] = {}
 
     def limit(self, topic: str) -> int | None:
         """The largest batch ``topic`` takes, when known (a lookup: asked per partition and put)."""
@@ -58,8 +65,36 @@ class TargetLimits:
         self._refused[topic] = min(size, self._refused.get(topic, size))
         self._asked.discard(topic)
 
+    def ask_ahead(self, topics: Iterable[str]) -> None:
+        """Ask for ``topics``' limits now, in the background, before a put needs them (a task's
+        start; on a running event loop). A put to one of them meanwhile waits for this answer
+        instead of asking again; a topic the target could not describe is asked for again at its
+        first put (it may not exist yet)."""
+        todo = [t for t in self.unknown(topics) if t not in self._asking]
+        if not todo:
+            return
+        question = asyncio.ensure_future(self._learn(todo, answered_only=True))
+        for topic in todo:
+            self._asking[topic] = question
+
+        def answered(done: asyncio.Future[None]) -> None:
+            for topic in todo:
+                if self._asking.get(topic) is done:
+                    del self._asking[topic]
+            if not done.cancelled():
+                done.exception()  # retrieved: _learn logs what it could not ask
+
+        question.add_done_callback(answered)
+
     async def learn(self, topics: list[str]) -> None:
-        """Ask the target for ``topics``' limits (answered or not, they are asked for)."""
+        """Ask the target for ``topics``' limits (answered or not, they are asked for); those asked
+        for ahead are waited for instead."""
+        ahead = {self._asking[t] for t in topics if t in self._asking}
+        if ahead:
+            await asyncio.wait(ahead)
+        await self._learn([t for t in topics if t not in self._asked])
+
+    async def _learn(self, topics: list[str], answered_only: bool = False) -> None:
         configured: Mapping[str, int] = {}
         if topics and self._describe is not None:
             try:
@@ -68,6 +103,8 @@ class TargetLimits:
                 log.warning("cannot read max.message.bytes of %s on the target (%s): a batch it "
                             "refuses as too large is split in halves", ", ".join(topics), exc)
         for topic in topics:
+            if answered_only and topic not in configured:
+                continue
             self._asked.add(topic)
             if topic in configured:
                 self._configured[topic] = configured[topic]

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from mm2py.client.producer import ProducerConfig
-from mm2py.connectors.mirror_sink import MirrorSink
+from mm2py.connectors.mirror_sink import MirrorSink, PendingPut
 from mm2py.connectors.target_limits import TargetLimits
 from mm2py.engine.task_contract import SinkError
 from mm2py.protocol.errors import CorruptBatchError
@@ -167,3 +167,26 @@ async def test_a_put_that_cannot_be_prepared_fails_every_put_after_it() -> None:
         with pytest.raises(CorruptBatchError):
             put.result()
     assert fb.values(A) == []
+
+
+async def test_a_sink_that_asked_its_limits_ahead_hands_its_first_put_over_at_once() -> None:
+    """learn_ahead (the task's start): once answered, the first put goes to the producer at once
+    (not deferred behind a question), and nothing is asked again."""
+    fb = FakeBroker(max_batch_bytes=100_000)
+    asked: list[list[str]] = []
+
+    def describe(topics: list[str]) -> dict[str, int]:
+        asked.append(sorted(topics))
+        return dict.fromkeys(topics, 100_000)
+
+    sink = MirrorSink(await producer_on(fb), lambda t: t, limits=TargetLimits(describe))
+    sink.learn_ahead([A, B])
+    topics = sorted({A.topic, B.topic})
+    for _ in range(500):
+        if not sink.limits or not sink.limits.unknown(topics):
+            break
+        await asyncio.sleep(0.01)
+    put = sink.submit([(A, source(["a0"])), (B, source(["b0"]))])
+    assert isinstance(put, PendingPut)
+    await put.wait()
+    assert [d.target_first for d in put.result()] == [0, 0] and asked == [topics]

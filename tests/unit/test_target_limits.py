@@ -4,6 +4,7 @@ exact when the configuration is right, halved when the brokers refuse what it sa
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping
 
 from mm2py.connectors.target_limits import TargetLimits
@@ -61,3 +62,31 @@ def test_a_topic_that_cannot_be_described_learns_its_limit_from_refusals() -> No
     limits.refused("a", 4_000_000)
     asyncio.run(limits.learn(["a"]))
     assert limits.limit("a") == 2_000_000
+
+
+def test_a_task_asks_ahead_and_a_put_meanwhile_waits_for_that_answer_instead_of_asking_again() -> None:
+    """ask_ahead (a task's start) asks in the background; a put's learn for the same topic while
+    the question is under way waits for its answer (one DescribeConfigs, not two). A topic the
+    target could not describe yet (not created) is asked for again at its first put."""
+    config = Config({"a": 2000})
+    answer = threading.Event()
+
+    def describe(topics: list[str]) -> Mapping[str, int]:
+        answer.wait(10)
+        return config(topics)
+
+    async def run() -> None:
+        limits = TargetLimits(describe)
+        limits.ask_ahead(["a", "b"])
+        limits.ask_ahead(["a"])  # under way already: not asked twice
+        put = asyncio.ensure_future(limits.learn(["a"]))
+        await asyncio.sleep(0.05)
+        assert not put.done() and limits.limit("a") is None
+        answer.set()
+        await put
+        assert limits.limit("a") == 2000 and config.asked == [["a", "b"]]
+        assert limits.unknown(["a", "b"]) == ["b"]  # not described: its first put asks again
+        await limits.learn(["b"])
+        assert config.asked == [["a", "b"], ["b"]] and limits.unknown(["b"]) == []
+
+    asyncio.run(run())
