@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 
 from mm2py.client.cluster import ClusterClient
+from mm2py.client.errors import ClientError
 from mm2py.client.fetch_hub import FetchHub
 from mm2py.client.producer import RawProducer, RequestMux
 from mm2py.config.models import FlowConfig
@@ -197,6 +199,11 @@ async def build_task(
     sink = MirrorSink(producer, rename, coalesce_settings(flow), owns_cluster=clients is None,
                       limits=clients.limits if clients is not None else target_limits(flow))
     sink.learn_ahead(spec.partitions)  # its first puts need not wait for them
+    # the target topics' leaders, known before the first put: a successor handed exact positions
+    # reads nothing from the target, and on a host that never produced them each topic's first
+    # put waited for a metadata refresh of its own
+    with contextlib.suppress(ClientError):  # the producer asks again when it needs a leader
+        await target_client.ensure_topics({rename(tp.topic) for tp in spec.partitions})
     return TaskRunner(
         spec, source, sink, FlowProgressKeeper(flow, clients.on_syncs if clients is not None else None),
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,

@@ -1,5 +1,6 @@
 """Lanes whose partition has no known leader: the metadata is refreshed in the background (one
-refresh at a time), and a lane gives up once the retry time-out passed since its trouble began.
+refresh at a time, of every topic that waits), and a lane gives up once the retry time-out passed
+since its trouble began.
 Used by :mod:`.pipeline`; the lane's bookkeeping is in :mod:`.lanes`."""
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ class LeaderWait:
         self._wake = wake  # set once a refresh is done: the lanes are looked at again
         #: the one refresh under way (guards against a refresh per lane and pass)
         self.refresh: asyncio.Task[None] | None = None
+        #: topics of lanes that waited since the refresh under way began: the next one asks them
+        #: all (a producer that first meets forty topics at once asked for them one by one, each
+        #: after the back-off: seconds for the last)
+        self._waiting: set[str] = set()
 
     def wait(self, tp: TopicPartition, lane: Lane) -> NoLeaderError | None:
         """No leader known for ``tp``: a refresh is started if none is under way; the error to
@@ -33,8 +38,10 @@ class LeaderWait:
             lane.trouble_since = now
         elif now - lane.trouble_since > self.requests.config.retry_timeout_s:
             return NoLeaderError(f"no leader known for {tp}")
+        self._waiting.add(tp.topic)
         if self.refresh is None or self.refresh.done():
-            self.refresh = asyncio.create_task(self._refresh_metadata({tp.topic}))
+            topics, self._waiting = self._waiting, set()
+            self.refresh = asyncio.create_task(self._refresh_metadata(topics))
         return None
 
     async def _refresh_metadata(self, topics: set[str]) -> None:
