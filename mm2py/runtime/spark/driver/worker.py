@@ -52,6 +52,9 @@ MODES = ("leases", "lease-jobs", "rounds")
 
 log = logging.getLogger(__name__)
 
+#: how often the driver counts Spark's executors again (one mirror host each; a call into the JVM)
+EXECUTOR_RECOUNT_S = 2.0
+
 
 class SparkWorker(WorkerBase[SparkFlowRunner]):
     """All enabled flows of one configuration: controllers and heartbeats on the driver, tasks on
@@ -195,14 +198,16 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
 
     def _wanted_hosts(self) -> int:
         """One mirror host per Spark executor (``local[N]`` is one executor), or ``hosts``; the
-        executors are counted again every 10 s (executors join and leave a cluster)."""
+        executors are counted again every ``EXECUTOR_RECOUNT_S`` (executors join and leave a
+        cluster; at the start the first count often comes before the second executor registered,
+        and counted 10 s later its host took leases over by moving them, after the catch-up)."""
         if self.hosts is not None:
             return self.hosts
         sc = self.spark.sparkContext if self.spark is not None else None
         if sc is None or is_local(sc.master):
             return 1
         count, when = self._executors
-        if time.monotonic() - when >= 10.0:
+        if time.monotonic() - when >= EXECUTOR_RECOUNT_S:
             with contextlib.suppress(Exception):  # the driver's own entry is one of them
                 count = max(1, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)
             self._executors = (count, time.monotonic())
