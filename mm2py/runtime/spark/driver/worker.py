@@ -52,8 +52,9 @@ MODES = ("leases", "lease-jobs", "rounds")
 
 log = logging.getLogger(__name__)
 
-#: how often the driver counts Spark's executors again (one mirror host each; a call into the JVM)
-EXECUTOR_RECOUNT_S = 2.0
+#: how often the driver counts Spark's executors again (one mirror host each; a call into the
+#: JVM): every 2 s for the first minute (the executors register), every 10 s after
+EXECUTOR_RECOUNT_S = (2.0, 60.0, 10.0)
 
 
 class SparkWorker(WorkerBase[SparkFlowRunner]):
@@ -89,6 +90,7 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         self.leases: LeaseScheduler | None = None
         self.hosts = hosts
         self._executors = (1, -math.inf)  # executors Spark has, and when it was asked
+        self._first_count: float | None = None  # when the executors were first counted
         self.round_seconds = round_seconds
         self.commit_interval = commit_interval
         self.flows = self._initial_runners()
@@ -207,7 +209,11 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         if sc is None or is_local(sc.master):
             return 1
         count, when = self._executors
-        if time.monotonic() - when >= EXECUTOR_RECOUNT_S:
+        now = time.monotonic()
+        if self._first_count is None:
+            self._first_count = now
+        early, first_s, later = EXECUTOR_RECOUNT_S
+        if now - when >= (early if now - self._first_count < first_s else later):
             with contextlib.suppress(Exception):  # the driver's own entry is one of them
                 count = max(1, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)
             self._executors = (count, time.monotonic())
