@@ -14,13 +14,7 @@ from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.task_contract import TaskMetrics
 from mm2py.protocol.types import TopicPartition as TP
 from mm2py.runtime.spark.driver.round_plan import plan_round
-from mm2py.runtime.spark.driver.session import (
-    default_master,
-    job_error,
-    runs_here,
-    session_conf,
-    task_attempts,
-)
+from mm2py.runtime.spark.driver.session import default_master, job_error, runs_here, session_conf
 from mm2py.runtime.spark.driver.worker import SparkTask
 from mm2py.runtime.spark.executor.round import RoundResult, RoundWork, reached, run_round
 
@@ -168,12 +162,3 @@ def test_the_prometheus_collector_reads_spark_tasks_like_in_process_ones() -> No
     codec = {s.labels["operation"]: s.value for m in WorkerCollector(worker).collect()  # type: ignore[arg-type]
              if m.name == "mm2py_codec_operations" for s in m.samples if s.name.endswith("_total")}
     assert codec == {"decompress": 3, "compress": 1}
-
-
-def test_the_attempts_spark_makes_of_a_task_by_master_and_max_failures() -> None:
-    """SPARK_GAVE_UP applies only while Spark runs a failed task again: ``local[N]`` runs it once,
-    ``local[N,F]`` F times, a cluster ``spark.task.maxFailures`` (4) times."""
-    assert task_attempts("local") == task_attempts("local[2]") == task_attempts("local[*]") == 1
-    assert task_attempts("local[2,3]") == 3 and task_attempts("local[*, 2]") == 2
-    assert task_attempts("spark://127.0.0.1:7077") == 4 == task_attempts("yarn", "nonsense")
-    assert task_attempts("spark://127.0.0.1:7077", "2") == 2 and task_attempts("k8s://x", "0") == 1

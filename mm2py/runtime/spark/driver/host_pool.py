@@ -21,9 +21,7 @@ host, and picks a host for a new lease:
   failed, and its leases are reported lost as if the job had ended. Spark has given up on the
   process and its connection is closed: FENCING lets the partitions go at once, not two fence
   intervals after the host was last heard (a killed worker's partitions mirror again within
-  seconds). Attempts before it failed before it started, so they never count for it. Only while
-  Spark will run the task again: at its last attempt (``local[N]`` makes one) the job fails with
-  the attempt, and its error says why.
+  seconds). Attempts before it failed before it started, so they never count for it.
 """
 
 from __future__ import annotations

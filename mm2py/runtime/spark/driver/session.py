@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -52,19 +51,6 @@ logger.hadoop.level = error
 
 def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
-
-
-def task_attempts(master: str, max_failures: str | None = None) -> int:
-    """How many times Spark runs a failing task before it fails the job: ``local[N,F]``'s F,
-    once on ``local``/``local[N]``, else ``spark.task.maxFailures`` (``max_failures``; 4)."""
-    if (m := re.fullmatch(r"local\[[^,\]]+,\s*(\d+)\]", master)) is not None:
-        return max(1, int(m.group(1)))
-    if is_local(master):
-        return 1
-    try:
-        return max(1, int(max_failures)) if max_failures else 4
-    except ValueError:
-        return 4
 
 
 def runs_here(master: str) -> bool:

@@ -38,13 +38,7 @@ from mm2py.protocol.compression import CodecCounters
 from mm2py.runtime.flows import Claims
 from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
-from mm2py.runtime.spark.driver.session import (
-    default_master,
-    is_local,
-    job_error,
-    spark_session,
-    task_attempts,
-)
+from mm2py.runtime.spark.driver.session import default_master, is_local, job_error, spark_session
 from mm2py.runtime.spark.executor.host import HostResult, HostWork, run_host
 from mm2py.runtime.spark.executor.lease import LeaseResult, LeaseWork, run_lease
 from mm2py.runtime.spark.executor.round import RoundResult, RoundWork, run_round
@@ -97,7 +91,6 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         self.hosts = hosts
         self._executors = (1, -math.inf)  # executors Spark has, and when it was asked
         self._first_count: float | None = None  # when the executors were first counted
-        self._task_attempts: int | None = None  # how often Spark runs a failing task (asked once)
         self.round_seconds = round_seconds
         self.commit_interval = commit_interval
         self.flows = self._initial_runners()
@@ -193,22 +186,17 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         return results[0]
 
     def _failed_host_attempts(self, host_id: str) -> int:
-        """The failed attempts of mirror host ``host_id``'s Spark task so far, while Spark will run
-        the task again (SPARK_GAVE_UP: an executor lost fails the attempt running on it); 0 once
-        they reach the attempts Spark makes (``local[N]``: one), as the job then fails with the
-        attempt, and its error says why (a Python worker that crashed, say)."""
+        """The failed attempts of mirror host ``host_id``'s Spark task so far (SPARK_GAVE_UP): an
+        executor lost fails the attempt running on it, and Spark runs the task again."""
         failed = 0
         with contextlib.suppress(Exception):  # no Spark session (any more): none counted
-            sc = self.spark.sparkContext
-            if self._task_attempts is None:
-                self._task_attempts = task_attempts(sc.master, sc.getConf().get("spark.task.maxFailures"))
-            tracker = sc.statusTracker()
+            tracker = self.spark.sparkContext.statusTracker()
             for job_id in tracker.getJobIdsForGroup(host_id):
                 job = tracker.getJobInfo(job_id)
                 for stage_id in job.stageIds if job is not None else ():
                     stage = tracker.getStageInfo(stage_id)
                     failed += stage.numFailedTasks if stage is not None else 0
-        return failed if self._task_attempts is not None and failed < self._task_attempts else 0
+        return failed
 
     def _wanted_hosts(self) -> int:
         """One mirror host per Spark executor (``local[N]`` is one executor), or ``hosts``; the
