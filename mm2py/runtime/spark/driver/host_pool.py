@@ -21,7 +21,11 @@ host, and picks a host for a new lease:
   failed, and its leases are reported lost as if the job had ended. Spark has given up on the
   process and its connection is closed: FENCING lets the partitions go at once, not two fence
   intervals after the host was last heard (a killed worker's partitions mirror again within
-  seconds). Attempts before it failed before it started, so they never count for it.
+  seconds). Attempts before it failed before it started, so they never count for it. The count
+  must hold for ``GAVE_UP_CONFIRM_S`` with the job still running (``failed_attempts`` says 0 once
+  the job ended): a failure Spark counts against the task (a Python worker that crashed, on
+  ``local[N]``) ends the job at once, and its error, which names the cause, is what the leases'
+  tasks report.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ __all__ = ["HostPool", "MirrorHost"]
 HOST_RESUBMIT_BACKOFF = Backoff(0.5, 30.0)
 #: SPARK_GAVE_UP: how often a hung-up host's Spark attempt is asked after (a call into the JVM)
 GAVE_UP_POLL_S = 0.25
+#: SPARK_GAVE_UP: how long Spark must count the host's attempt failed, its job still running
+GAVE_UP_CONFIRM_S = 1.0
 
 
 @dataclass(eq=False)
@@ -64,6 +70,7 @@ class MirrorHost:
     hung_up: bool = False  # its connection closed
     job: asyncio.Task[None] | None = None
     asked: float = 0.0  # SPARK_GAVE_UP: when Spark was last asked about its attempt (driver clock)
+    failed_since: float | None = None  # SPARK_GAVE_UP: since when Spark counts its attempt failed
 
     @property
     def live(self) -> bool:
@@ -105,8 +112,12 @@ class HostPool:
             gone = host.hung_up and not host.ended and host.leases and host.line is not None
             if gone and host.line is not None and now - host.asked >= GAVE_UP_POLL_S:
                 host.asked = now
-                if self.failed_attempts(host.host_id) > host.line.attempt:
-                    self._lose_leases(host, "Spark lost its executor (its attempt failed)")
+                if self.failed_attempts(host.host_id) <= host.line.attempt:
+                    host.failed_since = None
+                elif host.failed_since is None:
+                    host.failed_since = now
+                elif now - host.failed_since >= GAVE_UP_CONFIRM_S:
+                    self._lose_leases(host, "Spark lost its executor (its attempt failed, its job runs on)")
         live = [h for h in self.hosts.values() if h.live]
         missing = self.wanted() - len(live)
         if missing <= 0 or now < self._next_submit:

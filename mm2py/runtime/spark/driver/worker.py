@@ -186,14 +186,21 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         return results[0]
 
     def _failed_host_attempts(self, host_id: str) -> int:
-        """The failed attempts of mirror host ``host_id``'s Spark task so far (SPARK_GAVE_UP): an
-        executor lost fails the attempt running on it, and Spark runs the task again."""
+        """The failed attempts of mirror host ``host_id``'s Spark task so far, while its job runs
+        on (SPARK_GAVE_UP: an executor lost fails the attempt running on it, and Spark runs the
+        task again, not counting that failure against ``spark.task.maxFailures``); 0 once the job
+        has ended, as one does when the attempt's failure counts (a Python worker that crashed):
+        its error then says why."""
         failed = 0
         with contextlib.suppress(Exception):  # no Spark session (any more): none counted
             tracker = self.spark.sparkContext.statusTracker()
             for job_id in tracker.getJobIdsForGroup(host_id):
                 job = tracker.getJobInfo(job_id)
-                for stage_id in job.stageIds if job is not None else ():
+                if job is None:
+                    continue
+                if str(job.status) != "RUNNING":
+                    return 0
+                for stage_id in job.stageIds:
                     stage = tracker.getStageInfo(stage_id)
                     failed += stage.numFailedTasks if stage is not None else 0
         return failed
