@@ -104,3 +104,34 @@ def test_a_stop_set_before_the_worker_started_stops_it_at_once() -> None:
     assert time.monotonic() - started < 2
     assert calls[0] == "start" and calls[-1] == "stop"
     assert calls.count("round") <= 1
+
+
+class FakeTracker:
+    """Spark's status tracker as SPARK_GAVE_UP asks it: a host's job group, its job, its stage."""
+
+    def __init__(self, status: str, failed: int) -> None:
+        self.status, self.failed = status, failed
+
+    def getJobIdsForGroup(self, group: str) -> list[int]:  # pyspark's names
+        return [7] if group == "host-0" else []
+
+    def getJobInfo(self, job_id: int) -> Any:
+        return SimpleNamespace(jobId=job_id, stageIds=[3], status=self.status)
+
+    def getStageInfo(self, stage_id: int) -> Any:
+        return SimpleNamespace(stageId=stage_id, numFailedTasks=self.failed)
+
+
+def test_a_hosts_failed_attempts_count_only_while_its_job_runs_on() -> None:
+    """SPARK_GAVE_UP asks the host's job group: its failed attempts while the job is RUNNING (a
+    lost executor's attempt, which Spark runs again); none once the job ended (a failure Spark
+    counted against the task ends the job, whose own error must be what the tasks report)."""
+    worker = SparkWorker(MirrorMakerConfig.from_flat(BASE), spark=object(), idle_seconds=0.05)
+    for status, failed, expected in (("RUNNING", 1, 1), ("RUNNING", 0, 0), ("FAILED", 1, 0),
+                                     ("SUCCEEDED", 1, 0)):
+        tracker = FakeTracker(status, failed)
+        worker.spark = SimpleNamespace(sparkContext=SimpleNamespace(statusTracker=lambda t=tracker: t))
+        assert worker._failed_host_attempts("host-0") == expected, (status, failed)
+        assert worker._failed_host_attempts("host-9") == 0
+    worker.spark = None  # no session (any more): nothing counted
+    assert worker._failed_host_attempts("host-0") == 0
