@@ -94,7 +94,10 @@ async def test_raw_mirror_roundtrip(
     source_batches = await fetch_batches(src, tp)
     assert len(source_batches) > 1
     assert sum(b.records_count for b in source_batches) == len(records)
-    assert all(b.codec == Codec[codec.upper()] for b in source_batches)
+    # librdkafka sends a batch uncompressed when the codec would not shrink it (a small batch on a
+    # loaded host: G22 in docs/testing.md); the codec's batches must be there, and the rest plain
+    codecs = [b.codec for b in source_batches]
+    assert Codec[codec.upper()] in codecs and set(codecs) <= {Codec[codec.upper()], Codec.NONE}, codecs
     assert all((b.producer_id >= 0) == idempotent for b in source_batches)
 
     # the plain (non-idempotent) mode: the broker sees the source bytes minus producer state
