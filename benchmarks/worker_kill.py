@@ -62,30 +62,43 @@ class WorkerKill:
                 f"{self.partitions} sampled partitions")
 
 
-def executors_cpu(spark: Any) -> dict[str, float]:
-    """Worker name -> CPU s of the processes its executors run (JVMs, Python daemons, hosts)."""
-    out: dict[str, float] = {}
+def _executor_processes(spark: Any) -> list[tuple[str, int, float]]:
+    """(worker name, pid, CPU s) of each live process the applications' executors run (JVMs,
+    Python daemons, hosts), each looked up once."""
+    out = []
     for app in spark.active_apps():
         app_id = str(app["id"])
         for pid in spark.app_processes(app_id):
             worker, cpu = spark.worker_running(app_id, pid), cpu_seconds(pid)
             if worker is not None and cpu is not None:
-                out[worker] = out.get(worker, 0.0) + cpu
+                out.append((worker, pid, cpu))
     return out
+
+
+def _by_worker(processes: list[tuple[str, int, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for worker, _, cpu in processes:
+        out[worker] = out.get(worker, 0.0) + cpu
+    return out
+
+
+def executors_cpu(spark: Any) -> dict[str, float]:
+    """Worker name -> CPU s of the processes its executors run (JVMs, Python daemons, hosts)."""
+    return _by_worker(_executor_processes(spark))
 
 
 def kill_first_worker(spark: Any, at_window_start: dict[str, float]) -> WorkerKill:
     """SIGKILL the cluster's first worker running an executor of an application."""
-    now = executors_cpu(spark)
+    processes = _executor_processes(spark)
+    now = _by_worker(processes)
     if not now:
         raise RuntimeError("no Spark worker runs an executor: nothing to kill")
     victim = next(w.name for w in spark.workers if w.name in now)
     gone: dict[str, float] = {}
-    for app in spark.active_apps():
-        for pid in spark.app_processes(str(app["id"])):
-            if spark.worker_running(str(app["id"]), pid) == victim and (cpu := cpu_seconds(pid)) is not None:
-                role = process_role(pid)
-                gone[role] = gone.get(role, 0.0) + cpu
+    for worker, pid, cpu in processes:
+        if worker == victim:
+            role = process_role(pid)
+            gone[role] = gone.get(role, 0.0) + cpu
     kill = WorkerKill(victim, time.time(), {w: c - at_window_start.get(w, 0.0) for w, c in now.items()},
                       gone)
     spark.kill_worker(victim)
