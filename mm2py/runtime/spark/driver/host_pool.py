@@ -109,15 +109,8 @@ class HostPool:
         """Submit a host's Spark job for each one missing (paced after failures); report the
         leases of hosts Spark gave up on (SPARK_GAVE_UP)."""
         for host in self.hosts.values():
-            gone = host.hung_up and not host.ended and host.leases and host.line is not None
-            if gone and host.line is not None and now - host.asked >= GAVE_UP_POLL_S:
-                host.asked = now
-                if self.failed_attempts(host.host_id) <= host.line.attempt:
-                    host.failed_since = None
-                elif host.failed_since is None:
-                    host.failed_since = now
-                elif now - host.failed_since >= GAVE_UP_CONFIRM_S:
-                    self._lose_leases(host, "Spark lost its executor (its attempt failed, its job runs on)")
+            if host.hung_up and not host.ended and host.leases and now - host.asked >= GAVE_UP_POLL_S:
+                self._ask_spark(host, now)
         live = [h for h in self.hosts.values() if h.live]
         missing = self.wanted() - len(live)
         if missing <= 0 or now < self._next_submit:
@@ -147,6 +140,19 @@ class HostPool:
             self._next_submit = time.monotonic() + HOST_RESUBMIT_BACKOFF.delay(self.failures - 1)
             log.warning("mirror host %s (%s) ended: %s; another takes its place", host.host_id,
                         host.line.executor if host.line else "never connected", why)
+
+    def _ask_spark(self, host: MirrorHost, now: float) -> None:
+        """SPARK_GAVE_UP for a hung-up host with leases: its leases are lost once Spark has counted
+        its attempt failed for ``GAVE_UP_CONFIRM_S``, the job running on."""
+        if host.line is None:  # never said HOST_HELLO: no attempt to ask about
+            return
+        host.asked = now
+        if self.failed_attempts(host.host_id) <= host.line.attempt:
+            host.failed_since = None
+        elif host.failed_since is None:
+            host.failed_since = now
+        elif now - host.failed_since >= GAVE_UP_CONFIRM_S:
+            self._lose_leases(host, "Spark lost its executor (its attempt failed, its job runs on)")
 
     _stopping = False
 

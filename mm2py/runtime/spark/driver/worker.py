@@ -53,8 +53,11 @@ MODES = ("leases", "lease-jobs", "rounds")
 log = logging.getLogger(__name__)
 
 #: how often the driver counts Spark's executors again (one mirror host each; a call into the
-#: JVM): every 2 s for the first minute (the executors register), every 10 s after
-EXECUTOR_RECOUNT_S = (2.0, 60.0, 10.0)
+#: JVM): every ``EARLY_RECOUNT_S`` for its first ``EARLY_S`` (the executors register), then every
+#: ``EXECUTOR_RECOUNT_S``
+EXECUTOR_RECOUNT_S = 10.0
+EARLY_RECOUNT_S = 2.0
+EARLY_S = 60.0
 
 
 class SparkWorker(WorkerBase[SparkFlowRunner]):
@@ -207,9 +210,10 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
 
     def _wanted_hosts(self) -> int:
         """One mirror host per Spark executor (``local[N]`` is one executor), or ``hosts``; the
-        executors are counted again every ``EXECUTOR_RECOUNT_S`` (executors join and leave a
-        cluster; at the start the first count often comes before the second executor registered,
-        and counted 10 s later its host took leases over by moving them, after the catch-up)."""
+        executors are counted again every ``EARLY_RECOUNT_S``, later every ``EXECUTOR_RECOUNT_S``
+        (executors join and leave a cluster; at the start the first count often comes before the
+        second executor registered, and counted 10 s later its host took leases over by moving
+        them, after the catch-up)."""
         if self.hosts is not None:
             return self.hosts
         sc = self.spark.sparkContext if self.spark is not None else None
@@ -219,8 +223,8 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
         now = time.monotonic()
         if self._first_count is None:
             self._first_count = now
-        early, first_s, later = EXECUTOR_RECOUNT_S
-        if now - when >= (early if now - self._first_count < first_s else later):
+        early = now - self._first_count < EARLY_S
+        if now - when >= (EARLY_RECOUNT_S if early else EXECUTOR_RECOUNT_S):
             with contextlib.suppress(Exception):  # the driver's own entry is one of them
                 count = max(1, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)
             self._executors = (count, time.monotonic())
