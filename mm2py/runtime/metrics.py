@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -16,6 +16,7 @@ from mm2py.client.reauth import SASL_SESSIONS
 from mm2py.client.request_counts import REQUESTS, api_name
 from mm2py.engine.task_contract import TASK_COUNTERS, TaskState
 from mm2py.runtime.flows import FlowRunnerBase
+from mm2py.runtime.host_figures import HostFigures
 from mm2py.runtime.loop_watch import LoopWatch
 from mm2py.runtime.metrics_page import HISTOGRAMS, LAG, partition_times
 from mm2py.runtime.worker_base import WorkerBase
@@ -133,6 +134,12 @@ class WorkerCollector(Collector):
         yield from self._acl_metrics()
         yield from self._retention_metrics()
         yield from _client_metrics()
+        # a runtime whose tasks run in processes of their own says their figures (Spark's hosts)
+        figures: Callable[[], list[HostFigures]] | None = getattr(self.worker, "host_figures", None)
+        yield from _host_metrics(figures() if figures is not None else [])
+        yield self._codec_metrics()
+
+    def _codec_metrics(self) -> Metric:
         codec = CounterMetricFamily(
             "mm2py_codec_operations",
             "Decompressions and compressions done by the worker's tasks (Spark: on its executors too)",
@@ -141,7 +148,7 @@ class WorkerCollector(Collector):
         decompressions, compressions = self.worker.codec_operations()
         codec.add_metric(["decompress"], float(decompressions))
         codec.add_metric(["compress"], float(compressions))
-        yield codec
+        return codec
 
     def _time_metrics(self) -> Iterator[Metric]:
         """Replication latency, record age (histograms) and lag in time, per partition (served
@@ -224,8 +231,8 @@ class WorkerCollector(Collector):
 
 def _client_metrics() -> Iterator[Metric]:
     """SASL session figures of this process's raw connections, the requests they sent (per API),
-    and OAUTHBEARER tokens obtained, per cluster (the Spark runtime's executors count their own
-    connections, not shown here)."""
+    and OAUTHBEARER tokens obtained, per cluster (a Spark mirror host's requests are its own:
+    ``mm2py_host_requests_total``)."""
     counters = {
         name: CounterMetricFamily(f"mm2py_sasl_{name}", help_, labels=["cluster"])
         for name, help_ in _SASL_COUNTERS.items()
@@ -244,6 +251,30 @@ def _client_metrics() -> Iterator[Metric]:
     for cluster, n in sorted(token_fetches().items()):
         tokens.add_metric([cluster], float(n))
     yield tokens
+
+
+def _host_metrics(hosts: list[HostFigures]) -> Iterator[Metric]:
+    """The Spark mirror hosts' own figures, per host, as each last said (none in-process)."""
+    labels = ["host", "executor"]
+    requests = CounterMetricFamily("mm2py_host_requests", "Requests sent to a cluster's brokers by a "
+                                   "mirror host's raw connections, per API",
+                                   labels=[*labels, "cluster", "api"])
+    cpu = CounterMetricFamily("mm2py_host_cpu_seconds", "CPU time of a mirror host's process "
+                              "(user and system)", labels=labels)
+    rss = GaugeMetricFamily("mm2py_host_resident_bytes", "Resident memory of a mirror host's process",
+                            labels=labels)
+    leases = GaugeMetricFamily("mm2py_host_leases", "Leases placed on a mirror host", labels=labels)
+    partitions = GaugeMetricFamily("mm2py_host_partitions", "Source partitions of the leases placed on "
+                                   "a mirror host", labels=labels)
+    for h in hosts:
+        values = [h.host, h.executor]
+        for (cluster, api_key), n in sorted(h.requests.items()):
+            requests.add_metric([*values, cluster, api_name(api_key)], float(n))
+        cpu.add_metric(values, h.cpu_seconds)
+        rss.add_metric(values, float(h.rss_bytes))
+        leases.add_metric(values, float(h.leases))
+        partitions.add_metric(values, float(h.partitions))
+    yield from (requests, cpu, rss, leases, partitions)
 
 
 class LoopWatchCollector(Collector):

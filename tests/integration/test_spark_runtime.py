@@ -324,6 +324,14 @@ def test_rest_api_steers_the_spark_runtime(east: KafkaCluster, west: KafkaCluste
                        >= 500, 10, 0.2, "the leases' reports")
             status = http.get("/flows/east/west").json()
             assert sum(t["records"] for t in status["tasks"]) == 500
+
+            def host_fetches() -> float:  # the mirror host's own Fetch requests to east, per host
+                return sum(float(line.rsplit(" ", 1)[1]) for line in http.get("/metrics").text.splitlines()
+                           if line.startswith("mm2py_host_requests_total{")
+                           and 'cluster="east"' in line and 'api="Fetch"' in line)
+
+            # every stats interval (1 s) the host says its figures: it fetched 500 records
+            wait_until(lambda: host_fetches() > 0, 30, 0.2, "the mirror host's Fetch requests on /metrics")
             r = http.post("/flows", json={"source": "east", "target": "west", "name": "spark-named",
                                          "topics": [c]})
             assert r.status_code == 201 and r.json()["name"] == "spark-named", r.text

@@ -23,6 +23,7 @@ from mm2py.runtime.spark.lease_messages import (
     GoMsg,
     Hello,
     HostHello,
+    HostStats,
     LeaseWireError,
     Ready,
     Released,
@@ -57,6 +58,9 @@ messages = st.one_of(
     st.builds(StopMsg, st.text()),
     st.just(Ack()),
     st.builds(HostHello, st.text(), st.text(), st.text(), st.integers(0, 1000)),
+    st.builds(HostStats, st.text(), st.text(),
+              st.dictionaries(st.tuples(st.text(), st.integers(0, 80)), st.integers(0, 2**62), max_size=4),
+              st.floats(0, 1e7, allow_nan=False), st.integers(0, 2**40)),
 )
 
 
@@ -80,6 +84,8 @@ def test_garbage_is_a_lease_wire_error_and_nothing_else(line: bytes) -> None:
     b'{"t":"hello","lease":"x"}',  # no token
     b'{"t":"report","lease":"x","token":"t","metrics":{},"lag":[],"codec":[0,0],"refused":[5]}',
     b'{"t":"report","lease":"x","token":"t","metrics":{},"lag":[],"codec":[0,0],"held":[5]}',
+    b'{"t":"host_stats","host":"h","token":"t","requests":[["east","1",3]],"cpu":1.5,"rss":9}',
+    b'{"t":"host_stats","host":"h","token":"t","requests":[],"cpu":"1.5","rss":9}',
     b'{"t":"teleport"}',
     b'[1,2]',
 ])

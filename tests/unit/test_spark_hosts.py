@@ -292,3 +292,43 @@ async def test_a_host_spark_gave_up_on_loses_its_leases_at_once_not_after_the_fe
         for event in hosts.retrying.values():
             event.set()
         await sched.stop(timeout=5)
+
+
+async def test_a_host_says_its_own_figures_and_the_driver_shows_them_per_host() -> None:
+    """The real host (``run_host``, here in this process: its connections' request counts are this
+    process's) says HOST_STATS every stats interval; the driver keeps each host's last and its
+    /metrics shows them per host, with the leases and partitions placed on it."""
+    from types import SimpleNamespace
+
+    from mm2py.client.request_counts import REQUESTS
+    from mm2py.protocol.api import ApiKey
+    from mm2py.runtime.spark.executor.host import run_host
+    from tests.support.worker_metrics import samples
+
+    def no_job(work: LeaseWork) -> LeaseResult:  # pragma: no cover - no lease in this test
+        raise AssertionError("a lease ran as a Spark job of its own")
+
+    def fetched(figures: Any) -> int:
+        return int(sum(f.requests.get(("east-figures", int(ApiKey.FETCH)), 0) for f in figures))
+
+    REQUESTS.add("east-figures", ApiKey.FETCH)
+    sched = LeaseScheduler({"f": FakeFlow({})}, no_job, LeaseSettings(),  # type: ignore[dict-item]
+                           collect_host=run_host, wanted_hosts=lambda: 1)
+    assert sched.hosts is not None
+    pool = sched.hosts
+    await sched.start()
+    try:
+        await _until(lambda: fetched(pool.figures()) >= 1, sched, "the host's first HOST_STATS")
+        [first] = pool.figures()
+        assert first.cpu_seconds > 0 and first.rss_bytes > 0 and (first.leases, first.partitions) == (0, 0)
+        REQUESTS.add("east-figures", ApiKey.FETCH)  # said again: the driver's figure follows
+        await _until(lambda: fetched(pool.figures()) >= fetched([first]) + 1, sched, "the next HOST_STATS")
+        worker = SimpleNamespace(flows={}, codec_operations=lambda: (0, 0), host_figures=pool.figures)
+        shown = samples(worker, "mm2py_host_requests_total")
+        key = (("api", "Fetch"), ("cluster", "east-figures"), ("executor", first.executor),
+               ("host", first.host))
+        assert shown[key] == fetched(pool.figures())
+        assert samples(worker, "mm2py_host_cpu_seconds_total")[(("executor", first.executor),
+                                                                ("host", first.host))] > 0
+    finally:
+        await sched.stop(timeout=5)

@@ -41,3 +41,24 @@ def test_no_record_after_the_kill_measures_no_outage() -> None:
     kill = WorkerKill("worker-1", 100.0, {})
     kill.measure(received, {1: ("a", 0)})
     assert kill.outage_s is None and kill.partitions == 0
+
+
+def test_each_hosts_fetch_rate_is_named_with_the_worker_it_ran_on() -> None:
+    from own_requests import host_rates, own_rates
+
+    before = {("", "", "src1", "Fetch"): 10.0, ("host-0", "box:301", "src1", "Fetch"): 100.0,
+              ("host-1", "box:402", "src1", "Fetch"): 50.0, ("host-1", "box:402", "dst1", "Produce"): 7.0}
+    at_kill = {("", "", "src1", "Fetch"): 12.0, ("host-0", "box:301", "src1", "Fetch"): 300.0,
+               ("host-1", "box:402", "src1", "Fetch"): 250.0, ("host-1", "box:402", "dst1", "Produce"): 57.0}
+    end = {("", "", "src1", "Fetch"): 14.0, ("host-1", "box:402", "src1", "Fetch"): 650.0,
+           ("host-2", "box:503", "src1", "Fetch"): 40.0}  # host-0 died; host-2 started after the kill
+    assert own_rates(before, at_kill, 10.0, "src1") == {"source Fetch": 40.2, "target Produce": 5.0}
+    kill = WorkerKill("worker-1", 100.0, {}, daemon_workers={301: "worker-1", 402: "worker-2"})
+    kill.fetch_until = host_rates(before, at_kill, 10.0, "src1")
+    kill.fetch_after = host_rates(at_kill, end, 20.0, "src1")
+    assert kill.fetch_until == {("host-0", "box:301"): 20.0, ("host-1", "box:402"): 20.0}
+    assert kill.fetch_after == {("host-1", "box:402"): 20.0, ("host-2", "box:503"): 2.0}
+    summary = kill.summary("spark")
+    assert summary.endswith("per mirror host until the kill: host-0 on worker-1 20.0, host-1 on worker-2 "
+                            "20.0; source Fetch/s per mirror host after it: host-1 on worker-2 20.0, "
+                            "host-2 on a later worker 2.0")

@@ -18,6 +18,8 @@ runs many leases) opens one connection for all of them: ``host_hello`` first (ac
 pickles its closures) and every lease's messages travel on that connection, the driver's naming
 their lease (``lease``; empty on a lease's own connection, and a ``stop`` with no lease stops the
 host). When a lease ends on a host it says ``ended``: what a lease's Spark job returns otherwise.
+Every stats interval a host says ``host_stats``: the process's own figures (requests it sent per
+cluster and API, CPU seconds, resident bytes), which the driver's /metrics shows per host.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 
 __all__ = [
-    "Ack", "Ended", "GoMsg", "Hello", "HostHello", "LeaseWireError", "Ready", "Released", "Report",
-    "StartLease", "StopMsg", "decode", "encode", "open_line_connection",
+    "Ack", "Ended", "GoMsg", "Hello", "HostHello", "HostStats", "LeaseWireError", "Ready", "Released",
+    "Report", "StartLease", "StopMsg", "decode", "encode", "open_line_connection",
 ]
 
 #: the longest line either side accepts (a report of thousands of partitions fits easily)
@@ -103,6 +105,18 @@ class HostHello:
 
 
 @dataclass(frozen=True)
+class HostStats:
+    """A mirror host's own figures, cumulative since it started (its process's)."""
+
+    host: str
+    token: str
+    #: (cluster name, API key) -> requests its raw connections sent (``mm2py.client.request_counts``)
+    requests: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    cpu_seconds: float = 0.0  # user + system
+    rss_bytes: int = 0  # resident now
+
+
+@dataclass(frozen=True)
 class Ended:
     """A lease ended on a mirror host: what its own Spark job would have returned."""
 
@@ -145,7 +159,8 @@ class Ack:
     lease: str = ""
 
 
-Message = Hello | Ready | Report | Released | GoMsg | StopMsg | Ack | HostHello | Ended | StartLease
+Message = (Hello | Ready | Report | Released | GoMsg | StopMsg | Ack | HostHello | HostStats | Ended
+           | StartLease)
 
 
 def _positions_out(positions: Mapping[TopicPartition, Position | None]) -> list[list[Any]]:
@@ -219,6 +234,10 @@ def encode(msg: Message) -> bytes:
     if isinstance(msg, HostHello):
         doc = {"t": "host_hello", "host": msg.host, "token": msg.token, "executor": msg.executor,
                "attempt": msg.attempt}
+    elif isinstance(msg, HostStats):
+        doc = {"t": "host_stats", "host": msg.host, "token": msg.token,
+               "requests": [[c, k, n] for (c, k), n in sorted(msg.requests.items())],
+               "cpu": msg.cpu_seconds, "rss": msg.rss_bytes}
     elif isinstance(msg, Ended):
         doc = {"t": "ended", "lease": msg.lease, "token": msg.token, "granted": msg.granted,
                "error": msg.error, "halted": msg.halted,
@@ -275,6 +294,10 @@ def decode(line: bytes) -> Message:
         if kind == "host_hello":
             return HostHello(_str(doc["host"]), _str(doc["token"]), _str(doc.get("executor", "")),
                              _int(doc.get("attempt", 0)))
+        if kind == "host_stats":
+            return HostStats(_str(doc["host"]), _str(doc["token"]),
+                             {(_str(c), _int(k)): _int(n) for c, k, n in doc["requests"]},
+                             _float(doc["cpu"]), _int(doc["rss"]))
         if kind == "start":
             return StartLease(_str(doc["lease"]), base64.b64decode(_str(doc["work"]), validate=True))
         if kind == "ended":

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mm2py.retry import Backoff
+from mm2py.runtime.host_figures import HostFigures
 from mm2py.runtime.spark.driver.lease_coordinator import HostLine, LeaseCoordinator
 from mm2py.runtime.spark.driver.session import job_error
 from mm2py.runtime.spark.executor.host import HostResult, HostWork
@@ -216,6 +217,17 @@ class HostPool:
 
     def running(self) -> int:
         return sum(h.live and h.line is not None for h in self.hosts.values())
+
+    def figures(self) -> list[HostFigures]:
+        """The connected hosts' figures, from their last HOST_STATS (zeros until the first)."""
+        out = []
+        for h in self.hosts.values():
+            if h.live and h.line is not None:
+                s = h.line.stats
+                out.append(HostFigures(h.host_id, h.line.executor, len(h.leases), h.load,
+                                       dict(s.requests) if s else {}, s.cpu_seconds if s else 0.0,
+                                       s.rss_bytes if s else 0))
+        return out
 
     # -- stopping -----------------------------------------------------------------------------
     async def stop(self, timeout: float) -> None:

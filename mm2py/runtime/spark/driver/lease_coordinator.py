@@ -10,7 +10,7 @@ A mirror host (``executor/host.py``) connects once and says HOST_HELLO (``on_hos
 driver places leases on it with :meth:`LeaseCoordinator.place`, and each of them then says HELLO,
 READY, reports and RELEASED on the host's connection as a lease of its own would on its own. Its
 ENDED goes to ``on_ended``; the host's connection closing is every one of its leases' closing
-(``on_host_gone`` is told too).
+(``on_host_gone`` is told too). Its last HOST_STATS is kept on its line (``HostLine.stats``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from mm2py.runtime.spark.lease_messages import (
     GoMsg,
     Hello,
     HostHello,
+    HostStats,
     LeaseWireError,
     Message,
     Ready,
@@ -57,6 +58,7 @@ class HostLine:
     writer: asyncio.StreamWriter
     leases: set[str] = field(default_factory=set)
     attempt: int = 0  # the Spark task attempt it runs in (0: the first)
+    stats: HostStats | None = None  # the last HOST_STATS it said
 
     def send(self, msg: Message) -> bool:
         if self.writer.is_closing():
@@ -150,7 +152,7 @@ class LeaseCoordinator:
         try:
             while raw := await reader.readline():
                 msg = decode(raw)
-                if not isinstance(msg, Hello | Ready | Report | Released | HostHello | Ended) \
+                if not isinstance(msg, Hello | Ready | Report | Released | HostHello | HostStats | Ended) \
                         or msg.token != self.token:
                     log.warning("lease connection from %s: refused a message",
                                 writer.get_extra_info("peername"))
@@ -169,7 +171,7 @@ class LeaseCoordinator:
                         break
                     lease_id = msg.lease
                     continue
-                if isinstance(msg, Hello | HostHello | Ended) or msg.lease != lease_id:
+                if isinstance(msg, Hello | HostHello | HostStats | Ended) or msg.lease != lease_id:
                     break
                 self._handle(msg)
         except (LeaseWireError, ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
@@ -202,7 +204,10 @@ class LeaseCoordinator:
         """One message on a host's connection; False to drop the connection."""
         if isinstance(msg, HostHello):
             return False
-        if isinstance(msg, Hello):
+        if isinstance(msg, HostStats):
+            if msg.host == line.host_id:
+                line.stats = msg
+        elif isinstance(msg, Hello):
             if self._accept(msg.lease, writer):
                 line.leases.add(msg.lease)
         elif isinstance(msg, Ended):

@@ -36,6 +36,7 @@ from mm2py.config.models import FlowConfig, MirrorMakerConfig
 from mm2py.engine.scheduler import Scheduler, sleep_or_stop
 from mm2py.protocol.compression import CodecCounters
 from mm2py.runtime.flows import Claims
+from mm2py.runtime.host_figures import HostFigures
 from mm2py.runtime.spark.driver.flow_runner import SparkFlowRunner, SparkTask
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
 from mm2py.runtime.spark.driver.session import default_master, is_local, job_error, spark_session
@@ -345,6 +346,11 @@ class SparkWorker(WorkerBase[SparkFlowRunner]):
             ed, ec = self.leases.codec_operations()
             d, c = d + ed, c + ec
         return d, c
+
+    def host_figures(self) -> list[HostFigures]:
+        """The mirror hosts' own figures (``/metrics``: ``mm2py_host_*``)."""
+        hosts = self.leases.hosts if self.leases is not None else None
+        return hosts.figures() if hosts is not None else []
 
     def _status_suffix(self) -> str:
         if self.leases is not None:

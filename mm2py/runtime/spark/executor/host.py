@@ -30,12 +30,15 @@ import contextlib
 import logging
 import os
 import pickle
+import resource
 import socket
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from mm2py.client.request_counts import REQUESTS
 from mm2py.runtime.spark.executor.common import capture_warnings
 from mm2py.runtime.spark.executor.lease import (
     LeaseLink,
@@ -51,6 +54,7 @@ from mm2py.runtime.spark.lease_messages import (
     GoMsg,
     Hello,
     HostHello,
+    HostStats,
     Ready,
     Released,
     Report,
@@ -73,6 +77,7 @@ class HostWork:
     host_id: str
     coordinator: tuple[str, int]  # the driver's lease server
     token: str
+    stats_interval: float = 1.0  # how often it says HOST_STATS
 
 
 @dataclass
@@ -158,7 +163,7 @@ class _Host:
     shared: dict[str, list[_SharedClients]] = field(default_factory=dict)
     writer: asyncio.StreamWriter | None = None
 
-    async def send(self, msg: HostHello | Hello | Ready | Report | Released | Ended) -> None:
+    async def send(self, msg: HostHello | HostStats | Hello | Ready | Report | Released | Ended) -> None:
         writer = self.writer
         if writer is None or writer.is_closing():
             raise ConnectionError("the host's connection to the driver is closed")
@@ -176,7 +181,11 @@ class _Host:
                 self.result.reason = (answer.reason if isinstance(answer, StopMsg)
                                       else f"unexpected answer {answer!r}")
                 return
-            self.result.reason = await self._serve(reader)
+            stats = asyncio.create_task(self._say_stats())
+            try:
+                self.result.reason = await self._serve(reader)
+            finally:
+                stats.cancel()
             for link in list(self.links.values()):  # HOST_FENCE
                 link.cut(self.result.reason)
             if self.leases:
@@ -205,6 +214,13 @@ class _Host:
             return "the driver closed the host's connection"
         except Exception as exc:
             return f"the host's connection failed: {exc}"
+
+    async def _say_stats(self) -> None:
+        """HOST_STATS every stats interval, until the connection fails."""
+        with contextlib.suppress(ConnectionError):
+            while True:
+                await self.send(own_stats(self.work))
+                await asyncio.sleep(self.work.stats_interval)
 
     async def _lease(self, work: LeaseWork) -> None:
         result = new_result(work)
@@ -260,6 +276,16 @@ def ended(work: LeaseWork, result: LeaseResult) -> Ended:
     return Ended(work.lease_id, work.token, result.granted, result.error, result.halted,
                  dict(result.positions), {n: int(getattr(m, n)) for n in RUN_COUNTERS}, result.codec,
                  dict(m.times), tuple(result.warnings), result.seconds, result.executor)
+
+
+def own_stats(work: HostWork) -> HostStats:
+    """This process's figures: the requests its connections sent, its CPU and resident memory."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        rss = int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
+    except (OSError, IndexError, ValueError):  # no /proc: the peak instead (KiB on Linux)
+        rss = usage.ru_maxrss * 1024
+    return HostStats(work.host_id, work.token, REQUESTS.snapshot(), usage.ru_utime + usage.ru_stime, rss)
 
 
 def run_host(work: HostWork) -> HostResult:
