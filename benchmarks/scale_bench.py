@@ -46,7 +46,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 from bench_support import (
     COMMANDS,
     Setup,
@@ -63,7 +62,7 @@ from bench_support import (
 from confluent_kafka import Consumer, TopicPartition
 from latency_bench import poll_once
 from latency_support import Received
-from prometheus_client.parser import text_string_to_metric_families
+from own_requests import Key, host_rates, own_rates, own_requests
 from rate_producer import HEADER
 from scale_support import (
     TP,
@@ -260,9 +259,12 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
             kill_at = None if kill_s is None else start_at + kill_s
             hosts0 = executors_cpu(env.spark) if kill_at is not None else {}
             brokers0 = [cpu_seconds(b) or 0.0 for b in env.brokers]
+            at_kill: Future[tuple[dict[Key, float], float]] | None = None  # the hosts' requests then
             while time.time() < start_at + args.seconds:
                 alive(proc)
-                if kill_at is not None and row.kill is None and time.time() >= kill_at:
+                if kill_at is not None and at_kill is None and time.time() >= kill_at:
+                    at_kill = pool.submit(lambda: (own_requests(row.metrics_port), time.monotonic()))
+                if at_kill is not None and at_kill.done() and row.kill is None:
                     row.kill = kill_first_worker(env.spark, hosts0)
                     env.gone_parts = row.kill.gone_parts
                     print(f"  SIGKILLed Spark {row.kill.victim} {time.time() - start_at:.1f} s into the "
@@ -286,9 +288,12 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
                     poll_once(consumer, received)
             (own1, own_span), ends = own.result(), target_ends.result()
             if own0 and own1:
-                row.own_rates = {f"{'source' if cluster == tops.alias else 'target'} {api}":
-                                 (n - own0.get((cluster, api), 0.0)) / own_span
-                                 for (cluster, api), n in sorted(own1.items())}
+                row.own_rates = own_rates(own0, own1, own_span, tops.alias)
+                row.host_fetch = host_rates(own0, own1, own_span, tops.alias)
+                if row.kill is not None and at_kill is not None:
+                    own_k, k_at = at_kill.result()
+                    row.kill.fetch_until = host_rates(own0, own_k, k_at - own_from, tops.alias)
+                    row.kill.fetch_after = host_rates(own_k, own1, own_span - (k_at - own_from), tops.alias)
             if ends is not None:
                 row.by_window_end = sum(ends.values()) - sum(backlog.values())
             while producer.poll() is None and time.time() < start_at + args.seconds + 40:
@@ -325,20 +330,6 @@ def measure(row: Row, proc: subprocess.Popen[bytes], tag: str, env: Env, args: a
     finally:
         consumer.close()
         pool.shutdown()
-
-
-def own_requests(port: int | None) -> dict[tuple[str, str], float]:
-    """mm2py's ``mm2py_requests_total`` per (cluster, API), read from its /metrics ({}: none)."""
-    if port is None:
-        return {}
-    try:
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    except httpx.HTTPError:
-        return {}
-    # only its lines: at 10,000 partitions the page has ~400,000, seconds of parsing
-    text = "".join(line + "\n" for line in text.splitlines() if line.startswith("mm2py_requests_total"))
-    return {(s.labels["cluster"], s.labels["api"]): s.value for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name == "mm2py_requests_total"}
 
 
 def tally(row: Row, received: Received, expected: set[int], csv: Path, where: dict[int, TP]) -> None:

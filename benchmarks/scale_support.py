@@ -341,6 +341,8 @@ class Row:
     jmx_span: float = 0.0  # s between the two readings of the request counters
     metrics_port: int | None = None  # mm2py's /metrics (its own request counts)
     own_rates: dict[str, float] = field(default_factory=dict)  # "source Fetch" -> the peer's own requests/s
+    #: a Spark peer: (mirror host, executor) -> its own source Fetch/s over the window
+    host_fetch: dict[tuple[str, str], float] = field(default_factory=dict)
     sent: int = 0  # trickle records on the source
     by_window_end: int | None = None  # trickle records on the target when the window ended
     after_drain: int | None = None
@@ -407,6 +409,9 @@ def print_table(rows: list[Row]) -> None:
         if r.own_rates:
             print(f"{r.peer}: its own requests/s over the window: "
                   + ", ".join(f"{k} {v:,.1f}" for k, v in r.own_rates.items() if v >= 0.05))
+        if r.host_fetch:
+            print(f"{r.peer}: source Fetch/s of each mirror host over the window: "
+                  + ", ".join(f"{h} ({e}) {v:,.1f}" for (h, e), v in r.host_fetch.items()))
         if r.latencies_ms or r.not_arrived:
             print(f"{r.peer}: latency over {len(r.latencies_ms) + r.not_arrived:,} records of the sampled "
                   "partitions")

@@ -11,6 +11,9 @@ the lost host's partitions on the surviving hosts once their fence lapses. Measu
   host's partitions were without a mirror;
 - how many sampled partitions had a record wait longer than ``SLOW_S`` after the kill (the killed
   host's share of the sample).
+- each mirror host's own source Fetch/s (``mm2py_host_requests_total`` on the driver's /metrics)
+  from before the window to the kill, and from the kill to the window's end (the survivor's, and
+  a host started after the kill counted from 0), each named with the worker it ran on.
 
 The killed processes' CPU until the kill stays in the peer's window CPU (``gone_parts``).
 """
@@ -39,6 +42,11 @@ class WorkerKill:
     outage_s: float | None = None
     slow_partitions: int = 0
     partitions: int = 0  # sampled partitions with a record that arrived after the kill
+    #: Python daemon pid -> its worker, at the kill (a host's executor label ends with that pid)
+    daemon_workers: dict[int, str] = field(default_factory=dict)
+    #: (host, executor) -> its source Fetch/s until the kill, and from the kill to the window's end
+    fetch_until: dict[tuple[str, str], float] = field(default_factory=dict)
+    fetch_after: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def measure(self, received: Received, where: dict[int, tuple[str, int]]) -> None:
         """The outage and the slow partitions, from the sampled records seen (``Received.first``);
@@ -56,10 +64,22 @@ class WorkerKill:
     def summary(self, peer: str) -> str:
         cpu = ", ".join(f"{w} {c:.1f}" for w, c in sorted(self.window_cpu.items()))
         outage = "-" if self.outage_s is None else f"{self.outage_s:.1f} s"
+        fetch = "".join(f"; source Fetch/s per mirror host {when}: {self.rates(rates)}"
+                        for when, rates in (("until the kill", self.fetch_until),
+                                            ("after it", self.fetch_after)) if rates)
         return (f"{peer}: {self.victim} SIGKILLed with its executor and mirror host; window CPU s "
                 f"by worker until then: {cpu}; after the kill the longest wait of a sampled record "
                 f"was {outage}, longer than {SLOW_S:g} s in {self.slow_partitions} of the "
-                f"{self.partitions} sampled partitions")
+                f"{self.partitions} sampled partitions{fetch}")
+
+    def rates(self, rates: dict[tuple[str, str], float]) -> str:
+        return ", ".join(f"{host} on {self.worker_of(executor)} {rate:,.1f}"
+                         for (host, executor), rate in rates.items())
+
+    def worker_of(self, executor: str) -> str:
+        """The worker a host ran on, from its executor label (``hostname:daemon pid``)."""
+        pid = executor.rpartition(":")[2]
+        return self.daemon_workers.get(int(pid), "a later worker") if pid.isdigit() else "?"
 
 
 def _executor_processes(spark: Any) -> list[tuple[str, int, float]]:
@@ -100,6 +120,6 @@ def kill_first_worker(spark: Any, at_window_start: dict[str, float]) -> WorkerKi
             role = process_role(pid)
             gone[role] = gone.get(role, 0.0) + cpu
     kill = WorkerKill(victim, time.time(), {w: c - at_window_start.get(w, 0.0) for w, c in now.items()},
-                      gone)
+                      gone, daemon_workers={pid: worker for worker, pid, _ in processes})
     spark.kill_worker(victim)
     return kill
