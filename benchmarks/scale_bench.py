@@ -195,7 +195,7 @@ def run_peer(peer: str, n: int, run: str, env: Env, args: argparse.Namespace) ->
                       spark_master=env.spark.master_url if env.spark is not None else "")
         env.gone_parts = {}
         cmd = COMMANDS[peer](setup, tops.alias, f"dst{n}")
-        if peer in ("mm2py", "mm2py-unverified"):  # its own request counts, per cluster and API
+        if peer.startswith("mm2py"):  # its own request counts, per cluster and API (Spark: per host too)
             row.metrics_port = free_port()
             cmd += ["--metrics-port", str(row.metrics_port)]
         with peer_process(cmd, env.workdir / f"{n}-{peer}.out") as proc:

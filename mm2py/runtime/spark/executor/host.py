@@ -98,13 +98,18 @@ def executor_name() -> str:
     return f"{socket.gethostname()}:{os.getppid()}"
 
 
+def _task_context() -> Any:
+    """The Spark task this runs in (None outside Spark). Read from the pyspark worker that runs it,
+    which has loaded pyspark: executor modules import no pyspark of their own (they run outside
+    Spark in tests)."""
+    pyspark = sys.modules.get("pyspark")
+    return pyspark.TaskContext.get() if pyspark is not None else None
+
+
 def task_attempt() -> int:
     """The attempt number of the Spark task this runs in (0: the first; Spark runs a task again
-    when its executor was lost), 0 outside Spark. Read from the pyspark worker that runs it, which
-    has loaded pyspark: executor modules import no pyspark of their own (they run outside Spark in
-    tests)."""
-    pyspark = sys.modules.get("pyspark")
-    ctx = pyspark.TaskContext.get() if pyspark is not None else None
+    when its executor was lost), 0 outside Spark."""
+    ctx = _task_context()
     return int(ctx.attemptNumber()) if ctx is not None else 0
 
 
@@ -288,8 +293,20 @@ def own_stats(work: HostWork) -> HostStats:
     return HostStats(work.host_id, work.token, REQUESTS.snapshot(), usage.ru_utime + usage.ru_stime, rss)
 
 
+def log_to_stderr() -> None:
+    """In a Spark task, mm2py's INFO lines to this process's stderr, which Spark keeps as the
+    executor's log (its UI shows it), unless mm2py's logging was configured here already."""
+    logger = logging.getLogger("mm2py")
+    if _task_context() is not None and not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
 def run_host(work: HostWork) -> HostResult:
     """Run a mirror host on this process (an executor) until the driver stops it; never raises."""
+    log_to_stderr()
     result = HostResult(work.host_id, executor_name())
     started = time.monotonic()
     try:

@@ -179,6 +179,24 @@ class _Link(LeaseLink):
             await self.writer.wait_closed()
 
 
+@dataclass
+class StartTimes:
+    """When a lease's start-up steps ended (monotonic s), for its one INFO line at its first batch."""
+
+    began: float  # its work in hand (on a host: START read)
+    answered: float = 0.0  # its HELLO answered
+    built: float = 0.0  # its task built (clients connected, metadata of its topics)
+    go: float = 0.0  # GO read (positions carried over, or none: it loads and reconciles)
+    first_batch: float | None = None  # its first batch acknowledged, seen at a report interval
+
+    def __str__(self) -> str:
+        def at(t: float | None) -> str:
+            return "-" if t is None else f"{t - self.began:.1f} s"
+
+        return (f"first batch on the target within {at(self.first_batch)} of its start (HELLO answered "
+                f"{at(self.answered)}, task built {at(self.built)}, GO {at(self.go)})")
+
+
 def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int],
             sent: dict[TopicPartition, tuple[float, float, float]]) -> Report:
     """The lease's figures; of its partitions' times only those that changed since the last
@@ -197,7 +215,8 @@ def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int],
                   tuple(runner.refused_partitions), tuple(runner.waiting_for_target))
 
 
-async def _hold(work: LeaseWork, runner: TaskRunner, link: LeaseLink, codec_start: tuple[int, int]) -> None:
+async def _hold(work: LeaseWork, runner: TaskRunner, link: LeaseLink, codec_start: tuple[int, int],
+                start: StartTimes) -> None:
     """Mirror until STOP, the fence, or the lease's end; report meanwhile."""
     started = time.monotonic()
     sent: dict[TopicPartition, tuple[float, float, float]] = {}
@@ -206,6 +225,9 @@ async def _hold(work: LeaseWork, runner: TaskRunner, link: LeaseLink, codec_star
         await asyncio.wait({running}, timeout=work.report_interval)
         if running.done():
             break
+        if runner.metrics.batches and start.first_batch is None:
+            start.first_batch = time.monotonic()
+            log.info("lease %s: %s", work.lease_id, start)
         if link.fenced():
             link._halt(f"no answer from the driver for {work.fence_seconds:.0f}s")
         elif time.monotonic() - started >= work.max_seconds:
@@ -228,7 +250,9 @@ async def hold_lease(work: LeaseWork, result: LeaseResult, opening: Awaitable[Le
     from mm2py.connectors.mirror_task import build_task  # runtime composes connectors
 
     codec_start = CodecCounters.snapshot()
+    start = StartTimes(time.monotonic())
     opened = await opening  # who it is, before the seconds a task takes to build
+    start.answered = time.monotonic()
     if isinstance(opened, StopMsg):
         log.info("lease %s: not started: %s", work.lease_id, opened.reason)
         return  # refused (e.g. Spark re-ran a lease already started): it builds and writes nothing
@@ -239,17 +263,19 @@ async def hold_lease(work: LeaseWork, result: LeaseResult, opening: Awaitable[Le
     except BaseException:
         await link.close()
         raise
+    start.built = time.monotonic()
     if clients is None:
         freeze_start_up_heap()  # the executor's start-up objects stay out of later collections
     try:
         result.metrics = runner.metrics
         await link.send(Ready(work.lease_id, work.token))
         go = await asyncio.wait_for(link.go, work.wait_seconds)
+        start.go = time.monotonic()
         if isinstance(go, StopMsg):
             return  # never granted: it held nothing, wrote nothing
         result.granted = True
         runner.seed({tp: pos for tp, pos in go.positions.items() if pos is not None})
-        await _hold(work, runner, link, codec_start)
+        await _hold(work, runner, link, codec_start, start)
         # run() commits on its way out but cannot say whether that worked; an empty bound makes
         # run_until commit again (nothing new, so nothing is written) and raise if it cannot
         await runner.run_until({}, timeout=60)
