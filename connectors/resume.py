@@ -135,12 +135,15 @@ class TailReconciler:
         self.max_batches = max_batches
         self._fetcher = RawFetcher(target, FetcherConfig(isolation_level=READ_UNCOMMITTED, max_wait_ms=0))
 
-    async def __call__(self, tp: TopicPartition, stored: Position) -> tuple[Position, list[Delivered]]:
+    async def __call__(self, tp: TopicPartition, stored: Position,
+                       end: int | None = None) -> tuple[Position, list[Delivered]]:
+        """``end``: the target partition's end, when the task's start read it already."""
         if stored.target is None:
             return stored, []
         ttp = TopicPartition(self.rename(tp.topic), tp.partition)
         try:
-            end = (await self.target.list_offsets([ttp], LATEST))[ttp]
+            if end is None:
+                end = (await self.target.list_offsets([ttp], LATEST))[ttp]
         except Exception as exc:  # target topic gone or unreachable: plain at-least-once resume
             log.warning("%s: cannot read the target tail (%s); resuming at %d", tp, exc, stored.source)
             return Position(stored.source, None), []

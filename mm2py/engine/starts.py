@@ -17,7 +17,9 @@ target partition whose leader is not ready) is *deferred*: it gets no start and 
 others start, and the task asks for it again later.
 
 The progress topic is read only when some partition needs it, and the source's and the target's
-offsets are asked for together.
+offsets are asked for together. The target ends read then go to the tail reconciler too: one
+ListOffsets for all, where a request per partition, one after the other, took seconds for the
+hundreds of partitions of a lease that replaced a lost one.
 """
 
 from __future__ import annotations
@@ -91,18 +93,18 @@ async def resolve_starts(
         elif tp in given:
             out.positions[tp] = Position(given[tp], None)
         elif tp in stored:
-            out.positions[tp] = await _resumed(tp, stored[tp], reconcile, out)
+            out.positions[tp] = await _resumed(tp, stored[tp], targets.get(tp), reconcile, out)
         else:
             out.positions[tp] = Position(fresh[tp], targets[tp])
     return out
 
 
 async def _resumed(
-    tp: TopicPartition, committed: Position, reconcile: Reconciler | None, out: Starts
+    tp: TopicPartition, committed: Position, end: int | None, reconcile: Reconciler | None, out: Starts
 ) -> Position:
     if committed.target is None or reconcile is None:
         return committed
-    resumed, already = await reconcile(tp, committed)
+    resumed, already = await reconcile(tp, committed, end)
     if resumed.target is not None and resumed.target < committed.target:
         out.target_truncated[tp] = (committed.target, resumed.target)
     if resumed.source != committed.source:

@@ -282,7 +282,8 @@ TASK_COUNTERS: tuple[str, ...] = tuple(f.name for f in fields(TaskMetrics) if is
 RUN_COUNTERS: tuple[str, ...] = tuple(n for n in TASK_COUNTERS if n != "restarts")
 
 
-#: Given a partition's stored position (source next, target end at that time), returns the
-#: position to resume from after skipping batches that already reached the target, and those
-#: batches (so their offset syncs are written as if they had just been delivered).
-Reconciler = Callable[[TopicPartition, Position], Awaitable[tuple[Position, list[Delivered]]]]
+#: Given a partition's stored position (source next, target end at that time) and the target
+#: partition's end now when the task's start read it with the others' (None: the reconciler asks),
+#: returns the position to resume from after skipping batches that already reached the target,
+#: and those batches (so their offset syncs are written as if they had just been delivered).
+Reconciler = Callable[[TopicPartition, Position, int | None], Awaitable[tuple[Position, list[Delivered]]]]

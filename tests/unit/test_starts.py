@@ -48,3 +48,41 @@ async def test_the_progress_and_the_new_partitions_offsets_are_read_at_once() ->
     ), 10)
     assert starts.positions == {OLD: Position(40, 400), NEW: Position(7, 70)}
     assert committed == [{NEW: Position(7, 70)}], "only the partition never mirrored is seeded"
+
+
+async def test_the_tail_reconciler_gets_the_target_ends_read_with_the_others() -> None:
+    """A resumed partition's target end is the one read for every new partition at once: the
+    reconciler asks nothing of its own (one ListOffsets for a lease's hundreds of partitions, not
+    one each); a partition whose end could not be had then is left to the reconciler to ask."""
+    gone = TopicPartition("t", 2)
+    asked: list[list[TopicPartition]] = []
+    reconciled: dict[TopicPartition, int | None] = {}
+
+    class Progress:
+        def load(self) -> dict[TopicPartition, Position]:
+            return {OLD: Position(40, 400), gone: Position(5, 50)}
+
+    class Source:
+        async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+            return {tp: 7 for tp in partitions}
+
+    class Sink:
+        async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+            asked.append(sorted(partitions))
+            return {tp: 403 if tp == OLD else 70 for tp in partitions if tp != gone}
+
+    async def reconcile(tp: TopicPartition, stored: Position,
+                        end: int | None) -> tuple[Position, list[object]]:
+        reconciled[tp] = end
+        return (Position(43, 403) if tp == OLD else stored), []
+
+    async def commit(seeds: Mapping[TopicPartition, Position]) -> None:
+        pass
+
+    starts = await resolve_starts(
+        [OLD, NEW, gone], seeded={}, given={}, progress=Progress(), source=Source(),  # type: ignore[arg-type]
+        sink=Sink(), commit=commit, reconcile=reconcile,  # type: ignore[arg-type]
+    )
+    assert asked == [sorted([OLD, NEW, gone])]  # once, for all of them
+    assert reconciled == {OLD: 403, gone: None}
+    assert starts.positions[OLD] == Position(43, 403) and starts.skipped == 3

@@ -302,7 +302,8 @@ def test_a_target_that_ends_below_the_committed_end_is_named_before_anything_is_
     reconciler finds it ending at 0, below the committed 40 (``target.truncated``)."""
     logs = {TP: Log([batch(0, 4), batch(4, 4)], end=8)}
 
-    async def reconcile(tp: TopicPartition, stored: Position) -> tuple[Position, list[Delivered]]:
+    async def reconcile(tp: TopicPartition, stored: Position,
+                        end: int | None) -> tuple[Position, list[Delivered]]:
         return Position(stored.source, 0), []
 
     sink = MemorySink()
