@@ -221,22 +221,35 @@ async def test_a_report_after_the_flow_was_halted_leaves_its_task_stopped() -> N
     assert runner.tasks[0].state is TaskState.STOPPED
 
 
-def test_a_leases_report_names_only_the_partitions_whose_times_moved() -> None:
+def test_a_leases_report_names_only_the_partitions_whose_times_or_lag_moved() -> None:
     from mm2py.engine.latency import PartitionTimes
     from mm2py.runtime.spark.executor.lease import _report
 
     metrics = TaskMetrics()
     metrics.times = {A: PartitionTimes(), B: PartitionTimes()}
+    metrics.lag = {A: 5, B: 0}
     runner = SimpleNamespace(metrics=metrics, held_partitions=[], refused_partitions=[],
                              waiting_for_target=[])
     work = SimpleNamespace(lease_id="l1", token="t")
     sent: dict[Any, Any] = {}
-    assert set(_report(work, runner, (0, 0), sent).times) == {A, B}  # type: ignore[arg-type]
-    assert _report(work, runner, (0, 0), sent).times == {}  # type: ignore[arg-type]
+    lag_sent: dict[Any, int] = {}
+    driver_lag: dict[Any, int] = {}  # the driver's view: updated by each report (report_lease)
+
+    def report() -> Any:
+        r = _report(work, runner, (0, 0), sent, lag_sent)  # type: ignore[arg-type]
+        driver_lag.update(r.lag)
+        return r
+
+    first = report()
+    assert set(first.times) == {A, B} and first.lag == {A: 5, B: 0}
+    assert report().times == {} and report().lag == {}
     metrics.times[B].replication.observe(0.02)
-    assert set(_report(work, runner, (0, 0), sent).times) == {B}  # type: ignore[arg-type]
+    metrics.lag[A] = 2
+    second = report()
+    assert set(second.times) == {B} and second.lag == {A: 2}
     metrics.times[A].lag_seconds = 3.0
-    assert set(_report(work, runner, (0, 0), sent).times) == {A}  # type: ignore[arg-type]
+    assert set(report().times) == {A}
+    assert driver_lag == metrics.lag  # the deltas add up to the lease's lag
 
 
 def test_folding_a_reports_changed_partitions_gives_what_a_full_fold_gives() -> None:

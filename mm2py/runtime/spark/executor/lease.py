@@ -198,10 +198,12 @@ class StartTimes:
 
 
 def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int],
-            sent: dict[TopicPartition, tuple[float, float, float]]) -> Report:
-    """The lease's figures; of its partitions' times only those that changed since the last
-    report (``sent``: what each partition's last report said), so a report of a lease of
-    thousands of partitions carries the few that moved, not all of them every half second."""
+            sent: dict[TopicPartition, tuple[float, float, float]],
+            lag_sent: dict[TopicPartition, int]) -> Report:
+    """The lease's figures; of its partitions' times and lag only those that changed since the
+    last report (``sent``, ``lag_sent``: what each partition's last report said; the driver
+    updates its view with them), so a report of a lease of thousands of partitions carries the
+    few that moved, not all of them every half second."""
     m = runner.metrics
     d, c = CodecCounters.snapshot()
     times = {}
@@ -210,7 +212,9 @@ def _report(work: LeaseWork, runner: TaskRunner, codec_start: tuple[int, int],
         if sent.get(tp) != said:
             sent[tp] = said
             times[tp] = t
-    return Report(work.lease_id, work.token, {n: int(getattr(m, n)) for n in RUN_COUNTERS}, dict(m.lag),
+    lag = {tp: v for tp, v in m.lag.items() if lag_sent.get(tp) != v}
+    lag_sent.update(lag)
+    return Report(work.lease_id, work.token, {n: int(getattr(m, n)) for n in RUN_COUNTERS}, lag,
                   (d - codec_start[0], c - codec_start[1]), times, tuple(runner.held_partitions),
                   tuple(runner.refused_partitions), tuple(runner.waiting_for_target))
 
@@ -220,6 +224,7 @@ async def _hold(work: LeaseWork, runner: TaskRunner, link: LeaseLink, codec_star
     """Mirror until STOP, the fence, or the lease's end; report meanwhile."""
     started = time.monotonic()
     sent: dict[TopicPartition, tuple[float, float, float]] = {}
+    lag_sent: dict[TopicPartition, int] = {}
     running = asyncio.create_task(runner.run(link.stop))
     while not running.done():
         await asyncio.wait({running}, timeout=work.report_interval)
@@ -233,7 +238,7 @@ async def _hold(work: LeaseWork, runner: TaskRunner, link: LeaseLink, codec_star
         elif time.monotonic() - started >= work.max_seconds:
             link._halt("the lease reached its longest time")
         with contextlib.suppress(Exception):
-            await link.send(_report(work, runner, codec_start, sent))
+            await link.send(_report(work, runner, codec_start, sent, lag_sent))
     await running  # the task's own failure (e.g. a corrupt batch it refused to forward)
 
 
