@@ -294,6 +294,51 @@ async def test_a_host_spark_gave_up_on_loses_its_leases_at_once_not_after_the_fe
         await sched.stop(timeout=5)
 
 
+async def test_every_lease_of_a_lost_host_gets_its_successor_on_a_live_host_at_once() -> None:
+    """HOST_LOST: the moment a host's connection closes, each lease on it gets a successor on a
+    live host, all at once (not one move at a time: a lease on a gone host is no move that could
+    go back and forth), each built and waiting for its predecessor to be given up; then each is
+    granted its partitions at once."""
+    hosts = FakeHosts()
+    failed: dict[str, int] = {}
+
+    def no_job(work: LeaseWork) -> LeaseResult:  # pragma: no cover - hosts carry every lease
+        raise AssertionError("a lease ran as a Spark job of its own")
+
+    flow = FakeFlow({0: (A,), 1: (B,), 2: (C,)})
+    sched = LeaseScheduler({"f": flow}, no_job, LeaseSettings(fence_seconds=30.0),  # type: ignore[dict-item]
+                           collect_host=hosts.collect, wanted_hosts=lambda: 2,
+                           failed_host_attempts=lambda host_id: failed.get(host_id, 0))
+    assert sched.hosts is not None
+    pool = sched.hosts
+    await sched.start()
+    try:
+        await _until(lambda: sched.leases_running() == 3 and len(pool.placed_ids()) == 3
+                     and len(pool.hosts) == 2 and not sched._hand_over_under_way(), sched,
+                     "three leases running on two hosts")
+        victim = max(pool.hosts.values(), key=lambda h: len(h.leases))
+        survivor = next(h for h in pool.hosts.values() if h is not victim)
+        lost = [sched.table.leases[x] for x in victim.leases]
+        assert len(lost) == 2
+        hosts.kill(victim.host_id, job_goes_on=True)
+        await _until(lambda: victim.hung_up, sched, "the host's connection closed")
+
+        def successors() -> list[str]:
+            return [x.lease_id for x in sched.table.leases.values() if not x.state.ended
+                    and x.task_id in {lease.task_id for lease in lost} and x not in lost
+                    and pool.host_of(x.lease_id) is survivor]
+
+        await _until(lambda: len(successors()) == 2, sched, "a successor for each lease of the lost host")
+        assert all(not lease.state.ended for lease in lost)  # still fenced: the successors wait
+        failed[victim.host_id] = 1
+        await _until(lambda: all(sched.table.leases[x].state is LeaseState.RUNNING for x in successors()),
+                     sched, "both successors granted")
+    finally:
+        for event in hosts.retrying.values():
+            event.set()
+        await sched.stop(timeout=5)
+
+
 async def test_a_host_says_its_own_figures_and_the_driver_shows_them_per_host() -> None:
     """The real host (``run_host``, here in this process: its connections' request counts are this
     process's) says HOST_STATS every stats interval; the driver keeps each host's last and its

@@ -215,7 +215,7 @@ class LeaseScheduler:
         elif newest.state is LeaseState.RUNNING:
             renew = ((self.hosts is None or self.settings.renew_in_place)
                      and now - newest.started >= self.settings.lease_seconds)
-            if renew or self._lighter_host_for(newest.lease_id):
+            if renew or self._on_lost_host(newest.lease_id) or self._lighter_host_for(newest.lease_id):
                 self._start(flow, task, want, now, newest.lease_id)
 
     def _hand_over_under_way(self) -> bool:
@@ -226,6 +226,16 @@ class LeaseScheduler:
         placed = self.hosts.placed_ids() if self.hosts is not None else ()
         return any(lease_id not in self.table.leases
                    or self.table.leases[lease_id].state is not LeaseState.RUNNING for lease_id in placed)
+
+    def _on_lost_host(self, lease_id: str) -> bool:
+        """HOST_LOST: the lease's host hung up or ended, and a live host can take it. Its successor
+        starts there now, whatever else hands over: every lease of a lost host has its successor
+        built and waiting when the lease is given up (not one at a time, each after the last was
+        granted), and a lease that cannot stay where it is is no move that could go back."""
+        if self.hosts is None:
+            return False
+        host = self.hosts.host_of(lease_id)
+        return host is not None and not host.live and self.hosts.pick(lease_id) is not None
 
     def _lighter_host_for(self, lease_id: str) -> bool:
         """ONE_MOVE_AT_A_TIME: a host carries less than the lease's own would without it
