@@ -107,10 +107,12 @@ class MirrorSource:
         self, positions: Mapping[TopicPartition, int], *, sessions: bool = True
     ) -> dict[TopicPartition, Polled]:
         """The batches from ``positions`` on; ``sessions=False`` for a one-off read of a few
-        partitions (see :meth:`RawFetcher.fetch`)."""
+        partitions (see :meth:`RawFetcher.fetch`), which the linger neither holds nor sets: it
+        paces the task's fetch loop, and the tail reconciler's reads of one partition after the
+        other had each waited it (50 ms at 2,000 partitions: seconds for a lease's start)."""
         now = asyncio.get_running_loop().time()
-        if self.member is not None and sessions:
-            return await self._poll(positions, now, sessions)  # paced by the hub, per broker
+        if not sessions or self.member is not None:
+            return await self._poll(positions, now, sessions)  # the hub paces its own, per broker
         if self._linger_until > now:
             await asyncio.sleep(self._linger_until - now)
             now = asyncio.get_running_loop().time()

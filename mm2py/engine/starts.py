@@ -19,24 +19,32 @@ others start, and the task asks for it again later.
 The progress topic is read only when some partition needs it, and the source's and the target's
 offsets are asked for together. The target ends read then go to the tail reconciler too: one
 ListOffsets for all, where a request per partition, one after the other, took seconds for the
-hundreds of partitions of a lease that replaced a lost one.
+hundreds of partitions of a lease that replaced a lost one. The partitions whose target holds
+batches past their committed position are reconciled ``RECONCILE_AT_ONCE`` at a time (each reads
+the target and the source: with a remote cluster's round trip, one after the other is seconds).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from mm2py.engine.task_contract import BatchSink, BatchSource, Delivered, ProgressKeeper, Reconciler
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 from mm2py.retry import Backoff
 
-__all__ = ["Starts", "resolve_starts"]
+__all__ = ["RECONCILE_AT_ONCE", "Starts", "resolve_starts"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: how many partitions' tails are reconciled at once
+RECONCILE_AT_ONCE = 32
 
 
 @dataclass
@@ -85,6 +93,11 @@ async def resolve_starts(
     seeds = {tp: Position(fresh[tp], targets[tp]) for tp in missing if tp not in out.deferred}
     if seeds:
         await commit(seeds)
+    resumed = [tp for tp in new if tp not in out.deferred and tp not in seeded and tp not in given
+               and tp in stored]
+    tails = dict(zip(resumed, await _at_most(RECONCILE_AT_ONCE, [
+        functools.partial(_resumed, tp, stored[tp], targets.get(tp), reconcile, out) for tp in resumed]),
+        strict=True))
     for tp in new:
         if tp in out.deferred:
             continue
@@ -93,10 +106,28 @@ async def resolve_starts(
         elif tp in given:
             out.positions[tp] = Position(given[tp], None)
         elif tp in stored:
-            out.positions[tp] = await _resumed(tp, stored[tp], targets.get(tp), reconcile, out)
+            out.positions[tp] = tails[tp]
         else:
             out.positions[tp] = Position(fresh[tp], targets[tp])
     return out
+
+
+async def _at_most(limit: int, calls: list[Callable[[], Awaitable[T]]]) -> list[T]:
+    """``calls``' results in their order, at most ``limit`` of them running at once; the first
+    failure is raised and the others are cancelled (those not begun never are)."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await call()
+
+    tasks = [asyncio.ensure_future(one(c)) for c in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        raise
 
 
 async def _resumed(

@@ -106,6 +106,24 @@ async def test_after_a_small_fetch_the_next_one_lingers_and_after_a_full_one_it_
     assert time.monotonic() - started < 0.1, "the fetch after a full one lingered"
 
 
+async def test_a_one_off_read_neither_lingers_nor_makes_the_fetch_loop_linger() -> None:
+    """The tail reconciler reads one partition after another (``sessions=False``): none of those
+    reads waits for the loop's linger, nor sets one (each had waited 50 ms at 2,000 partitions)."""
+    fetcher = ScriptedFetcher()
+    fetcher.failing = False
+    source = MirrorSource(Metadata(), linger=Linger(5.0, 1))  # type: ignore[arg-type]
+    source.fetcher = fetcher  # type: ignore[assignment]
+    started = time.monotonic()
+    for _ in range(3):
+        await source.poll({GOOD: 7}, sessions=False)  # small reads: none sets the 5 s wait
+    await source.poll({GOOD: 7})  # nor does the loop's next fetch wait (its own small fetch sets it)
+    assert time.monotonic() - started < 4.0, "a one-off read lingered or set the loop's linger"
+    assert source._linger_until > asyncio.get_running_loop().time() + 4.0
+    started = time.monotonic()
+    await source.poll({GOOD: 7}, sessions=False)
+    assert time.monotonic() - started < 4.0, "a one-off read waited for the loop's linger"
+
+
 async def test_a_small_fetch_over_many_partitions_lingers_longer() -> None:
     """The per-partition part of the linger: a broker reads every partition of a fetch."""
     fetcher = ScriptedFetcher()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
 
 from mm2py.engine.starts import resolve_starts
 from mm2py.protocol.connect_offsets import Position
@@ -86,3 +89,61 @@ async def test_the_tail_reconciler_gets_the_target_ends_read_with_the_others() -
     assert asked == [sorted([OLD, NEW, gone])]  # once, for all of them
     assert reconciled == {OLD: 403, gone: None}
     assert starts.positions[OLD] == Position(43, 403) and starts.skipped == 3
+
+
+async def test_tails_are_reconciled_many_at_once_but_no_more_than_the_bound() -> None:
+    """Each reconcile reads the target and the source (round trips to remote clusters): they run
+    RECONCILE_AT_ONCE at a time, each partition getting its own result; the first failure ends
+    the start with that error and nothing of the others runs on."""
+    from mm2py.engine.starts import RECONCILE_AT_ONCE
+
+    parts = [TopicPartition("t", p) for p in range(3 * RECONCILE_AT_ONCE)]
+    running, most = 0, 0
+    fail_at: list[int] = []
+    finished: list[TopicPartition] = []
+
+    class Progress:
+        def load(self) -> dict[TopicPartition, Position]:
+            return {tp: Position(tp.partition, 10 * tp.partition) for tp in parts}
+
+    class Source:
+        async def resolve_start(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+            return {}
+
+    class Sink:
+        async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+            return {tp: 10 * tp.partition + 1 for tp in partitions}
+
+    async def reconcile(tp: TopicPartition, stored: Position,
+                        end: int | None) -> tuple[Position, list[object]]:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await asyncio.sleep(0.01)  # its round trips
+            if tp.partition in fail_at:
+                raise ConnectionError(f"target gone while reading {tp}")
+            await asyncio.sleep(0.01)
+        finally:
+            running -= 1
+        finished.append(tp)
+        return Position(stored.source + 1, end), []
+
+    async def commit(seeds: Mapping[TopicPartition, Position]) -> None:
+        pass
+
+    def start() -> Any:
+        return resolve_starts(parts, seeded={}, given={}, progress=Progress(),  # type: ignore[arg-type]
+                              source=Source(), sink=Sink(), commit=commit,  # type: ignore[arg-type]
+                              reconcile=reconcile)  # type: ignore[arg-type]
+
+    starts = await start()
+    assert most == RECONCILE_AT_ONCE
+    assert starts.positions == {tp: Position(tp.partition + 1, 10 * tp.partition + 1) for tp in parts}
+    assert list(starts.positions) == parts  # in the partitions' order
+    fail_at.append(0)
+    finished.clear()
+    with pytest.raises(ConnectionError, match="target gone"):
+        await start()
+    await asyncio.sleep(0.1)  # any reconcile left running would finish meanwhile
+    assert len(finished) < RECONCILE_AT_ONCE and running == 0
