@@ -36,7 +36,8 @@ TP = tuple[str, int]
 Reading = tuple[float, dict[str, int]]  # a broker's clock (s) and its request counters
 #: the broker's request meters (one per request type and version, created at the first request)
 REQUESTS = ("Fetch", "Produce")
-JMX_BEAN = "kafka.network:type=RequestMetrics,name=RequestsPerSec,request={},*"
+#: every request type's meter (each version its own bean: summed per type by ``parse_jmx``)
+JMX_BEAN = "kafka.network:type=RequestMetrics,name=RequestsPerSec,*"
 
 
 # ------------------------------------------------------------------------------ topics and data
@@ -247,7 +248,7 @@ def request_counts(jmx_ports: list[int]) -> list[Reading | None]:
     from mm2py.kafka_local.jars import java_executable
 
     libs = resolve_jars()
-    beans = [a for r in REQUESTS for a in ("--object-name", JMX_BEAN.format(r))]
+    beans = ["--object-name", JMX_BEAN]
 
     def one(port: int) -> Reading | None:
         cmd = [java_executable(), "-Xmx64m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp",
@@ -268,7 +269,8 @@ def rates(before: Reading | None, after: Reading | None) -> dict[str, float]:
     """Requests per second between two ``parse_jmx`` readings."""
     if before is None or after is None or after[0] <= before[0]:
         return {}
-    return {r: (after[1].get(r, 0) - before[1].get(r, 0)) / (after[0] - before[0]) for r in REQUESTS}
+    return {r: (after[1].get(r, 0) - before[1].get(r, 0)) / (after[0] - before[0])
+            for r in sorted(after[1].keys() | set(REQUESTS))}
 
 
 # ------------------------------------------------------------------------------ trickle producer
@@ -415,6 +417,11 @@ def print_table(rows: list[Row]) -> None:
         if r.leases_started:
             print(f"{r.peer}: Spark leases started, at each 30-second status line: "
                   + ", ".join(str(n) for n in r.leases_started))
+        for side, got in (("source", r.src_rates), ("target", r.tgt_rates)):
+            if got:
+                print(f"{r.peer}: {side} broker's requests/s by type over the window: "
+                      + ", ".join(f"{k} {v:,.1f}" for k, v in sorted(got.items(), key=lambda kv: -kv[1])
+                                  if v >= 0.1))
         if r.own_rates:
             print(f"{r.peer}: its own requests/s over the window: "
                   + ", ".join(f"{k} {v:,.1f}" for k, v in r.own_rates.items() if v >= 0.05))

@@ -39,6 +39,9 @@ def test_rates_divide_by_the_brokers_clock() -> None:
     after = (110.0, {"Fetch": 60, "Produce": 20})
     assert rates(before, after) == {"Fetch": 5.0, "Produce": 2.0}
     assert rates(None, after) == {}
+    # every request type the meters count, one first seen in the later reading from 0
+    later = (110.0, {"Fetch": 60, "Produce": 20, "ListOffsets": 30})
+    assert rates(before, later) == {"Fetch": 5.0, "ListOffsets": 3.0, "Produce": 2.0}
 
 
 def test_percentiles_rank_records_never_seen_last() -> None:
