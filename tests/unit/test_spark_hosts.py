@@ -16,6 +16,7 @@ from typing import Any
 from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.types import TopicPartition
 from mm2py.runtime.spark.driver.flow_runner import SparkTask
+from mm2py.runtime.spark.driver.host_pool import HostPool
 from mm2py.runtime.spark.driver.lease_scheduler import LeaseScheduler, LeaseSettings
 from mm2py.runtime.spark.driver.lease_table import LeaseState
 from mm2py.runtime.spark.executor.host import HostResult, HostWork
@@ -250,6 +251,21 @@ async def test_four_leases_even_out_over_a_joining_host_in_two_moves_and_stay() 
         await sched.stop(timeout=5)
 
 
+def _on_two_hosts(flow: FakeFlow, hosts: FakeHosts,
+                  failed: dict[str, int]) -> tuple[LeaseScheduler, HostPool]:
+    """A scheduler placing ``flow``'s leases on two of ``hosts``, a minute's fence (a lost lease is
+    given up only when Spark counts its host's attempt failed: ``failed``, host id -> count)."""
+
+    def no_job(work: LeaseWork) -> LeaseResult:  # pragma: no cover - hosts carry every lease
+        raise AssertionError("a lease ran as a Spark job of its own")
+
+    sched = LeaseScheduler({"f": flow}, no_job, LeaseSettings(fence_seconds=30.0),  # type: ignore[dict-item]
+                           collect_host=hosts.collect, wanted_hosts=lambda: 2,
+                           failed_host_attempts=lambda host_id: failed.get(host_id, 0))
+    assert sched.hosts is not None
+    return sched, sched.hosts
+
+
 async def test_a_host_spark_gave_up_on_loses_its_leases_at_once_not_after_the_fence() -> None:
     """SPARK_GAVE_UP: a host's connection closes and its Spark job does not end (Spark lost the
     executor and runs the task again elsewhere). While Spark counts no failed attempt of it, its
@@ -258,16 +274,8 @@ async def test_a_host_spark_gave_up_on_loses_its_leases_at_once_not_after_the_fe
     other host, long before the fence."""
     hosts = FakeHosts()
     failed: dict[str, int] = {}  # host id -> failed attempts of its Spark task, as Spark counts
-
-    def no_job(work: LeaseWork) -> LeaseResult:  # pragma: no cover - hosts carry every lease
-        raise AssertionError("a lease ran as a Spark job of its own")
-
     flow = FakeFlow({0: (A,), 1: (B, C)})
-    sched = LeaseScheduler({"f": flow}, no_job, LeaseSettings(fence_seconds=30.0),  # type: ignore[dict-item]
-                           collect_host=hosts.collect, wanted_hosts=lambda: 2,
-                           failed_host_attempts=lambda host_id: failed.get(host_id, 0))
-    assert sched.hosts is not None
-    pool = sched.hosts
+    sched, pool = _on_two_hosts(flow, hosts, failed)
     await sched.start()
     try:
         await _until(lambda: sched.leases_running() == 2 and len(pool.placed_ids()) == 2, sched,
@@ -301,16 +309,7 @@ async def test_every_lease_of_a_lost_host_gets_its_successor_on_a_live_host_at_o
     granted its partitions at once."""
     hosts = FakeHosts()
     failed: dict[str, int] = {}
-
-    def no_job(work: LeaseWork) -> LeaseResult:  # pragma: no cover - hosts carry every lease
-        raise AssertionError("a lease ran as a Spark job of its own")
-
-    flow = FakeFlow({0: (A,), 1: (B,), 2: (C,)})
-    sched = LeaseScheduler({"f": flow}, no_job, LeaseSettings(fence_seconds=30.0),  # type: ignore[dict-item]
-                           collect_host=hosts.collect, wanted_hosts=lambda: 2,
-                           failed_host_attempts=lambda host_id: failed.get(host_id, 0))
-    assert sched.hosts is not None
-    pool = sched.hosts
+    sched, pool = _on_two_hosts(FakeFlow({0: (A,), 1: (B,), 2: (C,)}), hosts, failed)
     await sched.start()
     try:
         await _until(lambda: sched.leases_running() == 3 and len(pool.placed_ids()) == 3
