@@ -93,8 +93,7 @@ async def resolve_starts(
     seeds = {tp: Position(fresh[tp], targets[tp]) for tp in missing if tp not in out.deferred}
     if seeds:
         await commit(seeds)
-    resumed = [tp for tp in new if tp not in out.deferred and tp not in seeded and tp not in given
-               and tp in stored]
+    resumed = [tp for tp in unknown if tp in stored]  # none deferred: those are the unstored
     tails = dict(zip(resumed, await _at_most(RECONCILE_AT_ONCE, [
         functools.partial(_resumed, tp, stored[tp], targets.get(tp), reconcile, out) for tp in resumed]),
         strict=True))

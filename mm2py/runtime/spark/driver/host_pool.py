@@ -46,6 +46,7 @@ from mm2py.runtime.spark.driver.lease_coordinator import HostLine, LeaseCoordina
 from mm2py.runtime.spark.driver.session import job_error
 from mm2py.runtime.spark.executor.host import HostResult, HostWork
 from mm2py.runtime.spark.executor.lease import LeaseWork
+from mm2py.runtime.spark.lease_messages import HostStats
 
 log = logging.getLogger(__name__)
 
@@ -223,10 +224,9 @@ class HostPool:
         out = []
         for h in self.hosts.values():
             if h.live and h.line is not None:
-                s = h.line.stats
+                s = h.line.stats or HostStats(h.host_id, "")
                 out.append(HostFigures(h.host_id, h.line.executor, len(h.leases), h.load,
-                                       dict(s.requests) if s else {}, s.cpu_seconds if s else 0.0,
-                                       s.rss_bytes if s else 0))
+                                       dict(s.requests), s.cpu_seconds, s.rss_bytes))
         return out
 
     # -- stopping -----------------------------------------------------------------------------
