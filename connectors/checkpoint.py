@@ -44,7 +44,7 @@ from mm2py.engine.offset_syncs import OffsetSyncStore
 from mm2py.engine.scheduler import Job, Scheduler
 from mm2py.engine.sync_history import SyncHistory
 from mm2py.engine.task_contract import TaskState
-from mm2py.protocol.connect_offsets import MalformedOffsetRecordError, Position, ProgressFold, progress_topic
+from mm2py.protocol.connect_offsets import Position, ProgressFold, progress_topic
 from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import Checkpoint, HistorySync, OffsetSync
 from mm2py.protocol.partitioner import JAVA_PARTITIONER
@@ -178,10 +178,11 @@ class CheckpointConnector:
         return self._progress.resolved
 
     def _on_progress(self, partition: int, timestamp: int, key: bytes | None, value: bytes | None) -> None:
+        self._progress.offer(partition, timestamp, key, value)  # folded once caught up
+
+    def _fold_progress(self) -> None:
         self._progress.partitions = self._progress_tail.partitions
-        try:
-            self._progress.add(partition, timestamp, key, value)
-        except MalformedOffsetRecordError as exc:
+        for exc in self._progress.settle():
             log.warning("%s: ignoring a malformed progress record: %s", self.flow.name, exc)
 
     def _on_checkpoint(self, key: bytes | None, value: bytes | None) -> None:
@@ -225,6 +226,7 @@ class CheckpointConnector:
         committed position was flushed before it was committed); False with no offset syncs yet."""
         timeout = self.source_admin.timeout
         self._progress_tail.catch_up(timeout)
+        self._fold_progress()
         return self._syncs_tail.catch_up(timeout)
 
     def checkpoint_round(self, write: bool = True) -> list[Checkpoint]:

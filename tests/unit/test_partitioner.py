@@ -87,6 +87,45 @@ def test_within_a_partition_the_later_record_wins_whatever_its_timestamp() -> No
     assert fold.stray() == {}
 
 
+# -- LAST_IN_PARTITION_WINS: offer() and settle() fold as add() does, record by record -------------
+ALT_KEY = KEY.replace(b",", b", ")  # the same partition's key as another writer spells it
+OTHER_KEY = encode_key("east", TopicPartition("orders", 2))
+_RECORD = st.tuples(st.sampled_from([HOME, STRAY, (HOME + 3) % 25]), st.integers(0, 50),
+                    st.sampled_from([KEY, ALT_KEY, OTHER_KEY]),
+                    st.one_of(st.none(), st.integers(0, 99).map(encode_value)))
+
+
+@given(st.lists(_RECORD, max_size=40), st.lists(st.integers(0, 40), max_size=3))
+def test_offered_records_settle_to_what_folding_each_one_gives(
+        records: list[tuple[int, int, bytes, bytes | None]], settles: list[int]) -> None:
+    one_by_one, offered = ProgressFold("east", partitions=25), ProgressFold("east", partitions=25)
+    for partition, ts, key, value in records:
+        one_by_one.add(partition, ts, key, value)
+    for i, (partition, ts, key, value) in enumerate(records):
+        if i in settles:  # a catch-up ended here
+            assert offered.settle() == []
+        offered.offer(partition, ts, key, value)
+    assert offered.settle() == []
+    assert offered.positions() == one_by_one.positions()
+    assert offered.stray() == one_by_one.stray()
+    assert offered.settle() == []  # nothing twice
+    assert offered.positions() == one_by_one.positions()
+
+
+def test_only_a_keys_last_record_in_a_partition_is_decoded() -> None:
+    fold = ProgressFold("east", partitions=25)
+    fold.offer(HOME, 1, KEY, b"{not json")  # replaced before it is read: never decoded
+    fold.offer(HOME, 2, KEY, encode_value(6))
+    assert fold.settle() == [] and fold.positions() == {TP: Position(7)}
+    assert fold.records == 1
+    # a malformed last record is reported, and the key keeps what it had before this catch-up
+    fold.offer(HOME, 3, KEY, encode_value(8))
+    fold.offer(HOME, 4, KEY, b"{not json")
+    errors = fold.settle()
+    assert len(errors) == 1 and "not a Connect offset record" in str(errors[0])
+    assert fold.positions() == {TP: Position(7)}
+
+
 # -- the repair's plan (stores/progress_repair.plan_repair) ---------------------------------------
 def test_the_repair_plan_moves_strays_home_and_empties_their_partitions() -> None:
     from mm2py.stores.progress_repair import Last, plan_repair
