@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
@@ -30,7 +29,7 @@ from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import HistorySync
 from mm2py.protocol.types import TopicPartition
 from mm2py.rdkafka.admin import ClusterAdmin, librdkafka_config
-from mm2py.stores.topic_tail import TopicTail, bounds
+from mm2py.stores.topic_tail import TopicTail, bounds_of
 
 __all__ = ["SyncHistoryPruner"]
 
@@ -159,13 +158,8 @@ def _log_starts(admin: ClusterAdmin, consumer: Consumer, partitions: list[TopicP
                 timeout: float) -> dict[TopicPartition, int]:
     """The log start of each of ``partitions`` whose topic the cluster still has."""
     existing = admin.list_topics()
-    by_topic: dict[str, list[int]] = defaultdict(list)
-    for tp in partitions:
-        info = existing.get(tp.topic)
-        if info is not None and tp.partition < info.partitions:
-            by_topic[tp.topic].append(tp.partition)
-    starts: dict[TopicPartition, int] = {}
-    for topic, parts in by_topic.items():
-        for p, (low, _end) in bounds(consumer, topic, parts, timeout).items():
-            starts[TopicPartition(topic, p)] = low
-    return starts
+    asked = [(tp.topic, tp.partition) for tp in partitions
+             if (info := existing.get(tp.topic)) is not None and tp.partition < info.partitions]
+    if not asked:
+        return {}
+    return {TopicPartition(t, p): low for (t, p), (low, _end) in bounds_of(consumer, asked, timeout).items()}

@@ -5,10 +5,12 @@ order, whatever was appended while it was paused."""
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CKTopicPartition
 
 from mm2py.kafka_local import KafkaCluster
-from mm2py.stores.topic_tail import TopicTail
-from tests.support.brokers import create_topic, make_records, produce_records, unique
+from mm2py.stores.topic_tail import TopicTail, bounds, bounds_of
+from tests.support.brokers import admin, create_topic, make_records, produce_records, unique
 
 pytestmark = pytest.mark.integration
 
@@ -32,3 +34,22 @@ def test_every_record_once_across_paused_catch_ups(west: KafkaCluster) -> None:
         got = [kv for kv in seen if kv[1] is not None and f"p{p}-value".encode() in kv[1]]
         want = [(r.key, r.value) for r in sent if r.partition == p and r.value is not None]
         assert got == want  # in order per partition
+
+
+def test_the_bounds_of_partitions_of_several_topics_come_in_one_call(west: KafkaCluster) -> None:
+    """``bounds_of`` (the sync history's log starts: every topic's partitions at once, not two
+    requests per topic) answers each partition's (log start, end) as ``bounds`` does per topic."""
+    a = create_topic(west.bootstrap, unique("bounds-a"), 2)
+    b = create_topic(west.bootstrap, unique("bounds-b"), 1)
+    produce_records(west.bootstrap, a, make_records(5, partition=0) + make_records(3, partition=1))
+    produce_records(west.bootstrap, b, make_records(4, partition=0))
+    client = admin(west.bootstrap)  # alive until its futures are done
+    for f in client.delete_records([CKTopicPartition(a, 0, 2)]).values():
+        f.result(30)  # the log of a-0 now starts at 2
+    consumer = Consumer({"bootstrap.servers": west.bootstrap, "group.id": unique("bounds")})
+    try:
+        got = bounds_of(consumer, [(a, 0), (a, 1), (b, 0)], 30)
+        assert got == {(a, 0): (2, 5), (a, 1): (0, 3), (b, 0): (0, 4)}
+        assert bounds(consumer, a, [1, 0], 30) == {0: (2, 5), 1: (0, 3)}
+    finally:
+        consumer.close()
