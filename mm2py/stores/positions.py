@@ -33,7 +33,7 @@ from mm2py.protocol.fetch_session import changed_keys
 from mm2py.protocol.partitioner import JAVA_PARTITIONER
 from mm2py.protocol.types import TopicPartition
 from mm2py.rdkafka.admin import ClusterAdmin
-from mm2py.stores.topic_tail import watermarks
+from mm2py.stores.topic_tail import bounds
 
 log = logging.getLogger(__name__)
 
@@ -123,15 +123,15 @@ class PositionStore:
                 if md is None or md.error is not None:
                     return {}
                 parts = list(md.partitions)
-                bounds = {p: watermarks(consumer, self.topic, p, timeout) for p in parts}
-                moved = any(not low <= self._read_to.get(p, 0) <= high for p, (low, high) in bounds.items())
+                spans = bounds(consumer, self.topic, parts, timeout)  # two requests per broker
+                moved = any(not low <= self._read_to.get(p, 0) <= high for p, (low, high) in spans.items())
                 if moved or len(parts) != self._fold.partitions:
                     # read it all again
                     self._fold = ProgressFold(self.source_alias, self.connector, len(parts))
                     self._read_to = {}
                 self.records_read = 0
-                read_to = {p: max(self._read_to.get(p, 0), bounds[p][0]) for p in parts}
-                ends = {p: high for p, (_, high) in bounds.items()}
+                read_to = {p: max(self._read_to.get(p, 0), spans[p][0]) for p in parts}
+                ends = {p: high for p, (_, high) in spans.items()}
                 try:
                     self._read(consumer, read_to, ends, timeout)
                 except MalformedPositionError:  # strict: nothing of this read counts, the next starts over

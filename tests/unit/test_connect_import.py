@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import pytest
 import yaml
+from confluent_kafka import TopicPartition as CKTopicPartition
 
 from mm2py.config.errors import ConfigError
 from mm2py.config.models import load_config
@@ -153,9 +154,12 @@ class _Topics:
             topics[topic] = type("Md", (), {"error": None, "partitions": dict.fromkeys(self.partitions)})()
         return type("Meta", (), {"topics": topics})()
 
-    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+    def offsets_for_times(self, tps: list[Any], timeout: float) -> list[Any]:
+        """ListOffsets: -2 asks a partition's log start (0 here), -1 its end."""
         assert self.partitions is not None
-        return 0, len(self.partitions[tp.partition])
+        parts = self.partitions
+        return [CKTopicPartition(tp.topic, tp.partition, 0 if tp.offset == -2 else len(parts[tp.partition]))
+                for tp in tps]
 
     def assign(self, tps: list[Any]) -> None:
         self.assigned = [(tp.partition, tp.offset) for tp in tps]
