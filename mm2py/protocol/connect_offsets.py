@@ -238,11 +238,9 @@ class ProgressFold:
         are folded in the order of each key's last record, so of two spellings of one partition's
         key the one written last still wins. A malformed last record is reported by :meth:`settle`,
         and its key's earlier records read with it are not folded."""
-        offered = self._offered
         at = (partition, key)
-        if at in offered:
-            del offered[at]  # to the end: folded after the keys last written before it
-        offered[at] = (timestamp, value)
+        self._offered.pop(at, None)  # to the end: folded after the keys last written before it
+        self._offered[at] = (timestamp, value)
 
     def settle(self) -> list[MalformedOffsetRecordError]:
         """Fold what :meth:`offer` took since the last settle; the errors of the malformed records
