@@ -26,11 +26,13 @@ from mm2py.protocol.connect_offsets import Position
 from mm2py.protocol.mm2_records import OffsetSync
 from mm2py.protocol.types import TopicPartition
 from mm2py.rdkafka.admin import ClusterAdmin, librdkafka_security
-from mm2py.stores.positions import PositionStore
+from mm2py.stores.positions import PositionStore, ProgressProducer
 from mm2py.stores.sync_writer import OffsetSyncWriter
 
 #: told the offset syncs a task sends, as it sends them
 SyncListener = Callable[[Sequence[OffsetSync]], None]
+#: the progress topic's admin client and producer, shared by a flow's tasks in one process
+SharedProgress = tuple[ClusterAdmin, ProgressProducer]
 
 
 def bootstrap_of(flow: FlowConfig, side: str) -> str:
@@ -41,12 +43,15 @@ def bootstrap_of(flow: FlowConfig, side: str) -> str:
 class FlowProgressKeeper:
     """Progress in ``mm2-offsets.<source>.internal`` and offset syncs where the flow says."""
 
-    def __init__(self, flow: FlowConfig, on_syncs: SyncListener | None = None) -> None:
-        """``on_syncs``: told the offset syncs as the task sends them (the flow's live group sync)."""
+    def __init__(self, flow: FlowConfig, on_syncs: SyncListener | None = None,
+                 shared: SharedProgress | None = None) -> None:
+        """``on_syncs``: told the offset syncs as the task sends them (the flow's live group sync);
+        ``shared``: the admin client and producer of the progress topic the flow's other tasks in
+        this process use too (else clients of its own)."""
         self.flow = flow
         self.on_syncs = on_syncs
-        self.progress = PositionStore(ClusterAdmin.for_cluster(flow, "target"), flow.source,
-                                      connector=flow.connector_name)
+        admin, producer = shared or (ClusterAdmin.for_cluster(flow, "target"), None)
+        self.progress = PositionStore(admin, flow.source, connector=flow.connector_name, producer=producer)
         self.syncs: OffsetSyncWriter | None = None
         if flow.emit_offset_syncs_enabled:
             side: Side = "source" if flow.offset_syncs_topic_location == "source" else "target"
@@ -148,6 +153,9 @@ class FlowClients:
         self._started: asyncio.Future[tuple[None, None]] | None = None
         #: the target topics' batch limits, learnt once for all the flow's tasks in this process
         self.limits = target_limits(flow)
+        #: the progress topic's clients for all the flow's tasks here (their commits together)
+        admin = ClusterAdmin.for_cluster(flow, "target")
+        self.progress: SharedProgress = (admin, ProgressProducer.for_admin(admin, shared=True))
 
     async def start(self) -> None:
         """Connect both clients (once; every task waits for the same start)."""
@@ -160,6 +168,7 @@ class FlowClients:
         if self.hub is not None:
             await self.hub.close()
         await asyncio.gather(self.source.close(), self.target.close(), return_exceptions=True)
+        await asyncio.to_thread(self.progress[1].close)
 
 
 def _linger(flow: FlowConfig) -> Linger:
@@ -204,8 +213,10 @@ async def build_task(
     # put waited for a metadata refresh of its own
     with contextlib.suppress(ClientError):  # the producer asks again when it needs a leader
         await target_client.ensure_topics({rename(tp.topic) for tp in spec.partitions})
+    keeper = (FlowProgressKeeper(flow, clients.on_syncs, clients.progress) if clients is not None
+              else FlowProgressKeeper(flow))
     return TaskRunner(
-        spec, source, sink, FlowProgressKeeper(flow, clients.on_syncs if clients is not None else None),
+        spec, source, sink, keeper,
         offset_lag_max=flow.offset_lag_max, commit_interval=commit_interval,
         reconcile=TailReconciler(source, target_client, rename), pipeline_depth=PIPELINE_DEPTH,
         alarms=policies_of(flow), verify=flow.verify_enabled,

@@ -11,12 +11,17 @@ Invariants it keeps:
 - **NOTHING_DROPPED**: a periodic commit writes only the partitions that moved since the one
   before (:class:`MovedSince`); what a failed one held is written with the next one, under the
   newer position where a partition moved again.
+- **ON_THE_GRID**: periodic commits fall due at the multiples of the interval on the clock, not an
+  interval after the task's own last one: the tasks of a process (same clock, same interval)
+  commit together, and a shared progress producer sends their records as one request per
+  progress partition (``stores/positions.py``: ``ProgressProducer``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 
 from mm2py.engine.task_contract import ProgressKeeper, TaskMetrics
@@ -37,7 +42,7 @@ class Committer:
         self.interval = interval
         self.clock = clock
         self.name = name  # for log lines
-        self._last = clock()
+        self._due = self._next_due(clock())  # ON_THE_GRID
         self._periodic: asyncio.Task[None] | None = None  # guards NO_STALL: the one under way
         self._writing = asyncio.Lock()  # guards MONOTONIC
         #: NOTHING_DROPPED: positions of a periodic commit that failed, written with the next one
@@ -51,11 +56,11 @@ class Committer:
         """When one is due and none is under way, start a periodic commit of the partitions whose
         position (``acked``) or target end (``ends``) moved since the last."""
         now = self.clock()
-        if now - self._last < self.interval:
+        if now < self._due:
             return
         if self._periodic is not None and not self._periodic.done():
             return  # the previous one is slow (target busy): the next interval catches up
-        self._last = now
+        self._due = self._next_due(now)
         moved = snapshot(acked, ends, self._moved.take(acked, ends), topic_ids)
         if moved or self._unwritten:
             self._periodic = asyncio.create_task(self._in_background(moved))
@@ -65,12 +70,16 @@ class Committer:
         wakes then even if nothing else happens); None while one is under way."""
         if self._periodic is not None and not self._periodic.done():
             return None
-        return max(0.001, self.interval - (self.clock() - self._last))
+        return max(0.001, self._due - self.clock())
+
+    def _next_due(self, now: float) -> float:
+        """ON_THE_GRID: the first multiple of the interval after ``now``."""
+        return (math.floor(now / self.interval) + 1) * self.interval if self.interval > 0 else now
 
     async def now(self, snapshot: Callable[[], Mapping[TopicPartition, Position]]) -> None:
         """Commit ``snapshot()`` now (after the periodic one under way); raises if it failed."""
         await self.settle()
-        self._last = self.clock()
+        self._due = self._next_due(self.clock())
         await self.write(snapshot())
         self._unwritten.clear()  # the snapshot had every partition
         self.metrics.commits += 1

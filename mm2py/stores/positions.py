@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
@@ -50,6 +51,83 @@ class MalformedPositionError(MalformedOffsetRecordError):
         return (type(self), (self.topic, self.partition, self.offset, self.reason))
 
 
+class ProgressProducer:
+    """The librdkafka producer a store's records go out through (made at the first write), and
+    :meth:`write`, which returns once every record of the call is acknowledged.
+
+    One per store, or one shared (``shared=True``) by the stores of a flow's tasks in one process
+    (``connectors/mirror_task.py``: ``FlowClients``): one client instead of one per task, and the
+    commits the tasks start together (``engine/committer.py``: ON_THE_GRID) reach the broker as one
+    request per progress partition instead of one per task and partition (librdkafka sends a
+    request per partition, confluentinc/librdkafka#1700). A store of its own flushes; a shared
+    one's writers each wait for their own records' delivery reports (whichever thread serves
+    them), their records gathered for ``linger.ms`` first."""
+
+    def __init__(self, conf: Mapping[str, object], *, shared: bool = False) -> None:
+        self.conf = dict(conf)
+        self.shared = shared
+        self._producer: Producer | None = None
+        self._lock = threading.Lock()  # guards the making of the producer
+
+    @classmethod
+    def for_admin(cls, admin: ClusterAdmin, overrides: Mapping[str, object] | None = None, *,
+                  shared: bool = False) -> ProgressProducer:
+        """Progress records' producer on ``admin``'s cluster (with its security settings)."""
+        conf = admin.client_config(overrides)
+        conf.update({"acks": "all", "linger.ms": 25,
+                     # each key where Kafka Connect (MM2) puts it: ONE-VALUE-PER-KEY
+                     "partitioner": JAVA_PARTITIONER})
+        return cls(conf, shared=shared)
+
+    def _get(self) -> Producer:
+        with self._lock:
+            if self._producer is None:
+                self._producer = Producer(self.conf)
+            return self._producer
+
+    def write(self, topic: str, records: Iterable[tuple[bytes, bytes | None]], timeout: float) -> None:
+        """Produce ``records`` (key, value) to ``topic``; raises unless each was acknowledged within
+        ``timeout``."""
+        producer = self._get()
+        delivery = _Delivery()
+        produce = producer.produce
+        for key, value in records:
+            delivery.expect()
+            produce(topic, value, key, on_delivery=delivery.reported)
+        deadline = time.monotonic() + timeout
+        if not self.shared:
+            producer.flush(timeout)  # sends now, linger or not; serves every report
+        while delivery.pending and (left := deadline - time.monotonic()) > 0:
+            producer.poll(min(left, 0.02))  # may serve other writers' reports, and they ours
+        if delivery.pending or delivery.errors:
+            raise RuntimeError(f"committing progress to {topic} failed: "
+                               f"{delivery.errors[:3] or f'{delivery.pending} record(s) unacknowledged'}")
+
+    def close(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(timeout)
+
+
+class _Delivery:
+    """One :meth:`ProgressProducer.write`'s records not yet reported, and the errors reported."""
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self.errors: list[str] = []
+        self._lock = threading.Lock()  # reports of one write may be served by two threads at once
+
+    def expect(self) -> None:
+        self.pending += 1  # before its record is produced: its report comes after
+
+    def reported(self, err: object, _msg: object) -> None:
+        with self._lock:
+            if err is not None:
+                self.errors.append(str(err))
+            self.pending -= 1
+
+
 class PositionStore:
     """Loads and commits one flow's source positions (next offset to fetch) of one source cluster."""
 
@@ -64,7 +142,9 @@ class PositionStore:
         connector: str | None = CONNECTOR_NAME,
         topic: str | None = None,
         strict: bool = False,
+        producer: ProgressProducer | None = None,
     ) -> None:
+        """``producer``: shared with other stores (which close it), else one of its own."""
         self.admin = admin
         self.source_alias = source_alias
         #: whose positions these are (the flow's connector name: its records' key); None reads every
@@ -78,13 +158,8 @@ class PositionStore:
         self.strict = strict
         self.replication_factor = replication_factor
         self.partitions = partitions  #: the topic's partition count when this store creates it
-        self._producer_conf = admin.client_config(producer_overrides)  # the admin's security settings
-        # a commit produces its records, then flushes (librdkafka sends at once on flush, linger or
-        # not): with a linger they go as one request per broker instead of trickling out one by one
-        self._producer_conf.update({"acks": "all", "linger.ms": 100,
-                                    # each key where Kafka Connect (MM2) puts it: ONE-VALUE-PER-KEY
-                                    "partitioner": JAVA_PARTITIONER})
-        self._producer: Producer | None = None
+        self._owns_producer = producer is None
+        self._producer = producer or ProgressProducer.for_admin(admin, producer_overrides)
         self._committed: dict[TopicPartition, Position] = {}
         #: each partition's record key (JSON, the same for every commit of it): made once
         self._keys: dict[TopicPartition, bytes] = {}
@@ -203,24 +278,16 @@ class PositionStore:
     def _write(self, values: Mapping[TopicPartition, bytes | None], timeout: float) -> None:
         if self.connector is None:
             raise TypeError("a PositionStore of every connector's positions only reads")
-        if self._producer is None:
-            self._producer = Producer(self._producer_conf)
-        errors: list[str] = []
+        keys, connector = self._keys, self.connector
 
-        def on_delivery(err: object, _msg: object) -> None:
-            if err is not None:
-                errors.append(str(err))
+        def records() -> Iterator[tuple[bytes, bytes | None]]:
+            for tp, value in values.items():
+                if (key := keys.get(tp)) is None:
+                    key = keys[tp] = encode_key(self.source_alias, tp, connector)
+                yield key, value
 
-        keys, produce = self._keys, self._producer.produce
-        for tp, value in values.items():
-            if (key := keys.get(tp)) is None:
-                key = keys[tp] = encode_key(self.source_alias, tp, self.connector)
-            produce(self.topic, value, key, on_delivery=on_delivery)
-        left = self._producer.flush(timeout)
-        if left or errors:
-            raise RuntimeError(f"committing progress to {self.topic} failed: {errors[:3] or left}")
+        self._producer.write(self.topic, records(), timeout)
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(10)
-            self._producer = None
+        if self._owns_producer:
+            self._producer.close(10)

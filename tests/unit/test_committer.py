@@ -80,3 +80,24 @@ async def test_what_a_failed_periodic_commit_held_is_written_with_the_next() -> 
     assert progress.writes[-1] == {C: Position(2, 20)}
     await periodic()  # nothing moved: nothing written
     assert len(progress.writes) == 4 and committer.metrics.commits == 3
+
+
+async def test_tasks_started_apart_commit_together_on_the_interval_grid() -> None:
+    """ON_THE_GRID: two tasks of one process, started 0.3 s apart, fall due at the same moments (a
+    shared progress producer then sends their records together)."""
+    now = [10.3]
+    first = Committer(MemoryProgress(), TaskMetrics(), 1.0, lambda: now[0], "t-0")
+    now[0] = 10.6
+    second = Committer(MemoryProgress(), TaskMetrics(), 1.0, lambda: now[0], "t-1")
+    assert first.due_in() == second.due_in() == 11.0 - 10.6
+    acked: dict[TopicPartition, int] = {A: 1}
+    ends: dict[TopicPartition, int | None] = {A: 10}
+    for at in (10.99, 11.0, 11.4, 12.05):
+        now[0] = at
+        for c in (first, second):
+            await c.maybe(acked, ends)
+            await c.settle()
+            acked[A] += 1  # something to write each time
+    # neither before 11.0; both at 11.0 and at 12.05, not at 11.4; then both due at 13.0
+    assert first.metrics.commits == second.metrics.commits == 2
+    assert first.due_in() == second.due_in() == 13.0 - 12.05
