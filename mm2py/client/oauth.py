@@ -29,6 +29,7 @@ import contextlib
 import gc
 import logging
 import random
+import sys
 import threading
 import time
 import urllib.parse
@@ -251,30 +252,84 @@ def token_fetches() -> dict[str, int]:
 class _CollectionHold:
     """NO_COLLECTION_ON_LIBRDKAFKA_THREADS: librdkafka calls ``oauth_cb`` on a thread of its own
     (confluent-kafka serves it in the background, so tokens refresh without a poll). A cyclic
-    garbage collection that happens to start there may destroy another, unreachable client, and
-    librdkafka aborts the process when a client is destroyed from one of its threads (seen once in
-    a clean-clone run: "Fatal Python error: Aborted", the collection inside the token fetch). So no
-    collection starts while any such callback runs: the collector is held off, process-wide, from
-    the first callback in to the last one out, and left as it was."""
+    garbage collection that happens to start there may destroy an unreachable client, and
+    librdkafka aborts the process when a client is destroyed from one of its own threads ("Fatal
+    Python error: Aborted", the collection inside the token fetch). So no collection starts while
+    any such callback runs Python: the collector is held off, process-wide, from the first callback
+    in until the last one out has left Python, and left as it was.
+
+    The collector is switched back on by a thread of mm2py's own (``gc-hold``), once no thread that
+    left is still in Python: switched on by the leaving callback itself, the next allocation of its
+    own way out (the context manager's exit, say) could start the collection there (seen in a
+    clean-clone run: the abort with "Garbage-collecting" in ``contextlib.__exit__``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        #: callbacks inside now, and whether the collector was on when the first came in
+        #: callbacks inside now
         self._inside = 0
-        self._was_enabled = False
+        #: the collector was on and is held off: to be switched on again
+        self._held = False
+        #: threads whose callback left, maybe still running Python on the way out
+        self._leaving: set[int] = set()
+        self._wake = threading.Event()
+        self._keeper: threading.Thread | None = None
 
     def enter(self) -> None:
+        if _python_owned():
+            return  # a collection here cannot be a client's own thread destroying it
         with self._lock:
-            if self._inside == 0:
-                self._was_enabled = gc.isenabled()
+            if not self._held and gc.isenabled():
                 gc.disable()
+                self._held = True
             self._inside += 1
 
     def leave(self) -> None:
+        if _python_owned():
+            return
         with self._lock:
             self._inside -= 1
-            if self._inside == 0 and self._was_enabled:
+            if not self._held:
+                return
+            self._leaving.add(threading.get_ident())
+            if self._inside == 0:
+                if self._keeper is None:
+                    self._keeper = threading.Thread(target=self._keep, name="gc-hold", daemon=True)
+                    self._keeper.start()
+                self._wake.set()
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    def _keep(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while not self._release():
+                time.sleep(0.001)
+
+    def _release(self) -> bool:
+        """Switch the collector on if no callback is inside and none that left is still in
+        Python; True when there is nothing more to wait for (a callback inside wakes the keeper
+        again when it leaves)."""
+        in_python = sys._current_frames()
+        with self._lock:
+            self._leaving = {t for t in self._leaving if t in in_python}
+            if self._inside:
+                return True
+            if self._leaving:
+                return False
+            if self._held:
                 gc.enable()
+                self._held = False
+            return True
+
+
+def _python_owned() -> bool:
+    """Whether this thread was started by Python (not a librdkafka thread calling in: those get a
+    dummy entry, or none). Looked up without allocating."""
+    thread = threading._active.get(threading.get_ident())  # type: ignore[attr-defined]
+    return thread is not None and not isinstance(thread, threading._DummyThread)
 
 
 _HOLD = _CollectionHold()
