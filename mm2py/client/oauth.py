@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import gc
 import logging
 import random
@@ -33,7 +32,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,9 +155,12 @@ class TokenProvider:
         librdkafka asks again at 80% of the lifetime left of the token it was given, and
         re-authenticates (KIP-368) with the token it holds: a token with half its lifetime or less
         left is replaced first, so librdkafka never holds one whose sessions get ever shorter."""
-        with _no_collection_on_this_thread():
+        _HOLD.enter()  # first: no allocation of ours before the collector is off
+        try:
             token = self.token(fresh=0.5)
             return token.value, token.expires_at, token.principal, dict(self.settings.extensions)
+        finally:
+            _HOLD.leave()
 
     def _obtain(self, now: float) -> AccessToken:
         s = self.settings
@@ -333,12 +335,3 @@ def _python_owned() -> bool:
 
 
 _HOLD = _CollectionHold()
-
-
-@contextlib.contextmanager
-def _no_collection_on_this_thread() -> Iterator[None]:
-    _HOLD.enter()
-    try:
-        yield
-    finally:
-        _HOLD.leave()
