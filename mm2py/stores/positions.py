@@ -74,7 +74,9 @@ class ProgressProducer:
                   shared: bool = False) -> ProgressProducer:
         """Progress records' producer on ``admin``'s cluster (with its security settings)."""
         conf = admin.client_config(overrides)
-        conf.update({"acks": "all", "linger.ms": 25,
+        # the linger gathers the records of the commits a process's tasks start together (a shared
+        # producer's writers wait for it; a producer of one store flushes at once)
+        conf.update({"acks": "all", "linger.ms": 10,
                      # each key where Kafka Connect (MM2) puts it: ONE-VALUE-PER-KEY
                      "partitioner": JAVA_PARTITIONER})
         return cls(conf, shared=shared)
@@ -98,7 +100,7 @@ class ProgressProducer:
         if not self.shared:
             producer.flush(timeout)  # sends now, linger or not; serves every report
         while delivery.pending and (left := deadline - time.monotonic()) > 0:
-            producer.poll(min(left, 0.02))  # may serve other writers' reports, and they ours
+            producer.poll(min(left, 0.005))  # may serve other writers' reports, and they ours
         if delivery.pending or delivery.errors:
             raise RuntimeError(f"committing progress to {topic} failed: "
                                f"{delivery.errors[:3] or f'{delivery.pending} record(s) unacknowledged'}")
