@@ -101,9 +101,8 @@ async def test_after_a_small_fetch_the_next_one_lingers_and_after_a_full_one_it_
     assert time.monotonic() - started >= 0.19, "the fetch after a small one did not linger"
     source.linger = Linger(0.2, 0)  # now every fetch counts as full: no waiting
     await source.poll({GOOD: 7})  # the wait set by the previous small fetch
-    started = time.monotonic()
-    await source.poll({GOOD: 7})
-    assert time.monotonic() - started < 0.1, "the fetch after a full one lingered"
+    # no wait set by a full fetch (a decision, not a time: a loaded host may take 0.1 s to fetch)
+    assert source._linger_until <= asyncio.get_running_loop().time(), "the fetch after a full one lingered"
 
 
 async def test_a_one_off_read_neither_lingers_nor_makes_the_fetch_loop_linger() -> None:
