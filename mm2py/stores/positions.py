@@ -118,10 +118,15 @@ class _Delivery:
     def __init__(self) -> None:
         self.pending = 0
         self.errors: list[str] = []
-        self._lock = threading.Lock()  # reports of one write may be served by two threads at once
+        #: guards pending and errors: a write's reports may be served by two threads at once
+        self._lock = threading.Lock()
 
     def expect(self) -> None:
-        self.pending += 1  # before its record is produced: its report comes after
+        # before its record is produced: its report comes after. Under the lock too: another
+        # writer's poll may be serving this write's earlier reports meanwhile, and an unlocked
+        # += beside a locked -= can lose either
+        with self._lock:
+            self.pending += 1
 
     def reported(self, err: object, _msg: object) -> None:
         with self._lock:
