@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from mm2py.client.request_counts import REQUESTS
+from mm2py.runtime.loop_watch import LoopWatch, freeze_start_up_heap
 from mm2py.runtime.spark.executor.common import capture_warnings
 from mm2py.runtime.spark.executor.lease import (
     LeaseLink,
@@ -187,10 +188,16 @@ class _Host:
                                       else f"unexpected answer {answer!r}")
                 return
             stats = asyncio.create_task(self._say_stats())
+            # as the in-process worker's: the executor's start-up objects out of later
+            # collections, and a stalled loop (it delays every lease here) said, with where
+            freeze_start_up_heap()
+            watch = LoopWatch()
+            watch.start()
             try:
                 self.result.reason = await self._serve(reader)
             finally:
                 stats.cancel()
+                watch.stop()
             for link in list(self.links.values()):  # HOST_FENCE
                 link.cut(self.result.reason)
             if self.leases:
