@@ -6,8 +6,8 @@ setting that caused it).
 
 One job of the flow runner (``mm2py.offset.sync.history.prune.interval.seconds``): it follows the
 history topic (a ``TopicTail``: read once from its start, then what was appended), asks the source
-and the target for the log start of each partition the history names (two requests per leader
-each side), and writes a
+and the target for the log start of each partition the history names (one request per leader
+for every 500 partitions, each side), and writes a
 tombstone for each obsolete point (partition 0, as the syncs); compaction then drops them. Several
 flows of a pair share the topic: each prunes only the partitions of the topics its source still
 has, and a point is obsolete by the source's log alone, so two pruners agree.
@@ -29,7 +29,7 @@ from mm2py.protocol.errors import ProtocolError
 from mm2py.protocol.mm2_records import HistorySync
 from mm2py.protocol.types import TopicPartition
 from mm2py.rdkafka.admin import ClusterAdmin, librdkafka_config
-from mm2py.stores.topic_tail import TopicTail, bounds_of
+from mm2py.stores.topic_tail import TopicTail, log_starts_of
 
 __all__ = ["SyncHistoryPruner"]
 
@@ -162,4 +162,4 @@ def _log_starts(admin: ClusterAdmin, consumer: Consumer, partitions: list[TopicP
              if (info := existing.get(tp.topic)) is not None and tp.partition < info.partitions]
     if not asked:
         return {}
-    return {TopicPartition(t, p): low for (t, p), (low, _end) in bounds_of(consumer, asked, timeout).items()}
+    return {TopicPartition(t, p): low for (t, p), low in log_starts_of(consumer, asked, timeout).items()}

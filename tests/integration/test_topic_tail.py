@@ -9,6 +9,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
 from mm2py.kafka_local import KafkaCluster
+from mm2py.stores import topic_tail
 from mm2py.stores.topic_tail import TopicTail, bounds, bounds_of
 from tests.support.brokers import admin, create_topic, make_records, produce_records, unique
 
@@ -51,5 +52,32 @@ def test_the_bounds_of_partitions_of_several_topics_come_in_one_call(west: Kafka
         got = bounds_of(consumer, [(a, 0), (a, 1), (b, 0)], 30)
         assert got == {(a, 0): (2, 5), (a, 1): (0, 3), (b, 0): (0, 4)}
         assert bounds(consumer, a, [1, 0], 30) == {0: (2, 5), 1: (0, 3)}
+    finally:
+        consumer.close()
+
+
+def test_bounds_and_log_starts_asked_in_chunks_answer_every_partition(
+    west: KafkaCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BOUNDS_CHUNK: librdkafka's offsets_for_times costs the square of its partitions, so they are
+    asked a chunk at a time; every partition still gets its own answer, across chunk edges and
+    topics (a chunk of 3 over 2 topics of 4 and 3 partitions: chunks 3, 3 and 1)."""
+    monkeypatch.setattr(topic_tail, "BOUNDS_CHUNK", 3)
+    a = create_topic(west.bootstrap, unique("chunks-a"), 4)
+    b = create_topic(west.bootstrap, unique("chunks-b"), 3)
+    counts = {(a, 0): 5, (a, 1): 1, (a, 2): 0, (a, 3): 7, (b, 0): 2, (b, 1): 6, (b, 2): 4}
+    for (t, p), n in counts.items():
+        if n:
+            produce_records(west.bootstrap, t, make_records(n, partition=p, tag=f"{t[-6:]}{p}"))
+    client = admin(west.bootstrap)  # alive until its futures are done
+    starts = {(a, 3): 6, (b, 1): 2, (b, 2): 4}  # in the first, the second and the third chunk
+    for f in client.delete_records([CKTopicPartition(t, p, o) for (t, p), o in starts.items()]).values():
+        f.result(30)
+    consumer = Consumer({"bootstrap.servers": west.bootstrap, "group.id": unique("chunks")})
+    asked = list(counts)
+    try:
+        assert topic_tail.log_starts_of(consumer, asked, 30) == {tp: starts.get(tp, 0) for tp in asked}
+        assert topic_tail.bounds_of(consumer, asked, 30) == {
+            tp: (starts.get(tp, 0), n) for tp, n in counts.items()}
     finally:
         consumer.close()
